@@ -1,0 +1,115 @@
+/*
+ * Flag parsing for the CLI.  Every value is parsed completely (no trailing
+ * garbage, no overflow) and range-checked; the message names the flag.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <starpu.h>
+
+#include "cli.h"
+
+noreturn void tg_cli_die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("taskgrad: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(TG_EXIT_USAGE);
+}
+
+noreturn void tg_cli_die_last(const char *context) {
+  tg_cli_die("%s: %s", context, tg_last_error());
+}
+
+const char *tg_cli_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) tg_cli_die("%s needs a value (see --help)", argv[*i]);
+  return argv[++*i];
+}
+
+long tg_cli_int(const char *flag, const char *text, long min, long max) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end)
+    tg_cli_die("%s: '%s' is not an integer", flag, text);
+  if (v < min || v > max)
+    tg_cli_die("%s: %ld is out of range [%ld, %ld]", flag, v, min, max);
+  return v;
+}
+
+double tg_cli_double(const char *flag, const char *text, double min, double max) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || *end || v != v)
+    tg_cli_die("%s: '%s' is not a number", flag, text);
+  if (v < min || v > max) tg_cli_die("%s: %g is out of range [%g, %g]", flag, v, min, max);
+  return v;
+}
+
+uint64_t tg_cli_u64(const char *flag, const char *text) {
+  char *end;
+  errno = 0;
+  if (text[0] == '-') tg_cli_die("%s: '%s' must not be negative", flag, text);
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text || *end) tg_cli_die("%s: '%s' is not an integer", flag, text);
+  return (uint64_t)v;
+}
+
+int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long min,
+                    long max_value) {
+  int n = 0;
+  const char *p = text;
+  if (!*p) tg_cli_die("%s: empty list", flag);
+  while (*p) {
+    char item[32];
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof item) tg_cli_die("%s: bad list '%s'", flag, text);
+    if (n == max) tg_cli_die("%s: at most %d values", flag, max);
+    memcpy(item, p, len);
+    item[len] = 0;
+    out[n++] = (int)tg_cli_int(flag, item, min, max_value);
+    p += len;
+    if (*p == ',') {
+      p++;
+      if (!*p) tg_cli_die("%s: bad list '%s'", flag, text);
+    }
+  }
+  return n;
+}
+
+void tg_cli_check_sched(const char *name) {
+  struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
+  for (int i = 0; all[i]; i++)
+    if (strcmp(all[i]->policy_name, name) == 0) return;
+  fprintf(stderr, "taskgrad: error: --sched: unknown scheduling policy '%s'; known:", name);
+  for (int i = 0; all[i]; i++) fprintf(stderr, " %s", all[i]->policy_name);
+  fputc('\n', stderr);
+  exit(TG_EXIT_USAGE);
+}
+
+int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
+  if (strcmp(argv[*i], "--sched") == 0) {
+    rc->sched = tg_cli_value(argc, argv, i);
+    tg_cli_check_sched(rc->sched);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--ncpus") == 0) {
+    rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 1, 4096);
+    return 1;
+  }
+  return 0;
+}
+
+double tg_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,54 @@
+/*
+ * Shared pieces of the taskgrad command-line tool: strict flag parsing (a bad
+ * value is one clear message and exit status 2, before any work starts), the
+ * progress display, and the sub-command entry points.
+ */
+#ifndef TASKGRAD_CLI_H
+#define TASKGRAD_CLI_H
+
+#include <stdint.h>
+#include <stdnoreturn.h>
+
+#include "taskgrad/runtime.h"
+
+#define TG_EXIT_USAGE 2
+
+/* Prints "taskgrad: error: ..." and exits with status 2. */
+noreturn void tg_cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "taskgrad: error: <tg_last_error()>" and exits 2. */
+noreturn void tg_cli_die_last(const char *context);
+
+/* The value following flag argv[*i] (advancing *i), or exit 2 if missing. */
+const char *tg_cli_value(int argc, char **argv, int *i);
+long tg_cli_int(const char *flag, const char *text, long min, long max);
+double tg_cli_double(const char *flag, const char *text, double min, double max);
+uint64_t tg_cli_u64(const char *flag, const char *text);
+/* "512,256" -> widths; returns the count (exit 2 on a bad list). */
+int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long min,
+                    long max_value);
+/* exit 2 unless name is one of StarPU's scheduling policies */
+void tg_cli_check_sched(const char *name);
+/* Common runtime flags: --sched NAME, --ncpus N.  Returns 1 if argv[*i] was
+ * one of them (consumed), 0 otherwise. */
+int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
+/* Monotonic seconds. */
+double tg_cli_now(void);
+
+/* Progress display on stderr: redrawn in place on a terminal, a plain line
+ * every ~10% otherwise. */
+typedef struct tg_progress {
+  int tty;
+  int total;
+  int last_decile;
+  double start;
+  const char *label;
+} tg_progress;
+void tg_progress_begin(tg_progress *p, const char *label, int total);
+void tg_progress_update(tg_progress *p, int done, double loss, double acc,
+                        double samples_per_s);
+void tg_progress_end(tg_progress *p);
+
+int tg_cmd_train_mlp(int argc, char **argv);
+int tg_cmd_bench_mlp(int argc, char **argv);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * taskgrad command-line tool: dispatches sub-commands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void tg_usage(FILE *f) {
+  fputs("usage: taskgrad <command> [flags]\n"
+        "\n"
+        "Neural-network training steps as StarPU task graphs.\n"
+        "\n"
+        "commands:\n"
+        "  train mlp     train a multi-layer perceptron on Fashion-MNIST\n"
+        "  bench mlp     measure the MLP training step (samples/s, GFLOP/s,\n"
+        "                GEMM share of worker time, runtime overhead per task)\n"
+        "  help          this text\n"
+        "  --version     the version\n"
+        "\n"
+        "Run 'taskgrad <command> --help' for a command's flags.  StarPU's\n"
+        "environment variables (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA,\n"
+        "STARPU_CALIBRATE, ...) apply; --sched and --ncpus override them.\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    tg_usage(stderr);
+    return TG_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    tg_usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    puts("taskgrad 0.1.0");
+    return 0;
+  }
+  if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
+    if (argc < 3) tg_cli_die("'taskgrad %s' needs a model: mlp", cmd);
+    const char *model = argv[2];
+    if (!strcmp(model, "mlp"))
+      return !strcmp(cmd, "train") ? tg_cmd_train_mlp(argc - 2, argv + 2)
+                                   : tg_cmd_bench_mlp(argc - 2, argv + 2);
+    tg_cli_die("unknown model '%s' for '%s' (known: mlp)", model, cmd);
+  }
+  fprintf(stderr, "taskgrad: error: unknown command '%s'\n\n", cmd);
+  tg_usage(stderr);
+  return TG_EXIT_USAGE;
+}

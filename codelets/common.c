@@ -1,0 +1,102 @@
+/*
+ * Shared codelet machinery: the perfmodel footprint, task submission, shape
+ * checks.  See src/codelet_common.h.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelet_common.h"
+
+uint32_t tg_footprint(struct starpu_task *task) {
+  uint32_t key = 0;
+  if (task->cl_arg && task->cl_arg_size >= sizeof key)
+    memcpy(&key, task->cl_arg, sizeof key);
+  return starpu_hash_crc32c_be(key, starpu_task_data_footprint(task));
+}
+
+enum starpu_data_access_mode tg_accum_mode(tg_accum accum) {
+  switch (accum) {
+  case TG_OVERWRITE: return STARPU_W;
+  case TG_ACCUMULATE: return STARPU_RW;
+  case TG_REDUCE: return STARPU_REDUX;
+  }
+  return STARPU_RW;
+}
+
+int tg_submit(struct starpu_codelet *cl, int nbuf,
+              const starpu_data_handle_t *handles,
+              const enum starpu_data_access_mode *modes, const void *args,
+              size_t argsize, double flops, const tg_task_opts *opts) {
+  void *copy = malloc(argsize);
+  if (!copy) return tg_fail(ENOMEM, "%s: out of memory for task arguments", cl->name);
+  memcpy(copy, args, argsize);
+  struct starpu_task *task = starpu_task_create();
+  if (!task) {
+    free(copy);
+    return tg_fail(ENOMEM, "%s: starpu_task_create failed", cl->name);
+  }
+  task->cl = cl;
+  task->nbuffers = nbuf;
+  if (nbuf > STARPU_NMAXBUFS) {
+    /* StarPU frees these arrays with the task */
+    task->dyn_handles = malloc(nbuf * sizeof *task->dyn_handles);
+    task->dyn_modes = malloc(nbuf * sizeof *task->dyn_modes);
+    if (!task->dyn_handles || !task->dyn_modes) {
+      free(copy);
+      return tg_fail(ENOMEM, "%s: out of memory for %d buffers", cl->name, nbuf);
+    }
+  }
+  for (int i = 0; i < nbuf; i++) {
+    STARPU_TASK_SET_HANDLE(task, handles[i], i);
+    STARPU_TASK_SET_MODE(task, modes[i], i);
+  }
+  task->cl_arg = copy;
+  task->cl_arg_size = argsize;
+  task->cl_arg_free = 1;
+  task->flops = flops;
+  if (opts) {
+    task->priority = opts->priority;
+    if (opts->worker >= 0) {
+      task->execute_on_a_specific_worker = 1;
+      task->workerid = (unsigned)opts->worker;
+    }
+    if (opts->name) task->name = opts->name;
+  }
+  int rc = starpu_task_submit(task);
+  if (rc != 0) {
+    /* the task was not submitted: StarPU did not take ownership */
+    task->destroy = 0;
+    starpu_task_destroy(task);
+    if (rc == -ENODEV)
+      return tg_fail(ENODEV, "%s: no worker can run this task (no %s implementation for the workers at hand)",
+                     cl->name, opts && opts->worker >= 0 ? "matching" : "suitable");
+    return tg_fail(rc < 0 ? -rc : EIO, "%s: starpu_task_submit failed (%s)", cl->name,
+                   strerror(rc < 0 ? -rc : EIO));
+  }
+  return 0;
+}
+
+int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols) {
+  if (!h) return tg_fail(EINVAL, "%s: missing data handle", what);
+  if (starpu_data_get_interface_id(h) != STARPU_MATRIX_INTERFACE_ID)
+    return tg_fail(EINVAL, "%s: not a matrix handle", what);
+  *rows = (int)starpu_matrix_get_ny(h);
+  *cols = (int)starpu_matrix_get_nx(h);
+  return 0;
+}
+
+int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
+              int rows, int cols, size_t elemsize) {
+  int r, c;
+  char name[96];
+  snprintf(name, sizeof name, "%s: %s", op, what);
+  TG_TRY(tg_shape(h, name, &r, &c));
+  if (r != rows || c != cols)
+    return tg_fail(EINVAL, "%s: %s is (%d, %d), expected (%d, %d)", op, what, r, c,
+                   rows, cols);
+  if (starpu_matrix_get_elemsize(h) != elemsize)
+    return tg_fail(EINVAL, "%s: %s has %zu-byte elements, expected %zu", op, what,
+                   starpu_matrix_get_elemsize(h), elemsize);
+  return 0;
+}

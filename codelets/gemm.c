@@ -1,0 +1,73 @@
+/*
+ * GEMM codelet: C = alpha op(A) op(B) + beta C on row-major matrices.
+ *
+ * The access mode of C follows the arguments: W when C is overwritten, RW
+ * when beta != 0 accumulates into it, REDUX when micro-batches add their
+ * contributions to a gradient (each worker adds into its own zeroed copy, so
+ * beta is 1 there, and StarPU merges the copies).  CPU: OpenBLAS sgemm;
+ * CUDA: cuBLAS on the worker's stream through StarPU's per-worker handle.
+ */
+#include "codelet_common.h"
+#include "taskgrad/kernels_cpu.h"
+
+typedef struct tg_gemm_args {
+  uint32_t shape;
+  int transa, transb;
+  float alpha, beta;
+} tg_gemm_args;
+
+/* m, n, k from the buffers: A is (m, k) or (k, m) when transposed */
+static void tg_gemm_dims(void *buffers[], const tg_gemm_args *a, int *m, int *n,
+                         int *k) {
+  *m = TG_ROWS(buffers[2]);
+  *n = TG_COLS(buffers[2]);
+  *k = a->transa ? TG_ROWS(buffers[0]) : TG_COLS(buffers[0]);
+}
+
+static void tg_gemm_cpu(void *buffers[], void *cl_arg) {
+  const tg_gemm_args *a = cl_arg;
+  int m, n, k;
+  tg_gemm_dims(buffers, a, &m, &n, &k);
+  tg_cpu_gemm(a->transa, a->transb, m, n, k, a->alpha, TG_PTR(buffers[0]),
+              TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), a->beta,
+              TG_PTR(buffers[2]), TG_LD(buffers[2]));
+}
+
+#ifdef TG_HAVE_CUDA
+static void tg_gemm_cuda(void *buffers[], void *cl_arg) {
+  const tg_gemm_args *a = cl_arg;
+  int m, n, k;
+  tg_gemm_dims(buffers, a, &m, &n, &k);
+  TG_CUBLAS_CHECK(tg_cuda_gemm(starpu_cublas_get_local_handle(), a->transa,
+                               a->transb, m, n, k, a->alpha, TG_PTR(buffers[0]),
+                               TG_LD(buffers[0]), TG_PTR(buffers[1]),
+                               TG_LD(buffers[1]), a->beta, TG_PTR(buffers[2]),
+                               TG_LD(buffers[2])));
+}
+#endif
+
+TG_CODELET(gemm, tg_gemm_cpu, tg_gemm_cuda);
+
+int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
+                   starpu_data_handle_t B, float beta, starpu_data_handle_t C,
+                   tg_accum accum, const tg_task_opts *opts) {
+  int ar, ac, br, bc, m, n;
+  TG_TRY(tg_shape(A, "tg_gemm: A", &ar, &ac));
+  TG_TRY(tg_shape(B, "tg_gemm: B", &br, &bc));
+  int am = transa ? ac : ar, ak = transa ? ar : ac;
+  int bk = transb ? bc : br, bn = transb ? br : bc;
+  if (ak != bk)
+    return tg_fail(EINVAL, "tg_gemm: inner dimensions differ: op(A) is (%d, %d), op(B) is (%d, %d)",
+                   am, ak, bk, bn);
+  TG_TRY(tg_shape(C, "tg_gemm: C", &m, &n));
+  if (m != am || n != bn)
+    return tg_fail(EINVAL, "tg_gemm: C is (%d, %d), op(A) op(B) is (%d, %d)", m, n, am, bn);
+  tg_gemm_args args = {0, transa != 0, transb != 0, alpha, beta};
+  if (accum == TG_OVERWRITE) args.beta = 0.0f;
+  if (accum == TG_REDUCE) args.beta = 1.0f;
+  int key[2] = {args.transa, args.transb};
+  args.shape = tg_hash_ints(key, 2);
+  starpu_data_handle_t h[3] = {A, B, C};
+  enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, tg_accum_mode(accum)};
+  return tg_submit(&tg_gemm_cl, 3, h, md, &args, sizeof args, 2.0 * m * n * ak, opts);
+}

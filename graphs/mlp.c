@@ -1,0 +1,263 @@
+/*
+ * MLP training step as a StarPU task graph.
+ *
+ * Per micro-batch i with r_i rows (shapes for layer l: in = widths[l],
+ * out = widths[l+1]):
+ *   forward   Z_l (r_i, out) = H_{l-1} W_l^T + b_l ;  H_l = act(Z_l)
+ *             softmax_xent(Z_L) -> dZ_L, loss (REDUX) ; accuracy (REDUX)
+ *   backward  dW_l += dZ_l^T H_{l-1}  (REDUX)        ; db_l += colsum(dZ_l)
+ *             dH_{l-1} = dZ_l W_l ; dZ_{l-1} = act'(Z_{l-1}) * dH_{l-1}
+ * Activations are temporaries with no home node, released (unregistered
+ * asynchronously) right after the last task that reads them is submitted,
+ * so StarPU frees them as soon as that task has run.  This file calls only
+ * insert wrappers and tensor functions (layer 3 of taskgrad).
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "taskgrad/mlp.h"
+
+tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
+  tg_optimizer_config o = {kind, 1e-3f, 0.9f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  if (kind == TG_OPT_SGD) {
+    o.lr = 0.05f;
+    o.weight_decay = 0.0f;
+  }
+  return o;
+}
+
+/* splitmix64: a small, well-mixed, reproducible generator for initialisation */
+static uint64_t tg_splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static void tg_fill_uniform(float *x, size_t n, float bound, uint64_t *s) {
+  for (size_t i = 0; i < n; i++) {
+    double u = (double)(tg_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+    x[i] = (float)((2.0 * u - 1.0) * bound);
+  }
+}
+
+static int tg_mlp_check_config(const tg_mlp_config *cfg) {
+  if (cfg->nlayers < 1 || cfg->nlayers > TG_MLP_MAX_LAYERS)
+    return tg_fail(EINVAL, "MLP: number of layers %d is not in [1, %d]", cfg->nlayers,
+                   TG_MLP_MAX_LAYERS);
+  for (int l = 0; l <= cfg->nlayers; l++)
+    if (cfg->widths[l] < 1)
+      return tg_fail(EINVAL, "MLP: layer width %d is %d; widths must be positive", l,
+                     cfg->widths[l]);
+  if (cfg->act != TG_ACT_RELU && cfg->act != TG_ACT_GELU)
+    return tg_fail(EINVAL, "MLP: unknown activation %d", (int)cfg->act);
+  return 0;
+}
+
+int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
+                  const tg_optimizer_config *opt, uint64_t seed) {
+  memset(m, 0, sizeof *m);
+  TG_TRY(tg_mlp_check_config(cfg));
+  m->cfg = *cfg;
+  m->opt = *opt;
+  uint64_t s = seed;
+  for (int l = 0; l < cfg->nlayers; l++) {
+    int in = cfg->widths[l], out = cfg->widths[l + 1];
+    tg_tensor *pairs[][2] = {{&m->w[l], &m->b[l]},
+                             {&m->dw[l], &m->db[l]},
+                             {&m->state1_w[l], &m->state1_b[l]},
+                             {&m->state2_w[l], &m->state2_b[l]}};
+    for (int k = 0; k < 4; k++) {
+      if (k == 3 && opt->kind == TG_OPT_SGD) break;
+      int rc = tg_tensor_alloc(pairs[k][0], out, in, TG_F32);
+      if (rc == 0) rc = tg_tensor_alloc(pairs[k][1], 1, out, TG_F32);
+      if (rc < 0) {
+        tg_mlp_destroy(m);
+        return rc;
+      }
+    }
+    /* nn.Linear: kaiming_uniform(a = sqrt(5)) is U(+-1/sqrt(in)), bias likewise.
+     * No task has touched these host buffers yet, so writing them is safe. */
+    float bound = 1.0f / sqrtf((float)in);
+    tg_fill_uniform(m->w[l].host, tg_tensor_numel(&m->w[l]), bound, &s);
+    tg_fill_uniform(m->b[l].host, tg_tensor_numel(&m->b[l]), bound, &s);
+    tg_tensor_enable_reduction(&m->dw[l]);
+    tg_tensor_enable_reduction(&m->db[l]);
+  }
+  int rc = tg_tensor_alloc(&m->loss, 1, 1, TG_F32);
+  if (rc == 0) rc = tg_tensor_alloc(&m->correct, 1, 1, TG_F32);
+  if (rc < 0) {
+    tg_mlp_destroy(m);
+    return rc;
+  }
+  tg_tensor_enable_reduction(&m->loss);
+  tg_tensor_enable_reduction(&m->correct);
+  return 0;
+}
+
+void tg_mlp_destroy(tg_mlp *m) {
+  for (int l = 0; l < TG_MLP_MAX_LAYERS; l++) {
+    tg_tensor *all[] = {&m->w[l], &m->b[l], &m->dw[l], &m->db[l],
+                        &m->state1_w[l], &m->state1_b[l], &m->state2_w[l],
+                        &m->state2_b[l]};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_free(all[k]);
+  }
+  tg_tensor_free(&m->loss);
+  tg_tensor_free(&m->correct);
+}
+
+/* Forward of one micro-batch.  Z[l] and H[l] (l < L-1) are left registered
+ * for the backward; returns the logits in Z[L-1]. */
+static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
+                                tg_tensor *Z, tg_tensor *H) {
+  const tg_mlp_config *c = &m->cfg;
+  starpu_data_handle_t in = x;
+  for (int l = 0; l < c->nlayers; l++) {
+    TG_TRY(tg_tensor_temp(&Z[l], rows, c->widths[l + 1], TG_F32));
+    TG_TRY(tg_gemm_insert(0, 1, 1.0f, in, m->w[l].handle, 0.0f, Z[l].handle,
+                          TG_OVERWRITE, NULL));
+    TG_TRY(tg_bias_add_insert(Z[l].handle, m->b[l].handle, NULL));
+    if (l + 1 < c->nlayers) {
+      TG_TRY(tg_tensor_temp(&H[l], rows, c->widths[l + 1], TG_F32));
+      TG_TRY(tg_act_fwd_insert(c->act, Z[l].handle, H[l].handle, NULL));
+      in = H[l].handle;
+    }
+  }
+  return 0;
+}
+
+static int tg_mlp_backward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
+                                 tg_tensor *Z, tg_tensor *H, tg_tensor *dZ) {
+  const tg_mlp_config *c = &m->cfg;
+  tg_tensor cur = *dZ; /* gradient of the current layer's pre-activation */
+  for (int l = c->nlayers - 1; l >= 0; l--) {
+    starpu_data_handle_t in = l > 0 ? H[l - 1].handle : x;
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, m->dw[l].handle,
+                          TG_REDUCE, NULL));
+    TG_TRY(tg_bias_grad_insert(cur.handle, m->db[l].handle, TG_REDUCE, NULL));
+    if (l == 0) break;
+    tg_tensor dH, dprev;
+    TG_TRY(tg_tensor_temp(&dH, rows, c->widths[l], TG_F32));
+    TG_TRY(tg_gemm_insert(0, 0, 1.0f, cur.handle, m->w[l].handle, 0.0f, dH.handle,
+                          TG_OVERWRITE, NULL));
+    tg_tensor_release(&cur);
+    tg_tensor_release(&H[l - 1]);
+    TG_TRY(tg_tensor_temp(&dprev, rows, c->widths[l], TG_F32));
+    TG_TRY(tg_act_bwd_insert(c->act, Z[l - 1].handle, dH.handle, dprev.handle, NULL));
+    tg_tensor_release(&dH);
+    tg_tensor_release(&Z[l - 1]);
+    cur = dprev;
+  }
+  tg_tensor_release(&cur);
+  *dZ = cur;
+  return 0;
+}
+
+static int tg_mlp_check_batch(const tg_mlp *m, const tg_batch *batch) {
+  if (batch->nmicro < 1 || batch->rows < 1)
+    return tg_fail(EINVAL, "MLP: empty batch");
+  int total = 0;
+  for (int i = 0; i < batch->nmicro; i++) {
+    if (!batch->x[i] || !batch->y[i])
+      return tg_fail(EINVAL, "MLP: micro-batch %d has no data handle", i);
+    int r = (int)starpu_matrix_get_ny(batch->x[i]);
+    int c = (int)starpu_matrix_get_nx(batch->x[i]);
+    if (c != m->cfg.widths[0])
+      return tg_fail(EINVAL, "MLP: inputs have %d features, the model expects %d", c,
+                     m->cfg.widths[0]);
+    total += r;
+  }
+  if (total != batch->rows)
+    return tg_fail(EINVAL, "MLP: micro-batches hold %d rows, the batch says %d", total,
+                   batch->rows);
+  return 0;
+}
+
+static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
+  TG_TRY(tg_mlp_check_batch(m, batch));
+  const tg_mlp_config *c = &m->cfg;
+  if (backward)
+    for (int l = 0; l < c->nlayers; l++) {
+      TG_TRY(tg_fill_insert(m->dw[l].handle, 0.0f, NULL));
+      TG_TRY(tg_fill_insert(m->db[l].handle, 0.0f, NULL));
+    }
+  float scale = 1.0f / (float)batch->rows;
+  for (int i = 0; i < batch->nmicro; i++) {
+    int rows = (int)starpu_matrix_get_ny(batch->x[i]);
+    tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits;
+    TG_TRY(tg_mlp_forward_micro(m, batch->x[i], rows, Z, H));
+    tg_tensor *logits = &Z[c->nlayers - 1];
+    TG_TRY(tg_tensor_temp(&dlogits, rows, c->widths[c->nlayers], TG_F32));
+    TG_TRY(tg_softmax_xent_insert(logits->handle, batch->y[i], scale, dlogits.handle,
+                                  m->loss.handle, TG_REDUCE, NULL));
+    TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], m->correct.handle,
+                              TG_REDUCE, NULL));
+    tg_tensor_release(logits);
+    if (backward) {
+      TG_TRY(tg_mlp_backward_micro(m, batch->x[i], rows, Z, H, &dlogits));
+    } else {
+      tg_tensor_release(&dlogits);
+      for (int l = 0; l < c->nlayers; l++) {
+        tg_tensor_release(&Z[l]);
+        tg_tensor_release(&H[l]);
+      }
+    }
+  }
+  m->metric_batches++;
+  m->metric_samples += batch->rows;
+  return 0;
+}
+
+int tg_mlp_forward_backward(tg_mlp *m, const tg_batch *batch) {
+  return tg_mlp_run(m, batch, 1);
+}
+
+int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch) { return tg_mlp_run(m, batch, 0); }
+
+int tg_mlp_update(tg_mlp *m) {
+  m->step++;
+  const tg_optimizer_config *o = &m->opt;
+  for (int l = 0; l < m->cfg.nlayers; l++) {
+    if (o->kind == TG_OPT_SGD) {
+      tg_sgd_hyper h = {o->lr, o->momentum, o->weight_decay, 1.0f};
+      TG_TRY(tg_sgd_insert(m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle, &h, NULL));
+      TG_TRY(tg_sgd_insert(m->b[l].handle, m->db[l].handle, m->state1_b[l].handle, &h, NULL));
+    } else {
+      tg_adamw_hyper h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, m->step};
+      TG_TRY(tg_adamw_insert(m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle,
+                             m->state2_w[l].handle, &h, NULL));
+      TG_TRY(tg_adamw_insert(m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
+                             m->state2_b[l].handle, &h, NULL));
+    }
+  }
+  return 0;
+}
+
+int tg_mlp_step(tg_mlp *m, const tg_batch *batch) {
+  TG_TRY(tg_mlp_forward_backward(m, batch));
+  return tg_mlp_update(m);
+}
+
+int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset) {
+  float loss = 0, correct = 0;
+  TG_TRY(tg_tensor_read(&m->loss, &loss));
+  TG_TRY(tg_tensor_read(&m->correct, &correct));
+  if (mean_loss) *mean_loss = m->metric_batches ? loss / m->metric_batches : 0.0;
+  if (accuracy) *accuracy = m->metric_samples ? correct / m->metric_samples : 0.0;
+  if (reset) {
+    TG_TRY(tg_fill_insert(m->loss.handle, 0.0f, NULL));
+    TG_TRY(tg_fill_insert(m->correct.handle, 0.0f, NULL));
+    m->metric_batches = 0;
+    m->metric_samples = 0;
+  }
+  return 0;
+}
+
+double tg_mlp_step_flops(const tg_mlp_config *cfg, int rows) {
+  double weights = 0;
+  for (int l = 0; l < cfg->nlayers; l++)
+    weights += (double)cfg->widths[l] * cfg->widths[l + 1];
+  return 6.0 * weights * rows;
+}

@@ -1,0 +1,114 @@
+/*
+ * taskgrad layer 2: codelets and their typed insert wrappers.
+ *
+ * Each tg_<op>_insert() submits one StarPU task asynchronously on matrix
+ * handles (see tensor.h for the row-major convention: nx = cols, ny = rows).
+ * Shapes are checked at submission: a mismatch returns -EINVAL with a message
+ * in tg_last_error() and submits nothing.  The access mode of an output is
+ * chosen from the arguments, as in Chameleon:
+ *   TG_OVERWRITE  STARPU_W       (beta is ignored where there is one: 0)
+ *   TG_ACCUMULATE STARPU_RW      (beta as given)
+ *   TG_REDUCE     STARPU_REDUX   (the task adds into a per-worker copy that
+ *                                 starts at zero; the handle must have had
+ *                                 tg_tensor_enable_reduction())
+ * Label buffers are int32 matrices (rows, 1); scalar accumulators (loss,
+ * correct count) are float matrices (1, 1).
+ *
+ * Every codelet has a CPU and (when built with CUDA) a CUDA implementation, a
+ * history-based perfmodel named "taskgrad_<op>" whose footprint includes the
+ * shape arguments, and runs asynchronously on the CUDA worker's stream.
+ */
+#ifndef TASKGRAD_CODELETS_H
+#define TASKGRAD_CODELETS_H
+
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tg_accum {
+  TG_OVERWRITE = 0,
+  TG_ACCUMULATE = 1,
+  TG_REDUCE = 2,
+} tg_accum;
+
+typedef enum tg_activation {
+  TG_ACT_RELU = 0,
+  TG_ACT_GELU = 1,
+} tg_activation;
+
+/* Per-task options; pass NULL for the defaults (priority 0, any worker). */
+typedef struct tg_task_opts {
+  int priority;          /* STARPU_PRIORITY */
+  int worker;            /* >= 0: run on this worker; -1: scheduler decides */
+  const char *name;      /* task name for traces, or NULL (copied nowhere:
+                            must outlive the task, e.g. a string literal) */
+} tg_task_opts;
+
+/* C = alpha op(A) op(B) + beta C (see tg_cpu_gemm). */
+int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
+                   starpu_data_handle_t B, float beta, starpu_data_handle_t C,
+                   tg_accum accum, const tg_task_opts *opts);
+/* Y(r, :) += b(1, :) */
+int tg_bias_add_insert(starpu_data_handle_t Y, starpu_data_handle_t b,
+                       const tg_task_opts *opts);
+/* db(1, :) (+)= column sums of dY */
+int tg_bias_grad_insert(starpu_data_handle_t dY, starpu_data_handle_t db,
+                        tg_accum accum, const tg_task_opts *opts);
+/* Y = act(X) */
+int tg_act_fwd_insert(tg_activation act, starpu_data_handle_t X,
+                      starpu_data_handle_t Y, const tg_task_opts *opts);
+/* dX = dY * act'(X) */
+int tg_act_bwd_insert(tg_activation act, starpu_data_handle_t X,
+                      starpu_data_handle_t dY, starpu_data_handle_t dX,
+                      const tg_task_opts *opts);
+/* dlogits = scale (softmax - onehot); loss (+)= scale * sum of -log p */
+int tg_softmax_xent_insert(starpu_data_handle_t logits,
+                           starpu_data_handle_t labels, float scale,
+                           starpu_data_handle_t dlogits,
+                           starpu_data_handle_t loss, tg_accum loss_accum,
+                           const tg_task_opts *opts);
+/* correct (+)= number of rows whose argmax equals the label */
+int tg_accuracy_insert(starpu_data_handle_t logits,
+                       starpu_data_handle_t labels,
+                       starpu_data_handle_t correct, tg_accum accum,
+                       const tg_task_opts *opts);
+
+typedef struct tg_sgd_hyper {
+  float lr, momentum, weight_decay, grad_scale;
+} tg_sgd_hyper;
+int tg_sgd_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
+                  starpu_data_handle_t vel, const tg_sgd_hyper *h,
+                  const tg_task_opts *opts);
+
+typedef struct tg_adamw_hyper {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int step; /* 1-based; the bias corrections are computed from it */
+} tg_adamw_hyper;
+int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
+                    starpu_data_handle_t m, starpu_data_handle_t v,
+                    const tg_adamw_hyper *h, const tg_task_opts *opts);
+
+/* X = value (write-only) */
+int tg_fill_insert(starpu_data_handle_t X, float value,
+                   const tg_task_opts *opts);
+/* dst += src */
+int tg_accumulate_insert(starpu_data_handle_t dst, starpu_data_handle_t src,
+                         const tg_task_opts *opts);
+/* X *= alpha */
+int tg_scale_insert(starpu_data_handle_t X, float alpha,
+                    const tg_task_opts *opts);
+
+/* The codelets themselves, for applications that build tasks by hand or set
+ * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
+ * REDUX merge). */
+extern struct starpu_codelet tg_gemm_cl, tg_bias_add_cl, tg_bias_grad_cl,
+    tg_act_fwd_cl, tg_act_bwd_cl, tg_softmax_xent_cl, tg_accuracy_cl,
+    tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
+    tg_scale_cl;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/*
+ * taskgrad layer 1: CUDA kernels.
+ *
+ * The same operations, argument order and semantics as kernels_cpu.h (read
+ * that file for the mathematics), on device pointers, launched
+ * asynchronously on `stream`.  Each launcher returns the launch status
+ * (cudaGetLastError() after the launch) so that the caller can check it; no
+ * launcher allocates memory or synchronises.
+ *
+ * Only available when taskgrad was built with CUDA (TG_HAVE_CUDA).
+ */
+#ifndef TASKGRAD_KERNELS_CUDA_H
+#define TASKGRAD_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Row-major GEMM through cuBLAS (column-major underneath: we compute
+ * C^T = op(B)^T op(A)^T).  The handle must already be bound to the stream. */
+cublasStatus_t tg_cuda_gemm(cublasHandle_t handle, int transa, int transb,
+                            int m, int n, int k, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc);
+
+cudaError_t tg_cuda_bias_add(int rows, int cols, float *Y, int ldy,
+                             const float *b, cudaStream_t stream);
+cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY, int ldy,
+                              float beta, float *db, cudaStream_t stream);
+cudaError_t tg_cuda_relu_fwd(int rows, int cols, const float *X, int ldx,
+                             float *Y, int ldy, cudaStream_t stream);
+cudaError_t tg_cuda_relu_bwd(int rows, int cols, const float *X, int ldx,
+                             const float *dY, int lddy, float *dX, int lddx,
+                             cudaStream_t stream);
+cudaError_t tg_cuda_gelu_fwd(int rows, int cols, const float *X, int ldx,
+                             float *Y, int ldy, cudaStream_t stream);
+cudaError_t tg_cuda_gelu_bwd(int rows, int cols, const float *X, int ldx,
+                             const float *dY, int lddy, float *dX, int lddx,
+                             cudaStream_t stream);
+/* loss_acc and labels are device pointers */
+cudaError_t tg_cuda_softmax_xent(int rows, int cols, const float *logits,
+                                 int ldl, const int32_t *labels, float scale,
+                                 float *dlogits, int ldd, float *loss_acc,
+                                 cudaStream_t stream);
+cudaError_t tg_cuda_accuracy_count(int rows, int cols, const float *logits,
+                                   int ldl, const int32_t *labels,
+                                   float *correct_acc, cudaStream_t stream);
+cudaError_t tg_cuda_sgd(size_t n, float *w, const float *grad, float *vel,
+                        float lr, float momentum, float weight_decay,
+                        float grad_scale, cudaStream_t stream);
+cudaError_t tg_cuda_adamw(size_t n, float *w, const float *grad, float *m,
+                          float *v, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, float bc1, float bc2,
+                          float grad_scale, cudaStream_t stream);
+cudaError_t tg_cuda_fill(int rows, int cols, float *X, int ldx, float value,
+                         cudaStream_t stream);
+cudaError_t tg_cuda_accumulate(int rows, int cols, float *dst, int ldd,
+                               const float *src, int lds, cudaStream_t stream);
+cudaError_t tg_cuda_scale(int rows, int cols, float *X, int ldx, float alpha,
+                          cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

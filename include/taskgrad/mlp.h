@@ -1,0 +1,98 @@
+/*
+ * taskgrad layer 3: the multi-layer perceptron training step as a task graph.
+ *
+ * Layer l maps widths[l] features to widths[l+1] (PyTorch's nn.Linear
+ * convention: y = x W^T + b with W (out, in)), followed by the activation on
+ * every layer but the last, whose outputs are the class logits.
+ *
+ * tg_mlp_step() submits a whole training step for one batch, split into the
+ * batch's micro-batches: each micro-batch runs forward and backward as its
+ * own tasks, parameter gradients are accumulated with STARPU_REDUX (so
+ * micro-batches run concurrently on different workers), then one optimizer
+ * task per parameter tensor runs.  Nothing waits on the host: the loss and
+ * the number of correct predictions accumulate in (1, 1) tensors that
+ * tg_mlp_metrics() reads when the caller asks.
+ */
+#ifndef TASKGRAD_MLP_H
+#define TASKGRAD_MLP_H
+
+#include <stdint.h>
+
+#include "taskgrad/codelets.h"
+#include "taskgrad/data.h"
+#include "taskgrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_MLP_MAX_LAYERS 16
+
+typedef enum tg_optimizer_kind { TG_OPT_ADAMW = 0, TG_OPT_SGD = 1 } tg_optimizer_kind;
+
+typedef struct tg_optimizer_config {
+  tg_optimizer_kind kind;
+  float lr;
+  float momentum;              /* SGD */
+  float beta1, beta2, eps;     /* AdamW */
+  float weight_decay;
+} tg_optimizer_config;
+
+/* AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01;
+ * SGD: lr 0.05, momentum 0.9, weight decay 0. */
+tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind);
+
+typedef struct tg_mlp_config {
+  int nlayers;                          /* number of linear layers, >= 1 */
+  int widths[TG_MLP_MAX_LAYERS + 1];    /* widths[0] inputs .. widths[nlayers] classes */
+  tg_activation act;
+} tg_mlp_config;
+
+typedef struct tg_mlp {
+  tg_mlp_config cfg;
+  tg_optimizer_config opt;
+  int step;                              /* optimizer steps taken */
+  tg_tensor w[TG_MLP_MAX_LAYERS];        /* (widths[l+1], widths[l]) */
+  tg_tensor b[TG_MLP_MAX_LAYERS];        /* (1, widths[l+1]) */
+  tg_tensor dw[TG_MLP_MAX_LAYERS];       /* like w, REDUX-enabled */
+  tg_tensor db[TG_MLP_MAX_LAYERS];       /* like b, REDUX-enabled */
+  tg_tensor state1_w[TG_MLP_MAX_LAYERS]; /* AdamW m or SGD velocity */
+  tg_tensor state1_b[TG_MLP_MAX_LAYERS];
+  tg_tensor state2_w[TG_MLP_MAX_LAYERS]; /* AdamW v (unused by SGD) */
+  tg_tensor state2_b[TG_MLP_MAX_LAYERS];
+  tg_tensor loss;                        /* (1, 1) sum of batch-mean losses */
+  tg_tensor correct;                     /* (1, 1) correct predictions */
+  int metric_batches;                    /* batches accumulated in loss */
+  int metric_samples;                    /* samples accumulated in correct */
+} tg_mlp;
+
+/* Allocates parameters (PyTorch's nn.Linear initialisation, uniform in
+ * +-1/sqrt(fan_in), from a seeded generator), gradients and optimizer state.
+ * Call after tg_init(). */
+int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
+                  const tg_optimizer_config *opt, uint64_t seed);
+void tg_mlp_destroy(tg_mlp *m);
+
+/* Zeroes the gradients, then forward and backward of every micro-batch:
+ * after it, dw/db hold the gradients of the batch-mean loss. */
+int tg_mlp_forward_backward(tg_mlp *m, const tg_batch *batch);
+/* One optimizer task per parameter tensor. */
+int tg_mlp_update(tg_mlp *m);
+/* forward_backward + update. */
+int tg_mlp_step(tg_mlp *m, const tg_batch *batch);
+/* Forward only: accumulates the loss and the correct count. */
+int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch);
+
+/* Reads (waiting for the tasks that produce them) the mean loss per batch and
+ * the accuracy over the batches since the last reset; reset != 0 starts a new
+ * accumulation (asynchronously). */
+int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset);
+
+/* Floating-point operations of one training step on `rows` samples
+ * (GEMMs only: 6 per weight per sample). */
+double tg_mlp_step_flops(const tg_mlp_config *cfg, int rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,50 @@
+/*
+ * taskgrad runtime: start and stop StarPU the way taskgrad's codelets need it,
+ * and report errors.
+ *
+ * Every library call that can fail returns 0 on success and a negative errno
+ * value on failure, and leaves a one-line description in tg_last_error().
+ */
+#ifndef TASKGRAD_RUNTIME_H
+#define TASKGRAD_RUNTIME_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Overrides of StarPU's own environment (STARPU_SCHED, STARPU_NCPU,
+ * STARPU_NCUDA, STARPU_CALIBRATE).  A NULL field or a negative number means
+ * "leave it to StarPU's environment and defaults". */
+typedef struct tg_runtime_config {
+  const char *sched;   /* scheduling policy name, e.g. "dmdas" */
+  int ncpus;           /* number of CPU workers */
+  int ncuda;           /* number of CUDA workers */
+  int calibrate;       /* 1: force perfmodel calibration */
+  int profiling;       /* 1: enable StarPU's task and worker profiling */
+} tg_runtime_config;
+
+/* A config with every field set to "StarPU decides". */
+tg_runtime_config tg_runtime_config_default(void);
+
+/* Starts StarPU (and cuBLAS on CUDA workers), limits the BLAS library to one
+ * thread per worker.  cfg may be NULL.  Returns 0 or a negative errno. */
+int tg_init(const tg_runtime_config *cfg);
+/* Waits for every submitted task, then stops StarPU. */
+void tg_shutdown(void);
+
+int tg_ncpu_workers(void);
+int tg_ncuda_workers(void);
+/* 1 when this build of taskgrad has CUDA codelets (and StarPU has CUDA). */
+int tg_built_with_cuda(void);
+
+/* The last error message of this thread ("" when none). */
+const char *tg_last_error(void);
+/* Sets the last error message (printf-style); returns -code's negation
+ * convention: tg_fail(EINVAL, ...) returns -EINVAL. */
+int tg_fail(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

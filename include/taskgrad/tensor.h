@@ -1,0 +1,69 @@
+/*
+ * taskgrad tensors: 2-D row-major tensors backed by StarPU matrix handles.
+ *
+ * A (rows, cols) tensor is a StarPU matrix with nx = cols (the contiguous
+ * dimension), ny = rows and ld = cols, so splitting a batch along its rows is
+ * starpu_matrix_filter_vertical_block.
+ *
+ * Two kinds:
+ *  - host tensors (parameters, optimizer state, batches, metrics) live in
+ *    pinned main memory from starpu_malloc, registered on node STARPU_MAIN_RAM;
+ *  - temporaries (activations, their gradients) are registered with no home
+ *    node, so StarPU allocates them only where tasks use them, and are released
+ *    with tg_tensor_release() as soon as their last task is submitted: StarPU
+ *    frees them when that task ends, with no wait on the host.
+ */
+#ifndef TASKGRAD_TENSOR_H
+#define TASKGRAD_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tg_dtype {
+  TG_F32 = 0, /* float */
+  TG_I32 = 1, /* int32_t: labels */
+} tg_dtype;
+
+size_t tg_dtype_size(tg_dtype dtype);
+const char *tg_dtype_name(tg_dtype dtype);
+
+typedef struct tg_tensor {
+  starpu_data_handle_t handle; /* NULL when the tensor is empty */
+  int rows, cols;
+  tg_dtype dtype;
+  void *host; /* pinned buffer (rows * cols elements) or NULL for temporaries */
+} tg_tensor;
+
+/* A host tensor in pinned memory, zero-filled, registered on main RAM.
+ * Call after tg_init(), so that the memory is really pinned. */
+int tg_tensor_alloc(tg_tensor *t, int rows, int cols, tg_dtype dtype);
+/* A temporary with no home node. */
+int tg_tensor_temp(tg_tensor *t, int rows, int cols, tg_dtype dtype);
+/* End of life.  For a temporary it is asynchronous: StarPU unregisters and
+ * frees the data once every task submitted on it has run, with no wait here.
+ * A host tensor is freed synchronously (tg_tensor_free).  t is emptied. */
+void tg_tensor_release(tg_tensor *t);
+/* Synchronous end of life: waits for the tasks on t, then frees. */
+void tg_tensor_free(tg_tensor *t);
+
+/* Copy out / in through a blocking acquire (these synchronise with the tasks
+ * on t, so never call them inside a step you want to stay asynchronous). */
+int tg_tensor_read(const tg_tensor *t, void *dst);
+int tg_tensor_write(tg_tensor *t, const void *src);
+/* Enable StarPU reductions (STARPU_REDUX) on a float tensor: contributions
+ * start from zero (fill codelet) and are merged by the accumulate codelet. */
+void tg_tensor_enable_reduction(tg_tensor *t);
+
+static inline size_t tg_tensor_numel(const tg_tensor *t) {
+  return (size_t)t->rows * (size_t)t->cols;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

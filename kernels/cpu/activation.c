@@ -1,0 +1,117 @@
+/*
+ * Activations and their backward passes, elementwise on (rows, cols)
+ * matrices with leading dimensions:
+ *   ReLU:  y = max(x, 0),  dx = dy where x > 0, else 0 (a select, as in
+ *          PyTorch's threshold_backward: NaN in dy is not spread where x <= 0)
+ *   GELU, tanh approximation:  y = 0.5 x (1 + tanh(u)),
+ *          u = sqrt(2/pi) (x + 0.044715 x^3).
+ *
+ * GELU is evaluated through the identity 0.5 (1 + tanh(u)) = s,
+ * s = sigmoid(2u) = 1 / (1 + exp(-2u)): the same function, but without the
+ * cancellation of 1 + tanh(u) for negative x (at x = -5, 1 + tanhf(u) keeps
+ * only ~3 correct digits; x * s keeps full relative precision).  The
+ * derivative, analytically:
+ *   gelu'(x) = s + 2 x s (1 - s) u',   u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * with 1 - s computed as exp(-2u) * s while that is the accurate form.  For
+ * |x| > 20, gelu'(x) is exactly 1 or 0 in float and is returned as such (the
+ * formula would form 0 * inf there).
+ *
+ * In-place use (Y == X with ldy == ldx, dX == dY) is allowed: the ReLU row
+ * loops load a block of VB floats into a local array before storing it, so no
+ * restrict is needed and the result does not depend on aliasing.  The blocks
+ * have a constant trip count because GCC 12 at -O2 (the "very-cheap" vector
+ * cost model) only vectorises such loops.  GELU calls expf per element and
+ * stays scalar (no vector libm at -O2).
+ */
+#include <math.h>
+
+#include "taskgrad/kernels_cpu.h"
+
+enum { VB = 8 };
+
+#define GELU_K0 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_K1 0.044715f
+
+/* max(x, 0), letting NaN through (as torch.relu does) */
+static inline float relu(float x) { return x < 0.0f ? 0.0f : x; }
+
+static inline void relu_fwd_row(int n, const float *x, float *y) {
+  int c = 0;
+  for (; c + VB <= n; c += VB) {
+    float t[VB];
+    for (int j = 0; j < VB; j++) t[j] = x[c + j];
+    for (int j = 0; j < VB; j++) y[c + j] = relu(t[j]);
+  }
+  for (; c < n; c++) y[c] = relu(x[c]);
+}
+
+static inline void relu_bwd_row(int n, const float *x, const float *dy,
+                                float *dx) {
+  int c = 0;
+  for (; c + VB <= n; c += VB) {
+    float tx[VB], tdy[VB];
+    for (int j = 0; j < VB; j++) tx[j] = x[c + j];
+    for (int j = 0; j < VB; j++) tdy[j] = dy[c + j];
+    for (int j = 0; j < VB; j++) dx[c + j] = tx[j] > 0.0f ? tdy[j] : 0.0f;
+  }
+  for (; c < n; c++) dx[c] = x[c] > 0.0f ? dy[c] : 0.0f;
+}
+
+static inline float gelu(float x) {
+  float u = GELU_K0 * x * (1.0f + GELU_K1 * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+
+static inline float gelu_deriv(float x) {
+  if (x > 20.0f) return 1.0f;
+  if (x < -20.0f) return 0.0f;
+  float x2 = x * x;
+  float u = GELU_K0 * x * (1.0f + GELU_K1 * x2);
+  float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
+  float e = expf(-2.0f * u);
+  float s = 1.0f / (1.0f + e);
+  float oms = e < 1.0f ? e * s : 1.0f - s; /* 1 - s without cancellation */
+  return s + 2.0f * x * s * oms * du;
+}
+
+void tg_cpu_relu_fwd(int rows, int cols,
+                     const float *X, int ldx, // (rows, ldx)
+                     float *Y, int ldy)       // (rows, ldy)
+{
+  for (int r = 0; r < rows; r++)
+    relu_fwd_row(cols, X + (size_t)r * ldx, Y + (size_t)r * ldy);
+}
+
+void tg_cpu_relu_bwd(int rows, int cols,
+                     const float *X, int ldx,   // (rows, ldx) forward input
+                     const float *dY, int lddy, // (rows, lddy)
+                     float *dX, int lddx)       // (rows, lddx)
+{
+  for (int r = 0; r < rows; r++)
+    relu_bwd_row(cols, X + (size_t)r * ldx, dY + (size_t)r * lddy,
+                 dX + (size_t)r * lddx);
+}
+
+void tg_cpu_gelu_fwd(int rows, int cols,
+                     const float *X, int ldx, // (rows, ldx)
+                     float *Y, int ldy)       // (rows, ldy)
+{
+  for (int r = 0; r < rows; r++) {
+    const float *x = X + (size_t)r * ldx;
+    float *y = Y + (size_t)r * ldy;
+    for (int c = 0; c < cols; c++) y[c] = gelu(x[c]);
+  }
+}
+
+void tg_cpu_gelu_bwd(int rows, int cols,
+                     const float *X, int ldx,   // (rows, ldx) forward input
+                     const float *dY, int lddy, // (rows, lddy)
+                     float *dX, int lddx)       // (rows, lddx)
+{
+  for (int r = 0; r < rows; r++) {
+    const float *x = X + (size_t)r * ldx;
+    const float *dy = dY + (size_t)r * lddy;
+    float *dx = dX + (size_t)r * lddx;
+    for (int c = 0; c < cols; c++) dx[c] = dy[c] * gelu_deriv(x[c]);
+  }
+}

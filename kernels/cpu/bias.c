@@ -1,0 +1,59 @@
+/*
+ * Bias: forward Y(r, :) += b and its gradient db = beta * db + column sums of
+ * dY (the gradient of sum(W .* (Y + 1 b^T)) with respect to b).
+ *
+ * Both walk rows contiguously, in blocks of VB floats whose inner loop has a
+ * constant trip count, because GCC 12 at -O2 (the "very-cheap" vector cost
+ * model) only vectorises such loops.  Y and b, dY and db are distinct buffers
+ * (restrict).
+ *
+ * bias_grad sums over the batch (rows), often hundreds of terms: it sums in
+ * double, over column tiles of TILE accumulators kept on the stack (2 KiB),
+ * so that the result is the correctly rounded float of an almost exact sum
+ * while the inner loop stays contiguous and vectorised (float -> double
+ * conversions).  beta == 0 means db is write-only (NaN in it is ignored).
+ */
+#include "taskgrad/kernels_cpu.h"
+
+enum { VB = 8, TILE = 256 }; /* TILE is a multiple of VB */
+
+static inline void add_row(int n, float *restrict y, const float *restrict b) {
+  int c = 0;
+  for (; c + VB <= n; c += VB)
+    for (int j = 0; j < VB; j++) y[c + j] += b[c + j];
+  for (; c < n; c++) y[c] += b[c];
+}
+
+static inline void sum_row(int n, double *restrict acc,
+                           const float *restrict x) {
+  int c = 0;
+  for (; c + VB <= n; c += VB)
+    for (int j = 0; j < VB; j++) acc[c + j] += (double)x[c + j];
+  for (; c < n; c++) acc[c] += (double)x[c];
+}
+
+void tg_cpu_bias_add(int rows, int cols,
+                     float *Y, int ldy,  // (rows, ldy)
+                     const float *b)     // (cols)
+{
+  for (int r = 0; r < rows; r++) add_row(cols, Y + (size_t)r * ldy, b);
+}
+
+void tg_cpu_bias_grad(int rows, int cols,
+                      const float *dY, int ldy, // (rows, ldy)
+                      float beta,
+                      float *db)                // (cols)
+{
+  double acc[TILE];
+  for (int c0 = 0; c0 < cols; c0 += TILE) {
+    int w = cols - c0 < TILE ? cols - c0 : TILE;
+    for (int j = 0; j < w; j++) acc[j] = 0.0;
+    for (int r = 0; r < rows; r++) sum_row(w, acc, dY + (size_t)r * ldy + c0);
+    float *d = db + c0;
+    if (beta == 0.0f)
+      for (int j = 0; j < w; j++) d[j] = (float)acc[j];
+    else
+      for (int j = 0; j < w; j++)
+        d[j] = (float)((double)beta * (double)d[j] + acc[j]);
+  }
+}

@@ -1,0 +1,91 @@
+/*
+ * Fused softmax + cross-entropy, and the accuracy count, over the rows of a
+ * (rows, cols) logits matrix with int32 labels.
+ *
+ * softmax_xent, per row x with label l (p = softmax(x)):
+ *   dlogits = scale * (p - onehot(l)),   loss row = -log p_l = lse(x) - x_l.
+ * Numerically stable: with mx = max(x), e_c = exp(x_c - mx) <= 1, sum >= 1
+ * (summed in double), lse = mx + log(sum).  The loss row is formed in double
+ * as log(sum) - (x_l - mx), and the label entry of dlogits as
+ * scale * (e_l - sum) / sum in double, so that p_l - 1 does not cancel when
+ * the prediction is confident.  The row losses are summed in double and
+ * scale * total is added to *loss_acc once per call (one rounding, and a
+ * single write to the accumulator).
+ *
+ * The row is swept three times while it is in cache: max, exp (stored into
+ * dlogits) and normalise.  x_l is read before dlogits is written, and every
+ * other element is read before being overwritten at the same index, so
+ * dlogits may be the logits buffer itself (in-place, ldd == ldl).  expf keeps
+ * the exp sweep scalar; the normalise sweep is blocked for the vectoriser.
+ *
+ * Labels are validated upstream.  Still, a label outside [0, cols) is never
+ * used as an index: that row gets a zero gradient and makes the loss NaN, so
+ * that the bad input shows instead of silently training on garbage.
+ *
+ * accuracy_count: argmax per row, ties resolved to the first maximum (strict
+ * >), compared with the label; an out-of-range label never matches.
+ */
+#include <math.h>
+
+#include "taskgrad/kernels_cpu.h"
+
+enum { VB = 8 };
+
+static inline void scale_row(int n, float *restrict x, float f) {
+  int c = 0;
+  for (; c + VB <= n; c += VB)
+    for (int j = 0; j < VB; j++) x[c + j] *= f;
+  for (; c < n; c++) x[c] *= f;
+}
+
+void tg_cpu_softmax_xent(int rows, int cols,
+                         const float *logits, int ldl, // (rows, ldl)
+                         const int32_t *labels,        // (rows)
+                         float scale,
+                         float *dlogits, int ldd,      // (rows, ldd)
+                         float *loss_acc)              // (1)
+{
+  double total = 0.0; /* sum of the row losses, unscaled */
+  for (int r = 0; r < rows; r++) {
+    const float *x = logits + (size_t)r * ldl;
+    float *d = dlogits + (size_t)r * ldd;
+    int32_t l = labels[r];
+    if (l < 0 || l >= cols) { /* defensive: never index with a bad label */
+      for (int c = 0; c < cols; c++) d[c] = 0.0f;
+      total = NAN;
+      continue;
+    }
+    float mx = x[0];
+    for (int c = 1; c < cols; c++)
+      if (x[c] > mx) mx = x[c];
+    double xl = (double)x[l] - (double)mx; /* read before d overwrites x */
+    double sum = 0.0;
+    for (int c = 0; c < cols; c++) {
+      float e = expf(x[c] - mx);
+      d[c] = e;
+      sum += (double)e;
+    }
+    float el = d[l];
+    scale_row(cols, d, (float)((double)scale / sum));
+    d[l] = (float)((double)scale * ((double)el - sum) / sum);
+    total += log(sum) - xl;
+  }
+  if (rows > 0) *loss_acc = (float)((double)*loss_acc + (double)scale * total);
+}
+
+void tg_cpu_accuracy_count(int rows, int cols,
+                           const float *logits, int ldl, // (rows, ldl)
+                           const int32_t *labels,        // (rows)
+                           float *correct_acc)           // (1)
+{
+  if (cols <= 0) return;
+  long count = 0;
+  for (int r = 0; r < rows; r++) {
+    const float *x = logits + (size_t)r * ldl;
+    int best = 0;
+    for (int c = 1; c < cols; c++)
+      if (x[c] > x[best]) best = c;
+    count += best == labels[r];
+  }
+  *correct_acc = (float)((double)*correct_acc + (double)count);
+}

@@ -1,0 +1,113 @@
+/*
+ * taskgrad layer 1: CUDA activation kernels (ReLU, GELU forward and
+ * backward), the device twins of tg_cpu_relu_* / tg_cpu_gelu_* in
+ * kernels_cpu.h.
+ *
+ * Design note
+ * -----------
+ * Element-wise functors for tg_map2d() (cuda_common.cuh): one coalesced
+ * grid-stride pass over row-major (rows, cols) matrices with leading
+ * dimensions.  In-place use (Y == X, dX == dY) is safe: every element is read
+ * before it is written by the same thread, so no __restrict__ here.
+ *
+ * ReLU:  y = x > 0 ? x : 0;  dx = x > 0 ? dy : 0.  The backward pass selects
+ *        rather than multiplies by the 0/1 mask (like PyTorch's
+ *        threshold_backward): an inf/NaN dy of an inactive unit gives 0, not
+ *        NaN.  A NaN x gives y = 0 and dx = 0.
+ * GELU (tanh approximation, as PyTorch's approximate='tanh'):
+ *        u = k0 (x + k1 x^3),  t = tanh(u),  y = 0.5 x (1 + t),
+ *        dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k0 (1 + 3 k1 x^2),
+ *        k0 = sqrt(2/pi), k1 = 0.044715.
+ *        tanhf is the accurate libdevice one (no fast math); the result
+ *        agrees with the CPU kernel to a few ulps.
+ */
+#include "taskgrad/kernels_cuda.h"
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr float kGeluK0 = 0.7978845608028654f; /* sqrt(2 / pi) */
+constexpr float kGeluK1 = 0.044715f;
+
+struct ReluFwdOp {
+  const float *X; /* (rows, ldx) */
+  float *Y;       /* (rows, ldy) */
+  size_t ldx, ldy;
+  __device__ void operator()(size_t r, size_t c) const {
+    const float x = X[r * ldx + c];
+    Y[r * ldy + c] = x > 0.0f ? x : 0.0f;
+  }
+};
+
+struct ReluBwdOp {
+  const float *X;  /* (rows, ldx): forward input */
+  const float *dY; /* (rows, lddy) */
+  float *dX;       /* (rows, lddx) */
+  size_t ldx, lddy, lddx;
+  __device__ void operator()(size_t r, size_t c) const {
+    const float x = X[r * ldx + c];
+    const float dy = dY[r * lddy + c];
+    dX[r * lddx + c] = x > 0.0f ? dy : 0.0f;
+  }
+};
+
+struct GeluFwdOp {
+  const float *X; /* (rows, ldx) */
+  float *Y;       /* (rows, ldy) */
+  size_t ldx, ldy;
+  __device__ void operator()(size_t r, size_t c) const {
+    const float x = X[r * ldx + c];
+    const float t = tanhf(kGeluK0 * (x + kGeluK1 * x * x * x));
+    Y[r * ldy + c] = 0.5f * x * (1.0f + t);
+  }
+};
+
+struct GeluBwdOp {
+  const float *X;  /* (rows, ldx): forward input */
+  const float *dY; /* (rows, lddy) */
+  float *dX;       /* (rows, lddx) */
+  size_t ldx, lddy, lddx;
+  __device__ void operator()(size_t r, size_t c) const {
+    const float x = X[r * ldx + c];
+    const float dy = dY[r * lddy + c];
+    const float x2 = x * x;
+    const float t = tanhf(kGeluK0 * (x + kGeluK1 * x2 * x));
+    const float du = kGeluK0 * (1.0f + 3.0f * kGeluK1 * x2);
+    const float d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    dX[r * lddx + c] = dy * d;
+  }
+};
+
+} // namespace
+
+extern "C" cudaError_t tg_cuda_relu_fwd(int rows, int cols, const float *X,
+                                        int ldx, float *Y, int ldy,
+                                        cudaStream_t stream) {
+  return tg_map2d(rows, cols, ReluFwdOp{X, Y, (size_t)ldx, (size_t)ldy},
+                  stream);
+}
+
+extern "C" cudaError_t tg_cuda_relu_bwd(int rows, int cols, const float *X,
+                                        int ldx, const float *dY, int lddy,
+                                        float *dX, int lddx,
+                                        cudaStream_t stream) {
+  return tg_map2d(rows, cols,
+                  ReluBwdOp{X, dY, dX, (size_t)ldx, (size_t)lddy, (size_t)lddx},
+                  stream);
+}
+
+extern "C" cudaError_t tg_cuda_gelu_fwd(int rows, int cols, const float *X,
+                                        int ldx, float *Y, int ldy,
+                                        cudaStream_t stream) {
+  return tg_map2d(rows, cols, GeluFwdOp{X, Y, (size_t)ldx, (size_t)ldy},
+                  stream);
+}
+
+extern "C" cudaError_t tg_cuda_gelu_bwd(int rows, int cols, const float *X,
+                                        int ldx, const float *dY, int lddy,
+                                        float *dX, int lddx,
+                                        cudaStream_t stream) {
+  return tg_map2d(rows, cols,
+                  GeluBwdOp{X, dY, dX, (size_t)ldx, (size_t)lddy, (size_t)lddx},
+                  stream);
+}

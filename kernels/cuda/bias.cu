@@ -1,0 +1,90 @@
+/*
+ * taskgrad layer 1: CUDA bias kernels, the device twins of tg_cpu_bias_add
+ * and tg_cpu_bias_grad in kernels_cpu.h.
+ *
+ * Design note
+ * -----------
+ * bias_add: Y(r, c) += b(c), a tg_map2d() functor (coalesced flat walk; b is
+ *   tiny and stays in L1/L2).
+ *
+ * bias_grad: db(c) = beta * db(c) + sum_r dY(r, c), column sums of a matrix
+ *   that is usually tall (rows = batch, cols = layer width).  It is
+ *   deterministic (no atomics; the summation order depends only on the shape)
+ *   and needs no workspace, since launchers may not allocate:
+ *     - one block of 32 x 32 threads per tile of 32 columns (grid-stride over
+ *       tiles when there are more than the grid cap);
+ *     - thread (tx, ty) sums rows ty, ty + 32, ty + 64, ... of column
+ *       tile*32 + tx, so each warp reads 32 consecutive floats of one row
+ *       (a 128-byte coalesced transaction) and 32 warps keep loads in flight;
+ *     - the 32 partial sums of a column are combined by a fixed tree in
+ *       shared memory (padded to avoid bank conflicts), and row 0 of the
+ *       block writes db.
+ *   beta == 0 makes db write-only (its old contents, even NaN, are ignored),
+ *   as everywhere in taskgrad.  A very tall matrix with few columns uses only
+ *   ceil(cols / 32) blocks; splitting the rows over blocks would need either
+ *   atomics (non-deterministic) or a workspace, so it is not done.
+ */
+#include "taskgrad/kernels_cuda.h"
+#include "cuda_common.cuh"
+
+namespace {
+
+struct BiasAddOp {
+  float *Y;       /* (rows, ldy) */
+  const float *b; /* (cols) */
+  size_t ldy;
+  __device__ void operator()(size_t r, size_t c) const { Y[r * ldy + c] += b[c]; }
+};
+
+constexpr int kTile = 32; /* columns per block = blockDim.x */
+constexpr int kRowThreads = 32; /* blockDim.y */
+
+__global__ void __launch_bounds__(kTile * kRowThreads)
+    bias_grad_kernel(int rows, int cols, const float *__restrict__ dY, /* (rows, ldy) */
+                     size_t ldy, float beta, float *__restrict__ db /* (cols) */) {
+  __shared__ float part[kRowThreads][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int ntiles = (cols + kTile - 1) / kTile;
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int c = tile * kTile + tx;
+    float acc = 0.0f;
+    if (c < cols) {
+      const float *p = dY + c;
+#pragma unroll 4
+      for (int r = ty; r < rows; r += kRowThreads) acc += p[(size_t)r * ldy];
+    }
+    part[ty][tx] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int s = kRowThreads / 2; s > 0; s >>= 1) {
+      if (ty < s) part[ty][tx] += part[ty + s][tx];
+      __syncthreads();
+    }
+    if (ty == 0 && c < cols) {
+      const float sum = part[0][tx];
+      db[c] = beta == 0.0f ? sum : beta * db[c] + sum;
+    }
+    __syncthreads(); /* part is reused by the next tile */
+  }
+}
+
+} // namespace
+
+extern "C" cudaError_t tg_cuda_bias_add(int rows, int cols, float *Y, int ldy,
+                                        const float *b, cudaStream_t stream) {
+  return tg_map2d(rows, cols, BiasAddOp{Y, b, (size_t)ldy}, stream);
+}
+
+extern "C" cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY,
+                                         int ldy, float beta, float *db,
+                                         cudaStream_t stream) {
+  if (cols <= 0) return cudaSuccess;
+  /* rows == 0: the sums are empty, db = beta * db still has to be applied,
+   * so the kernel runs (its row loops are simply empty). */
+  if (rows < 0) rows = 0;
+  const unsigned ntiles = (unsigned)((cols + kTile - 1) / kTile);
+  const unsigned blocks = ntiles < 65535u ? ntiles : 65535u;
+  bias_grad_kernel<<<blocks, dim3(kTile, kRowThreads), 0, stream>>>(
+      rows, cols, dY, (size_t)ldy, beta, db);
+  return cudaGetLastError();
+}

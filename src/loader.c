@@ -1,0 +1,554 @@
+/*
+ * Batch loader: a thread that fills upcoming batches into pinned,
+ * StarPU-registered buffers while the current training step runs.
+ *
+ * Design notes
+ *
+ * Why a loader thread.  Gathering a shuffled batch is a host memcpy per
+ * sample.  Done by the thread that submits the training graph it would
+ * serialise with submission (and with every synchronisation the caller
+ * does); done here it overlaps with the step: while the tasks of batch k
+ * run, this thread has already written batches k+1 .. k+prefetch.
+ *
+ * Slots.  There are prefetch + 1 full-size slots (at least 2).  Each slot is
+ * a pinned x tensor (batch, features) f32 and a y tensor (batch, 1) i32
+ * (tg_tensor_alloc), each partitioned ONCE, at creation, into nmicro row
+ * blocks with starpu_matrix_filter_vertical_block; the children are what a
+ * batch hands out, so no partitioning happens inside a step.  Uneven splits
+ * are fine (StarPU spreads the remainder; the rows of every child are read
+ * back from its interface).  At any time one slot may be in use by the
+ * caller and up to prefetch slots are ready or being filled.
+ *
+ * Partial batch.  When !drop_last and batch does not divide n, the last
+ * batch of every epoch has n % batch rows.  Those rows need children of
+ * other sizes, so there is ONE extra slot of that size, partitioned into
+ * min(nmicro, n % batch) children, used only for that batch.  Batches are
+ * filled in order, so when an epoch is shorter than the prefetch depth the
+ * loader may wait for that slot (the previous epoch's last batch) to come
+ * back before running further ahead; it never deadlocks, since the caller
+ * consumes batches in the same order.
+ *
+ * Why a W acquire.  A slot handed out by tg_loader_next() becomes free again
+ * at the NEXT tg_loader_next() call: by then the caller has submitted the
+ * step's tasks reading that batch, but they may still be queued or running.
+ * The loader does not wait on the host for them; it takes each child with
+ * starpu_data_acquire(child, STARPU_W), which StarPU's implicit (sequential
+ * consistency) dependencies order after every task submitted earlier on
+ * the child.  So the refill happens exactly when the last reader is done, and
+ * a batch is never overwritten under a running task.  The loader is an
+ * application thread, not a task or callback, so the blocking acquire is
+ * allowed.
+ *
+ * Prefetch.  Once a slot is written (and released), each child i is
+ * prefetched asynchronously (starpu_data_prefetch_on_node(..., async=1)) to
+ * the memory node of CUDA worker (i mod ncuda), where the training graph is
+ * expected to run micro-batch i.  The copy then overlaps with the current
+ * step instead of delaying the next one.  With CPU workers only there is
+ * nothing to do: the data already lives in main RAM.
+ *
+ * Order.  Epochs follow one another without a break; epoch e uses a
+ * permutation computed from (seed, e) with splitmix64 and Fisher-Yates when
+ * shuffle is on (identity otherwise), so a run is reproducible and two
+ * loaders with the same seed hand out the same sequence.
+ *
+ * The data set must outlive the loader (samples are copied from ds->x/ds->y
+ * by the loader thread).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "taskgrad/data.h"
+#include "taskgrad/runtime.h"
+#include "taskgrad/tensor.h"
+
+enum slot_state { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_INUSE };
+
+typedef struct tg_slot {
+  tg_tensor x, y;
+  int rows;                /* rows of the whole slot */
+  int nchild;              /* number of row blocks */
+  int partitioned;         /* x and y partitioned (both or neither) */
+  int partial;             /* 1: the slot for an epoch's partial batch */
+  starpu_data_handle_t *xc, *yc;
+  int *child_rows;         /* rows of each child */
+  enum slot_state state;
+  long long seq;           /* global batch number when READY/INUSE */
+} tg_slot;
+
+struct tg_loader {
+  const tg_dataset *ds;
+  tg_loader_config cfg;
+  int bpe;                 /* batches per epoch */
+  int partial_rows;        /* rows of the last batch of an epoch if partial */
+
+  tg_slot *slots;
+  int nslots;
+
+  int *perm;               /* current epoch's order (loader thread only) */
+  int ncuda;
+  unsigned *cuda_nodes;    /* memory node of each CUDA worker */
+
+  pthread_t thread;
+  int thread_started;
+  int sync_init;           /* mutex and condvar initialised */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;       /* any state change; waiters re-check */
+  int stop;
+  int nready;
+  long long take_seq;      /* next batch tg_loader_next hands out */
+  int inuse;               /* slot index in use by the caller, or -1 */
+  int err;                 /* loader thread failure (negative) */
+  char errmsg[512];
+};
+
+/* ---- random order ------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, bound) without modulo bias (rejection sampling). */
+static uint64_t rand_below(uint64_t *s, uint64_t bound) {
+  uint64_t threshold = (0 - bound) % bound; /* 2^64 mod bound */
+  for (;;) {
+    uint64_t r = splitmix64(s);
+    if (r >= threshold) return r % bound;
+  }
+}
+
+static void make_perm(tg_loader *ld, long long epoch) {
+  const int n = ld->ds->n;
+  for (int i = 0; i < n; i++) ld->perm[i] = i;
+  if (!ld->cfg.shuffle) return;
+  /* Each epoch's permutation depends on (seed, epoch) only. */
+  uint64_t s = ld->cfg.seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
+  (void)splitmix64(&s);
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)rand_below(&s, (uint64_t)i + 1);
+    int t = ld->perm[i];
+    ld->perm[i] = ld->perm[j];
+    ld->perm[j] = t;
+  }
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+static void slot_free(tg_slot *s) {
+  if (s->partitioned) {
+    /* Wait for the tasks still reading the children (a W acquire is ordered
+     * after them), then gather back and unregister. */
+    for (int i = 0; i < s->nchild; i++) {
+      if (s->xc[i] && starpu_data_acquire(s->xc[i], STARPU_W) == 0)
+        starpu_data_release(s->xc[i]);
+      if (s->yc[i] && starpu_data_acquire(s->yc[i], STARPU_W) == 0)
+        starpu_data_release(s->yc[i]);
+    }
+    starpu_data_unpartition(s->x.handle, STARPU_MAIN_RAM);
+    starpu_data_unpartition(s->y.handle, STARPU_MAIN_RAM);
+    s->partitioned = 0;
+  }
+  tg_tensor_free(&s->x);
+  tg_tensor_free(&s->y);
+  free(s->xc);
+  free(s->yc);
+  free(s->child_rows);
+  s->xc = s->yc = NULL;
+  s->child_rows = NULL;
+}
+
+static int slot_init(tg_slot *s, int rows, int features, int nmicro,
+                     int partial) {
+  memset(s, 0, sizeof *s);
+  s->rows = rows;
+  s->nchild = nmicro < rows ? nmicro : rows;
+  s->partial = partial;
+  s->state = SLOT_FREE;
+  s->seq = -1;
+  int rc = tg_tensor_alloc(&s->x, rows, features, TG_F32);
+  if (rc < 0) return rc;
+  rc = tg_tensor_alloc(&s->y, rows, 1, TG_I32);
+  if (rc < 0) return rc;
+  s->xc = calloc((size_t)s->nchild, sizeof *s->xc);
+  s->yc = calloc((size_t)s->nchild, sizeof *s->yc);
+  s->child_rows = calloc((size_t)s->nchild, sizeof *s->child_rows);
+  if (!s->xc || !s->yc || !s->child_rows)
+    return tg_fail(ENOMEM, "loader: out of memory for %d micro-batches",
+                   s->nchild);
+
+  struct starpu_data_filter f;
+  memset(&f, 0, sizeof f);
+  f.filter_func = starpu_matrix_filter_vertical_block;
+  f.nchildren = (unsigned)s->nchild;
+  starpu_data_partition(s->x.handle, &f);
+  starpu_data_partition(s->y.handle, &f);
+  s->partitioned = 1;
+
+  int total = 0;
+  for (int i = 0; i < s->nchild; i++) {
+    s->xc[i] = starpu_data_get_sub_data(s->x.handle, 1, i);
+    s->yc[i] = starpu_data_get_sub_data(s->y.handle, 1, i);
+    if (!s->xc[i] || !s->yc[i])
+      return tg_fail(EIO, "loader: StarPU returned no handle for "
+                     "micro-batch %d of %d", i, s->nchild);
+    int rx = (int)starpu_matrix_get_ny(s->xc[i]);
+    int ry = (int)starpu_matrix_get_ny(s->yc[i]);
+    if (rx != ry || rx <= 0)
+      return tg_fail(EIO, "loader: micro-batch %d has %d input rows and %d "
+                     "label rows", i, rx, ry);
+    s->child_rows[i] = rx;
+    total += rx;
+  }
+  if (total != rows)
+    return tg_fail(EIO, "loader: micro-batches cover %d rows, expected %d",
+                   total, rows);
+  return 0;
+}
+
+/* Writes batch b of the current epoch (ld->perm) into slot s.  Runs in the
+ * loader thread. */
+static int slot_fill(tg_loader *ld, tg_slot *s, int b) {
+  const tg_dataset *ds = ld->ds;
+  const size_t features = (size_t)ds->features;
+  const int *order = ld->perm + (size_t)b * (size_t)ld->cfg.batch;
+  int r0 = 0;
+  for (int i = 0; i < s->nchild; i++) {
+    const int rows = s->child_rows[i];
+    int rc = starpu_data_acquire(s->xc[i], STARPU_W);
+    if (rc != 0)
+      return tg_fail(rc < 0 ? -rc : EIO, "loader: starpu_data_acquire of "
+                     "micro-batch %d inputs failed (%d)", i, rc);
+    float *xp = (float *)starpu_matrix_get_local_ptr(s->xc[i]);
+    size_t xld = starpu_matrix_get_local_ld(s->xc[i]);
+    for (int r = 0; r < rows; r++)
+      memcpy(xp + (size_t)r * xld, ds->x + (size_t)order[r0 + r] * features,
+             features * sizeof(float));
+    starpu_data_release(s->xc[i]);
+
+    rc = starpu_data_acquire(s->yc[i], STARPU_W);
+    if (rc != 0)
+      return tg_fail(rc < 0 ? -rc : EIO, "loader: starpu_data_acquire of "
+                     "micro-batch %d labels failed (%d)", i, rc);
+    int32_t *yp = (int32_t *)starpu_matrix_get_local_ptr(s->yc[i]);
+    size_t yld = starpu_matrix_get_local_ld(s->yc[i]);
+    for (int r = 0; r < rows; r++)
+      yp[(size_t)r * yld] = ds->y[order[r0 + r]];
+    starpu_data_release(s->yc[i]);
+    r0 += rows;
+  }
+  if (ld->ncuda > 0) {
+    for (int i = 0; i < s->nchild; i++) {
+      unsigned node = ld->cuda_nodes[i % ld->ncuda];
+      int rc = starpu_data_prefetch_on_node(s->xc[i], node, 1);
+      if (rc == 0) rc = starpu_data_prefetch_on_node(s->yc[i], node, 1);
+      if (rc != 0)
+        return tg_fail(rc < 0 ? -rc : EIO, "loader: prefetch of micro-batch "
+                       "%d to memory node %u failed (%d)", i, node, rc);
+    }
+  }
+  return 0;
+}
+
+/* ---- loader thread ----------------------------------------------------- */
+
+static int lock(tg_loader *ld) {
+  int e = pthread_mutex_lock(&ld->mu);
+  if (e) fprintf(stderr, "taskgrad loader: pthread_mutex_lock: %s\n",
+                 strerror(e));
+  return e;
+}
+static void unlock(tg_loader *ld) {
+  int e = pthread_mutex_unlock(&ld->mu);
+  if (e) fprintf(stderr, "taskgrad loader: pthread_mutex_unlock: %s\n",
+                 strerror(e));
+}
+static int wait_cv(tg_loader *ld) {
+  int e = pthread_cond_wait(&ld->cv, &ld->mu);
+  if (e) fprintf(stderr, "taskgrad loader: pthread_cond_wait: %s\n",
+                 strerror(e));
+  return e;
+}
+static void broadcast(tg_loader *ld) {
+  int e = pthread_cond_broadcast(&ld->cv);
+  if (e) fprintf(stderr, "taskgrad loader: pthread_cond_broadcast: %s\n",
+                 strerror(e));
+}
+
+static int find_free(const tg_loader *ld, int partial) {
+  for (int i = 0; i < ld->nslots; i++)
+    if (ld->slots[i].state == SLOT_FREE && ld->slots[i].partial == partial)
+      return i;
+  return -1;
+}
+
+/* Records a loader-thread failure for tg_loader_next (mutex held). */
+static void set_error(tg_loader *ld, int rc) {
+  if (ld->err) return;
+  ld->err = rc < 0 ? rc : -EIO;
+  snprintf(ld->errmsg, sizeof ld->errmsg, "%s", tg_last_error());
+}
+
+static void *loader_main(void *arg) {
+  tg_loader *ld = arg;
+  long long cur_epoch = -1;
+  for (long long seq = 0;; seq++) {
+    const long long epoch = seq / ld->bpe;
+    const int b = (int)(seq % ld->bpe);
+    const int partial = ld->partial_rows > 0 && b == ld->bpe - 1;
+
+    if (lock(ld)) return NULL;
+    int s = -1;
+    for (;;) {
+      if (ld->stop) break;
+      if (ld->nready < ld->cfg.prefetch) {
+        s = find_free(ld, partial);
+        if (s >= 0) break;
+      }
+      if (wait_cv(ld)) {
+        set_error(ld, tg_fail(EIO, "loader: pthread_cond_wait failed"));
+        break;
+      }
+    }
+    if (ld->stop || s < 0) {
+      broadcast(ld);
+      unlock(ld);
+      return NULL;
+    }
+    ld->slots[s].state = SLOT_FILLING;
+    ld->nready++; /* counts batches ready or being filled */
+    unlock(ld);
+
+    if (epoch != cur_epoch) {
+      make_perm(ld, epoch);
+      cur_epoch = epoch;
+    }
+    int rc = slot_fill(ld, &ld->slots[s], b);
+
+    if (lock(ld)) return NULL;
+    if (rc < 0) {
+      set_error(ld, rc);
+      ld->slots[s].state = SLOT_FREE;
+      ld->nready--;
+      broadcast(ld);
+      unlock(ld);
+      return NULL;
+    }
+    ld->slots[s].seq = seq;
+    ld->slots[s].state = SLOT_READY;
+    broadcast(ld);
+    unlock(ld);
+  }
+}
+
+/* ---- public API -------------------------------------------------------- */
+
+static void loader_free(tg_loader *ld) {
+  if (!ld) return;
+  if (ld->slots)
+    for (int i = 0; i < ld->nslots; i++) slot_free(&ld->slots[i]);
+  free(ld->slots);
+  free(ld->perm);
+  free(ld->cuda_nodes);
+  if (ld->sync_init) {
+    int e = pthread_cond_destroy(&ld->cv);
+    if (e) fprintf(stderr, "taskgrad loader: pthread_cond_destroy: %s\n",
+                   strerror(e));
+    e = pthread_mutex_destroy(&ld->mu);
+    if (e) fprintf(stderr, "taskgrad loader: pthread_mutex_destroy: %s\n",
+                   strerror(e));
+  }
+  free(ld);
+}
+
+tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
+  if (!ds || !cfg) {
+    tg_fail(EINVAL, "tg_loader_create: %s is NULL", ds ? "config" : "dataset");
+    return NULL;
+  }
+  if (ds->n <= 0 || ds->features <= 0 || !ds->x || !ds->y) {
+    tg_fail(EINVAL, "tg_loader_create: empty data set (n = %d, features = "
+            "%d)", ds->n, ds->features);
+    return NULL;
+  }
+  if (cfg->batch < 1) {
+    tg_fail(EINVAL, "loader: batch size %d must be >= 1", cfg->batch);
+    return NULL;
+  }
+  if (cfg->nmicro < 1 || cfg->nmicro > cfg->batch) {
+    tg_fail(EINVAL, "loader: %d micro-batches must be between 1 and the "
+            "batch size %d", cfg->nmicro, cfg->batch);
+    return NULL;
+  }
+  if (cfg->prefetch < 1) {
+    tg_fail(EINVAL, "loader: prefetch depth %d must be >= 1", cfg->prefetch);
+    return NULL;
+  }
+  if (cfg->batch > ds->n) {
+    tg_fail(EINVAL, "loader: batch size %d exceeds the %d samples of the "
+            "data set", cfg->batch, ds->n);
+    return NULL;
+  }
+  if (cfg->prefetch > 1024) {
+    tg_fail(EINVAL, "loader: prefetch depth %d is too large (max 1024)",
+            cfg->prefetch);
+    return NULL;
+  }
+
+  tg_loader *ld = calloc(1, sizeof *ld);
+  if (!ld) {
+    tg_fail(ENOMEM, "loader: out of memory");
+    return NULL;
+  }
+  ld->ds = ds;
+  ld->cfg = *cfg;
+  ld->inuse = -1;
+  const int rem = ds->n % cfg->batch;
+  ld->partial_rows = cfg->drop_last ? 0 : rem;
+  ld->bpe = ds->n / cfg->batch + (ld->partial_rows > 0 ? 1 : 0);
+
+  int e = pthread_mutex_init(&ld->mu, NULL);
+  if (e) {
+    tg_fail(e, "loader: pthread_mutex_init: %s", strerror(e));
+    free(ld);
+    return NULL;
+  }
+  e = pthread_cond_init(&ld->cv, NULL);
+  if (e) {
+    tg_fail(e, "loader: pthread_cond_init: %s", strerror(e));
+    pthread_mutex_destroy(&ld->mu);
+    free(ld);
+    return NULL;
+  }
+  ld->sync_init = 1;
+
+  ld->perm = malloc((size_t)ds->n * sizeof *ld->perm);
+  const int nfull = cfg->prefetch + 1;
+  ld->nslots = nfull + (ld->partial_rows > 0 ? 1 : 0);
+  ld->slots = calloc((size_t)ld->nslots, sizeof *ld->slots);
+  if (!ld->perm || !ld->slots) {
+    tg_fail(ENOMEM, "loader: out of memory");
+    ld->nslots = 0;
+    goto fail;
+  }
+
+  ld->ncuda = (int)starpu_cuda_worker_get_count();
+  if (ld->ncuda > 0) {
+    int *ids = calloc((size_t)ld->ncuda, sizeof *ids);
+    ld->cuda_nodes = calloc((size_t)ld->ncuda, sizeof *ld->cuda_nodes);
+    if (!ids || !ld->cuda_nodes) {
+      free(ids);
+      tg_fail(ENOMEM, "loader: out of memory");
+      goto fail;
+    }
+    unsigned got = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids,
+                                                 (unsigned)ld->ncuda);
+    if (got == 0) {
+      ld->ncuda = 0;
+    } else {
+      if ((int)got < ld->ncuda) ld->ncuda = (int)got;
+      for (int i = 0; i < ld->ncuda; i++)
+        ld->cuda_nodes[i] = starpu_worker_get_memory_node((unsigned)ids[i]);
+    }
+    free(ids);
+  }
+
+  for (int i = 0; i < ld->nslots; i++) {
+    const int partial = i >= nfull;
+    const int rows = partial ? ld->partial_rows : cfg->batch;
+    int rc = slot_init(&ld->slots[i], rows, ds->features, cfg->nmicro,
+                       partial);
+    if (rc < 0) goto fail; /* slot i is freed with the others */
+  }
+
+  e = pthread_create(&ld->thread, NULL, loader_main, ld);
+  if (e) {
+    tg_fail(e, "loader: pthread_create: %s", strerror(e));
+    goto fail;
+  }
+  ld->thread_started = 1;
+  return ld;
+
+fail:
+  /* The message set by tg_fail above stays: freeing sets none. */
+  loader_free(ld);
+  return NULL;
+}
+
+int tg_loader_batches_per_epoch(const tg_loader *ld) {
+  return ld ? ld->bpe : 0;
+}
+
+int tg_loader_next(tg_loader *ld, tg_batch *out) {
+  if (!ld || !out) return tg_fail(EINVAL, "tg_loader_next: NULL argument");
+  memset(out, 0, sizeof *out);
+  int e = pthread_mutex_lock(&ld->mu);
+  if (e) return tg_fail(e, "loader: pthread_mutex_lock: %s", strerror(e));
+  /* The batch handed out last time goes back to the loader: the caller has
+   * submitted its tasks, and the loader's W acquire waits for them. */
+  if (ld->inuse >= 0) {
+    ld->slots[ld->inuse].state = SLOT_FREE;
+    ld->inuse = -1;
+    broadcast(ld);
+  }
+  int s = -1;
+  for (;;) {
+    for (int i = 0; i < ld->nslots; i++)
+      if (ld->slots[i].state == SLOT_READY &&
+          ld->slots[i].seq == ld->take_seq) {
+        s = i;
+        break;
+      }
+    if (s >= 0 || ld->err || ld->stop) break;
+    e = pthread_cond_wait(&ld->cv, &ld->mu);
+    if (e) {
+      unlock(ld);
+      return tg_fail(e, "loader: pthread_cond_wait: %s", strerror(e));
+    }
+  }
+  if (s < 0) {
+    int rc = ld->err ? ld->err : -ESHUTDOWN;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s",
+             ld->err ? ld->errmsg : "loader: stopped");
+    unlock(ld);
+    return tg_fail(-rc, "%s", msg);
+  }
+  tg_slot *sl = &ld->slots[s];
+  sl->state = SLOT_INUSE;
+  ld->inuse = s;
+  ld->nready--;
+  ld->take_seq++;
+  broadcast(ld);
+  unlock(ld);
+
+  out->rows = sl->rows;
+  out->nmicro = sl->nchild;
+  out->x = sl->xc;
+  out->y = sl->yc;
+  return 0;
+}
+
+void tg_loader_destroy(tg_loader *ld) {
+  if (!ld) return;
+  if (ld->thread_started) {
+    if (lock(ld) == 0) {
+      ld->stop = 1;
+      broadcast(ld);
+      unlock(ld);
+    }
+    int e = pthread_join(ld->thread, NULL);
+    if (e) fprintf(stderr, "taskgrad loader: pthread_join: %s\n", strerror(e));
+    ld->thread_started = 0;
+  }
+  /* slot_free waits (W acquire) for the tasks still reading each child,
+   * unpartitions and frees the tensors. */
+  loader_free(ld);
+}

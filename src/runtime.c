@@ -1,0 +1,84 @@
+/*
+ * Runtime start and stop.
+ *
+ * StarPU reads its own environment (STARPU_SCHED, STARPU_NCPU, ...); the
+ * config only overrides what the caller sets.  Each StarPU worker runs one
+ * kernel at a time on its own core, so the BLAS library must not start
+ * threads of its own: we pin OpenBLAS to one thread before any GEMM runs.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <string.h>
+
+#include <starpu.h>
+#ifdef TG_HAVE_CUDA
+#include <starpu_cublas_v2.h>
+#endif
+
+#include "check.h"
+#include "taskgrad/runtime.h"
+
+static int tg_started = 0;
+static int tg_cublas_started = 0;
+
+tg_runtime_config tg_runtime_config_default(void) {
+  tg_runtime_config c = {NULL, -1, -1, -1, 0};
+  return c;
+}
+
+int tg_built_with_cuda(void) {
+#ifdef TG_HAVE_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int tg_init(const tg_runtime_config *cfg) {
+  if (tg_started) return tg_fail(EBUSY, "tg_init: taskgrad is already started");
+  tg_runtime_config c = cfg ? *cfg : tg_runtime_config_default();
+  struct starpu_conf conf;
+  TG_STARPU(starpu_conf_init(&conf));
+  if (c.sched) conf.sched_policy_name = c.sched;
+  if (c.ncpus >= 0) conf.ncpus = c.ncpus;
+  if (c.ncuda >= 0) conf.ncuda = c.ncuda;
+  if (c.calibrate >= 0) conf.calibrate = c.calibrate;
+  /* taskgrad's tensors and codelets use neither OpenCL nor MIC */
+  conf.nopencl = 0;
+
+  openblas_set_num_threads(1);
+  int rc = starpu_init(&conf);
+  if (rc == -ENODEV)
+    return tg_fail(ENODEV, "starpu_init: no worker available (check STARPU_NCPU/STARPU_NCUDA)");
+  if (rc != 0)
+    return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
+  tg_started = 1;
+  if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+#ifdef TG_HAVE_CUDA
+  if (starpu_cuda_worker_get_count() > 0) {
+    starpu_cublas_init();
+    tg_cublas_started = 1;
+  }
+#endif
+  return 0;
+}
+
+void tg_shutdown(void) {
+  if (!tg_started) return;
+  starpu_task_wait_for_all();
+#ifdef TG_HAVE_CUDA
+  if (tg_cublas_started) starpu_cublas_shutdown();
+#endif
+  tg_cublas_started = 0;
+  starpu_shutdown();
+  tg_started = 0;
+}
+
+int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
+int tg_ncuda_workers(void) {
+#ifdef TG_HAVE_CUDA
+  return (int)starpu_cuda_worker_get_count();
+#else
+  return 0;
+#endif
+}

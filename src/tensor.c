@@ -1,0 +1,111 @@
+/*
+ * Tensors: StarPU matrix handles in row-major form (nx = cols, ny = rows,
+ * ld = cols).  Host tensors are pinned (starpu_malloc after starpu_init) and
+ * live on main RAM; temporaries have no home node, so StarPU allocates them
+ * on the memory node of the worker that first writes them and frees them
+ * after tg_tensor_release()'s asynchronous unregistration.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "check.h"
+#include "taskgrad/codelets.h"
+#include "taskgrad/tensor.h"
+
+size_t tg_dtype_size(tg_dtype dtype) {
+  switch (dtype) {
+  case TG_F32: return sizeof(float);
+  case TG_I32: return sizeof(int32_t);
+  }
+  return 0;
+}
+
+const char *tg_dtype_name(tg_dtype dtype) {
+  switch (dtype) {
+  case TG_F32: return "f32";
+  case TG_I32: return "i32";
+  }
+  return "?";
+}
+
+static int tg_check_shape(int rows, int cols, tg_dtype dtype) {
+  if (rows <= 0 || cols <= 0)
+    return tg_fail(EINVAL, "tensor shape (%d, %d) must be positive", rows, cols);
+  if (tg_dtype_size(dtype) == 0)
+    return tg_fail(EINVAL, "unknown dtype %d", (int)dtype);
+  return 0;
+}
+
+int tg_tensor_alloc(tg_tensor *t, int rows, int cols, tg_dtype dtype) {
+  memset(t, 0, sizeof *t);
+  TG_TRY(tg_check_shape(rows, cols, dtype));
+  size_t bytes = (size_t)rows * (size_t)cols * tg_dtype_size(dtype);
+  void *p = NULL;
+  if (starpu_malloc(&p, bytes) != 0 || p == NULL)
+    return tg_fail(ENOMEM, "starpu_malloc of %zu bytes for a (%d, %d) tensor failed",
+                   bytes, rows, cols);
+  memset(p, 0, bytes);
+  starpu_matrix_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)p,
+                              (uint32_t)cols, (uint32_t)cols, (uint32_t)rows,
+                              tg_dtype_size(dtype));
+  t->rows = rows;
+  t->cols = cols;
+  t->dtype = dtype;
+  t->host = p;
+  return 0;
+}
+
+int tg_tensor_temp(tg_tensor *t, int rows, int cols, tg_dtype dtype) {
+  memset(t, 0, sizeof *t);
+  TG_TRY(tg_check_shape(rows, cols, dtype));
+  starpu_matrix_data_register(&t->handle, -1, 0, (uint32_t)cols, (uint32_t)cols,
+                              (uint32_t)rows, tg_dtype_size(dtype));
+  t->rows = rows;
+  t->cols = cols;
+  t->dtype = dtype;
+  return 0;
+}
+
+void tg_tensor_release(tg_tensor *t) {
+  if (!t->handle) return;
+  if (t->host) {
+    /* StarPU 1.3 has no completion callback for an asynchronous
+     * unregistration, so a host buffer is freed synchronously; host tensors
+     * are long-lived, so this never runs inside a step. */
+    tg_tensor_free(t);
+    return;
+  }
+  starpu_data_unregister_submit(t->handle);
+  memset(t, 0, sizeof *t);
+}
+
+void tg_tensor_free(tg_tensor *t) {
+  if (!t->handle) return;
+  starpu_data_unregister(t->handle);
+  if (t->host) starpu_free(t->host);
+  memset(t, 0, sizeof *t);
+}
+
+int tg_tensor_read(const tg_tensor *t, void *dst) {
+  if (!t->handle) return tg_fail(EINVAL, "tg_tensor_read: empty tensor");
+  TG_STARPU(starpu_data_acquire(t->handle, STARPU_R));
+  void *src = (void *)starpu_data_get_local_ptr(t->handle);
+  memcpy(dst, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
+  starpu_data_release(t->handle);
+  return 0;
+}
+
+int tg_tensor_write(tg_tensor *t, const void *src) {
+  if (!t->handle) return tg_fail(EINVAL, "tg_tensor_write: empty tensor");
+  TG_STARPU(starpu_data_acquire(t->handle, STARPU_W));
+  void *dst = (void *)starpu_data_get_local_ptr(t->handle);
+  memcpy(dst, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
+  starpu_data_release(t->handle);
+  return 0;
+}
+
+void tg_tensor_enable_reduction(tg_tensor *t) {
+  starpu_data_set_reduction_methods(t->handle, &tg_accumulate_cl, &tg_fill_zero_cl);
+}
