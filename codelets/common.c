@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "codelet_common.h"
+#include "hooks.h"
+
+void (*tg_submit_hook)(struct starpu_task *task) = NULL;
 
 uint32_t tg_footprint(struct starpu_task *task) {
   uint32_t key = 0;
@@ -63,6 +66,7 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
     }
     if (opts->name) task->name = opts->name;
   }
+  if (tg_submit_hook) tg_submit_hook(task);
   int rc = starpu_task_submit(task);
   if (rc != 0) {
     /* the task was not submitted: StarPU did not take ownership */

@@ -1,0 +1,56 @@
+/*
+ * taskgrad statistics plugin: per-codelet task counts and times, per-worker
+ * busy, idle and runtime-overhead times, from StarPU's profiling.
+ *
+ * Start StarPU with profiling on (tg_runtime_config.profiling = 1), call
+ * tg_stats_begin() before the steps to measure and tg_stats_end() after
+ * them; tg_stats_end() waits for every submitted task.
+ */
+#ifndef TASKGRAD_STATS_H
+#define TASKGRAD_STATS_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_STATS_MAX_CODELETS 32
+#define TG_STATS_MAX_WORKERS 64
+
+typedef struct tg_codelet_stats {
+  const char *name;   /* codelet name, e.g. "tg_gemm" */
+  long count;
+  double total_us;    /* sum of task execution times */
+  double flops;       /* sum of the tasks' declared flops */
+} tg_codelet_stats;
+
+typedef struct tg_worker_stats {
+  char name[64];
+  int tasks;
+  double total_us;     /* profiled lifetime of the worker in the window */
+  double executing_us; /* running task bodies */
+  double sleeping_us;  /* blocked, waiting for work */
+  double overhead_us;  /* the rest: scheduling, data management, callbacks */
+} tg_worker_stats;
+
+typedef struct tg_stats {
+  double wall_us;      /* between tg_stats_begin and the end of the last task */
+  long tasks;
+  int ncodelets;
+  tg_codelet_stats codelets[TG_STATS_MAX_CODELETS];
+  int nworkers;
+  tg_worker_stats workers[TG_STATS_MAX_WORKERS];
+} tg_stats;
+
+int tg_stats_begin(void);
+int tg_stats_end(tg_stats *out);
+/* Time of the codelets whose name is `name` (0 if none ran). */
+double tg_stats_codelet_us(const tg_stats *s, const char *name);
+/* A per-codelet and per-worker table. */
+void tg_stats_print(const tg_stats *s, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
