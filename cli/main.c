@@ -26,6 +26,7 @@ static void tg_usage(FILE *f) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
+    fputs("taskgrad: error: no command given\n\n", stderr);
     tg_usage(stderr);
     return TG_EXIT_USAGE;
   }

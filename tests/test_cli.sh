@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# CLI behaviour: help, bad flags and bad data files exit with status 2 and one
+# message (never a crash), and a short training run lowers the loss.
+set -u
+tg="$TG_BIN/taskgrad"
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# expect_fail "description" "message regex" args...
+expect_fail() {
+  local what=$1 pattern=$2
+  shift 2
+  "$tg" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then
+    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
+  elif ! grep -Eq -e "$pattern" "$work/err"; then
+    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
+  elif [ "$(grep -c 'error' "$work/err")" -ne 1 ]; then
+    bad "$what: expected one error line, got: $(cat "$work/err")"
+  else
+    ok "$what: $(cat "$work/err")"
+  fi
+}
+
+"$tg" --help >/dev/null && ok "taskgrad --help" || bad "taskgrad --help"
+"$tg" train mlp --help | grep -q -- "--micro-batches" && ok "train mlp --help documents flags" \
+  || bad "train mlp --help"
+expect_fail "no command" "no command given"
+expect_fail "unknown command" "unknown command" frobnicate
+expect_fail "unknown model" "unknown model" train resnet
+expect_fail "unknown flag" "unknown flag '--bogus'" train mlp --bogus
+expect_fail "non-integer batch" "--batch: 'abc' is not an integer" train mlp --batch abc
+expect_fail "zero batch" "--batch: 0 is out of range" train mlp --batch 0
+expect_fail "missing value" "--epochs needs a value" train mlp --epochs
+expect_fail "more micro-batches than samples" "larger than --batch" train mlp --batch 4 --micro-batches 5
+expect_fail "bad activation" "--activation: 'tanh'" train mlp --activation tanh
+expect_fail "bad hidden list" "--hidden" train mlp --hidden 512,,256
+expect_fail "negative lr" "--lr" train mlp --lr -1
+expect_fail "unknown scheduler" "unknown scheduling policy 'nosuch'" train mlp --sched nosuch
+expect_fail "missing data directory" "does not exist" train mlp --data-dir "$work/nowhere"
+
+for variant in truncated bad-magic count-mismatch bad-label; do
+  "$py" "$TG_SOURCE_DIR/tests/make_idx.py" "$work/$variant" 50 20 --variant $variant
+done
+expect_fail "truncated images file" "train-images.*truncated" train mlp --data-dir "$work/truncated"
+expect_fail "wrong magic number" "train-images.*magic" train mlp --data-dir "$work/bad-magic"
+expect_fail "image and label counts differ" "50.*49|49.*50" train mlp --data-dir "$work/count-mismatch"
+expect_fail "label out of range" "label" train mlp --data-dir "$work/bad-label"
+mkdir -p "$work/empty"
+expect_fail "directory without files" "train-images" train mlp --data-dir "$work/empty"
+
+# A short run on learnable synthetic data must lower the loss.
+"$py" "$TG_SOURCE_DIR/tests/make_idx.py" "$work/good" 600 200
+if "$tg" train mlp --data-dir "$work/good" --epochs 3 --batch 50 --micro-batches 3 \
+     --hidden 64 >"$work/out" 2>"$work/err"; then
+  first=$(grep -E '^epoch 1/3:' "$work/err" | sed -E 's/.*train loss ([0-9.]+).*/\1/')
+  last=$(grep -E '^epoch 3/3:' "$work/err" | sed -E 's/.*train loss ([0-9.]+).*/\1/')
+  acc=$(sed -nE 's/^test accuracy: ([0-9.]+)$/\1/p' "$work/out")
+  if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < 0.7 * a)}'; then
+    ok "training lowers the loss: $first -> $last, test accuracy $acc"
+  else
+    bad "training did not lower the loss enough: '$first' -> '$last'"
+  fi
+  [ -n "$acc" ] && awk -v a="$acc" 'BEGIN{exit !(a > 0.9)}' && ok "synthetic test accuracy $acc > 0.9" \
+    || bad "synthetic test accuracy '$acc'"
+else
+  bad "training run failed: $(tail -3 "$work/err")"
+fi
+
+echo "test_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]

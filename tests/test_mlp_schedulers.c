@@ -1,0 +1,291 @@
+/*
+ * The MLP training step gives the same numbers under every StarPU scheduler
+ * and worker count.
+ *
+ * StarPU starts once per process, so the test re-executes itself: with no
+ * argument it runs `/proc/self/exe child` once per configuration (schedulers
+ * eager, prio, lws, dmda, dmdas; 1 and 2 CPU workers), with STARPU_SCHED and
+ * STARPU_NCPU set in the child's environment (STARPU_NCUDA=0: this is a test
+ * of the schedulers on CPU workers, whose kernels are bit-for-bit the same;
+ * everything else is inherited), and reads the child's stdout through a pipe.
+ *
+ * The child: an MLP 64-96-48-10 (gelu), AdamW, one batch of 64 rows in
+ * M = 4 micro-batches; step 1 (forward_backward + update), then the metrics
+ * reset and a second forward_backward; it prints the loss of step 2 and two
+ * checksums of the updated weights (sum of |w| and sum of w^2 over every
+ * parameter) with "%.9e", and the scheduler and worker count it really ran
+ * with.  The only freedom between configurations is the order in which the
+ * REDUX contributions are merged, so the parent requires every value to
+ * match the first configuration's to 1e-6 relative.  A child that crashes,
+ * exits non-zero, prints nothing usable or ran with another scheduler or
+ * worker count than asked is a failure.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <starpu.h>
+
+#include "taskgrad/mlp.h"
+#include "taskgrad/runtime.h"
+#include "taskgrad/tensor.h"
+#include "testutil.h"
+
+extern char **environ;
+
+enum { B = 64, M = 4, NL = 3 };
+static const int WIDTHS[NL + 1] = {64, 96, 48, 10};
+static const uint64_t SEED = 77;
+#define TOL 1e-6
+
+/* ---- child: one configuration ------------------------------------------ */
+
+static int child(void) {
+  if (tg_init(NULL) < 0) {
+    fprintf(stderr, "child: tg_init: %s\n", tg_last_error());
+    return 2;
+  }
+  struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(0);
+  const char *sched = pol && pol->policy_name ? pol->policy_name : "?";
+
+  tg_mlp_config cfg = {.nlayers = NL, .act = TG_ACT_GELU};
+  for (int l = 0; l <= NL; l++) cfg.widths[l] = WIDTHS[l];
+  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  tg_mlp m;
+  if (tg_mlp_create(&m, &cfg, &opt, SEED) < 0) {
+    fprintf(stderr, "child: tg_mlp_create: %s\n", tg_last_error());
+    return 2;
+  }
+
+  tg_tensor x, y;
+  if (tg_tensor_alloc(&x, B, WIDTHS[0], TG_F32) < 0 ||
+      tg_tensor_alloc(&y, B, 1, TG_I32) < 0) {
+    fprintf(stderr, "child: tg_tensor_alloc: %s\n", tg_last_error());
+    return 2;
+  }
+  tg_rng rng = {0xD1B54A32D192ED03ULL};
+  tg_rng_fill(&rng, x.host, (size_t)B * WIDTHS[0], 1.0f);
+  int32_t *yl = y.host;
+  for (int r = 0; r < B; r++) yl[r] = (int32_t)(tg_rng_next(&rng) % WIDTHS[NL]);
+  struct starpu_data_filter f = {.filter_func = starpu_matrix_filter_vertical_block,
+                                 .nchildren = M};
+  starpu_data_partition(x.handle, &f);
+  starpu_data_partition(y.handle, &f);
+  starpu_data_handle_t xs[M], ys[M];
+  for (int i = 0; i < M; i++) {
+    xs[i] = starpu_data_get_sub_data(x.handle, 1, i);
+    ys[i] = starpu_data_get_sub_data(y.handle, 1, i);
+  }
+  tg_batch batch = {.rows = B, .nmicro = M, .x = xs, .y = ys};
+
+  double loss1 = 0, loss2 = 0;
+  int rc = 0;
+  if (tg_mlp_step(&m, &batch) < 0 || tg_mlp_metrics(&m, &loss1, NULL, 1) < 0 ||
+      tg_mlp_forward_backward(&m, &batch) < 0 ||
+      tg_mlp_metrics(&m, &loss2, NULL, 0) < 0) {
+    fprintf(stderr, "child: training step: %s\n", tg_last_error());
+    rc = 2;
+  }
+  double l1 = 0, l2 = 0;
+  for (int l = 0; l < NL && rc == 0; l++) {
+    tg_tensor *ts[2] = {&m.w[l], &m.b[l]};
+    for (int k = 0; k < 2; k++) {
+      size_t n = tg_tensor_numel(ts[k]);
+      float *buf = malloc(sizeof(float) * n);
+      if (!buf || tg_tensor_read(ts[k], buf) < 0) {
+        fprintf(stderr, "child: reading the weights failed: %s\n", tg_last_error());
+        free(buf);
+        rc = 2;
+        break;
+      }
+      for (size_t i = 0; i < n; i++) {
+        l1 += fabs((double)buf[i]);
+        l2 += (double)buf[i] * buf[i];
+      }
+      free(buf);
+    }
+  }
+  starpu_task_wait_for_all();
+  starpu_data_unpartition(x.handle, STARPU_MAIN_RAM);
+  starpu_data_unpartition(y.handle, STARPU_MAIN_RAM);
+  tg_tensor_free(&x);
+  tg_tensor_free(&y);
+  tg_mlp_destroy(&m);
+  int ncpu = tg_ncpu_workers();
+  tg_shutdown();
+  if (rc) return rc;
+  printf("sched %s ncpu %d loss1 %.9e loss2 %.9e wabs %.9e wsq %.9e\n", sched, ncpu,
+         loss1, loss2, l1, l2);
+  fflush(stdout);
+  return 0;
+}
+
+/* ---- parent: run every configuration ----------------------------------- */
+
+typedef struct outcome {
+  char sched[64];
+  int ncpu;
+  double v[4]; /* loss1, loss2, wabs, wsq */
+} outcome;
+static const char *VNAMES[4] = {"step-1 loss", "step-2 loss", "sum |w|", "sum w^2"};
+
+/* environ with STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA replaced */
+static char **child_env(const char *sched, int ncpu, char *bufs[3]) {
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + 4, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "STARPU_SCHED=", 13) != 0 &&
+        strncmp(environ[i], "STARPU_NCPU=", 12) != 0 &&
+        strncmp(environ[i], "STARPU_NCPUS=", 13) != 0 &&
+        strncmp(environ[i], "STARPU_NCUDA=", 13) != 0)
+      env[k++] = environ[i];
+  if (asprintf(&bufs[0], "STARPU_SCHED=%s", sched) < 0) bufs[0] = NULL;
+  if (asprintf(&bufs[1], "STARPU_NCPU=%d", ncpu) < 0) bufs[1] = NULL;
+  bufs[2] = strdup("STARPU_NCUDA=0");
+  for (int i = 0; i < 3; i++) {
+    if (!bufs[i]) {
+      free(env);
+      return NULL;
+    }
+    env[k++] = bufs[i];
+  }
+  env[k] = NULL;
+  return env;
+}
+
+/* Runs one child; returns 0 and fills *o, or -1 after printing why. */
+static int run_child(const char *sched, int ncpu, outcome *o) {
+  char *bufs[3] = {NULL, NULL, NULL};
+  char **env = child_env(sched, ncpu, bufs);
+  if (!env) {
+    fprintf(stderr, "out of memory\n");
+    return -1;
+  }
+  int fds[2];
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    free(env);
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  char *argv[] = {"/proc/self/exe", "child", NULL};
+  pid_t pid;
+  int sp = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  for (int i = 0; i < 3; i++) free(bufs[i]);
+  free(env);
+  if (sp != 0) {
+    fprintf(stderr, "%s/%d: posix_spawn: %s\n", sched, ncpu, strerror(sp));
+    close(fds[0]);
+    return -1;
+  }
+  /* read to the end (the child must never block on a full pipe); keep the
+   * first 16 KiB */
+  char out[16384], sink[4096];
+  size_t len = 0;
+  for (;;) {
+    char *dst = len < sizeof out - 1 ? out + len : sink;
+    size_t room = len < sizeof out - 1 ? sizeof out - 1 - len : sizeof sink;
+    ssize_t r = read(fds[0], dst, room);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (dst == out + len) len += (size_t)r;
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      perror("waitpid");
+      return -1;
+    }
+  if (WIFSIGNALED(status)) {
+    fprintf(stderr, "%s/%d: the child was killed by signal %d (%s)\n", sched, ncpu,
+            WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return -1;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "%s/%d: the child exited with status %d\n", sched, ncpu,
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return -1;
+  }
+  /* the result line is the last one starting with "sched " */
+  const char *line = NULL;
+  for (const char *p = out; (p = strstr(p, "sched ")) != NULL; p++)
+    if (p == out || p[-1] == '\n') line = p;
+  if (!line ||
+      sscanf(line, "sched %63s ncpu %d loss1 %le loss2 %le wabs %le wsq %le", o->sched,
+             &o->ncpu, &o->v[0], &o->v[1], &o->v[2], &o->v[3]) != 6) {
+    fprintf(stderr, "%s/%d: no result line in the child's output:\n%s\n", sched, ncpu,
+            out);
+    return -1;
+  }
+  return 0;
+}
+
+static int parent(void) {
+  static const char *SCHEDS[] = {"eager", "prio", "lws", "dmda", "dmdas"};
+  static const int NCPUS[] = {1, 2};
+  enum { NS = sizeof SCHEDS / sizeof SCHEDS[0], NC = sizeof NCPUS / sizeof NCPUS[0] };
+  outcome ref = {{0}, 0, {0}};
+  int have_ref = 0;
+  char ref_name[80] = "";
+  for (int c = 0; c < NC; c++)
+    for (int s = 0; s < NS; s++) {
+      outcome o;
+      char name[80];
+      snprintf(name, sizeof name, "%s/%d cpu", SCHEDS[s], NCPUS[c]);
+      int ok = run_child(SCHEDS[s], NCPUS[c], &o) == 0;
+      CHECK(ok, "%s: the child failed (see above)", name);
+      if (!ok) continue;
+      CHECK(strcmp(o.sched, SCHEDS[s]) == 0, "%s: the child ran with scheduler %s",
+            name, o.sched);
+      CHECK(o.ncpu == NCPUS[c], "%s: the child ran with %d CPU workers", name, o.ncpu);
+      CHECK(isfinite(o.v[0]) && isfinite(o.v[1]) && isfinite(o.v[2]) &&
+                isfinite(o.v[3]) && o.v[1] > 0 && o.v[2] > 0,
+            "%s: values not finite or not positive", name);
+      if (!have_ref) {
+        ref = o;
+        have_ref = 1;
+        snprintf(ref_name, sizeof ref_name, "%s", name);
+        printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (reference)\n",
+               name, o.v[0], o.v[1], o.v[2], o.v[3]);
+        continue;
+      }
+      double worst = 0;
+      for (int k = 0; k < 4; k++) {
+        double e = fabs(o.v[k] - ref.v[k]) / fabs(ref.v[k]);
+        worst = fmax(worst, e);
+        CHECK(e <= TOL, "%s: %s %.9e vs %.9e under %s: relative difference %.3e > %.0e",
+              name, VNAMES[k], o.v[k], ref.v[k], ref_name, e, TOL);
+      }
+      printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (max rel diff %.2e)\n",
+             name, o.v[0], o.v[1], o.v[2], o.v[3], worst);
+    }
+  CHECK(have_ref, "no configuration ran");
+  return tg_test_finish("test_mlp_schedulers");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "child") == 0) return child();
+  if (argc > 1) {
+    fprintf(stderr, "usage: %s [child]\n", argv[0]);
+    return 2;
+  }
+  return parent();
+}
