@@ -9,8 +9,8 @@
  * of the schedulers on CPU workers, whose kernels are bit-for-bit the same;
  * everything else is inherited), and reads the child's stdout through a pipe.
  *
- * The child: an MLP 64-96-48-10 (gelu), AdamW, one batch of 64 rows in
- * M = 4 micro-batches; step 1 (forward_backward + update), then the metrics
+ * The child: an MLP 64-96-48-10 (gelu), AdamW, one batch of 128 rows in
+ * M = 8 micro-batches; step 1 (forward_backward + update), then the metrics
  * reset and a second forward_backward; it prints the loss of step 2 and two
  * checksums of the updated weights (sum of |w| and sum of w^2 over every
  * parameter) with "%.9e", and the scheduler and worker count it really ran
@@ -40,7 +40,7 @@
 
 extern char **environ;
 
-enum { B = 64, M = 4, NL = 3 };
+enum { B = 128, M = 8, NL = 3 };
 static const int WIDTHS[NL + 1] = {64, 96, 48, 10};
 static const uint64_t SEED = 77;
 #define TOL 1e-6
@@ -48,7 +48,9 @@ static const uint64_t SEED = 77;
 /* ---- child: one configuration ------------------------------------------ */
 
 static int child(void) {
-  if (tg_init(NULL) < 0) {
+  tg_runtime_config rc0 = tg_runtime_config_default();
+  rc0.profiling = 1; /* to report how many tasks each worker ran */
+  if (tg_init(&rc0) < 0) {
     fprintf(stderr, "child: tg_init: %s\n", tg_last_error());
     return 2;
   }
@@ -119,10 +121,18 @@ static int child(void) {
   tg_tensor_free(&y);
   tg_mlp_destroy(&m);
   int ncpu = tg_ncpu_workers();
+  char tasks[256] = "";
+  for (unsigned w = 0, pos = 0; w < starpu_worker_get_count() && pos < sizeof tasks; w++) {
+    struct starpu_profiling_worker_info info;
+    if (starpu_profiling_worker_get_info((int)w, &info) == 0)
+      pos += (unsigned)snprintf(tasks + pos, sizeof tasks - pos, "%s%d", w ? "," : "",
+                                info.executed_tasks);
+  }
+  if (!tasks[0]) snprintf(tasks, sizeof tasks, "-");
   tg_shutdown();
   if (rc) return rc;
-  printf("sched %s ncpu %d loss1 %.9e loss2 %.9e wabs %.9e wsq %.9e\n", sched, ncpu,
-         loss1, loss2, l1, l2);
+  printf("sched %s ncpu %d loss1 %.9e loss2 %.9e wabs %.9e wsq %.9e tasks %s\n", sched,
+         ncpu, loss1, loss2, l1, l2, tasks);
   fflush(stdout);
   return 0;
 }
@@ -131,13 +141,14 @@ static int child(void) {
 
 typedef struct outcome {
   char sched[64];
+  char tasks[128]; /* tasks run per worker, for information */
   int ncpu;
   double v[4]; /* loss1, loss2, wabs, wsq */
 } outcome;
 static const char *VNAMES[4] = {"step-1 loss", "step-2 loss", "sum |w|", "sum w^2"};
 
 /* environ with STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA replaced */
-static char **child_env(const char *sched, int ncpu, char *bufs[3]) {
+static char **child_env(const char *sched, int ncpu, char bufs[3][80]) {
   size_t n = 0;
   while (environ[n]) n++;
   char **env = calloc(n + 4, sizeof *env);
@@ -149,23 +160,17 @@ static char **child_env(const char *sched, int ncpu, char *bufs[3]) {
         strncmp(environ[i], "STARPU_NCPUS=", 13) != 0 &&
         strncmp(environ[i], "STARPU_NCUDA=", 13) != 0)
       env[k++] = environ[i];
-  if (asprintf(&bufs[0], "STARPU_SCHED=%s", sched) < 0) bufs[0] = NULL;
-  if (asprintf(&bufs[1], "STARPU_NCPU=%d", ncpu) < 0) bufs[1] = NULL;
-  bufs[2] = strdup("STARPU_NCUDA=0");
-  for (int i = 0; i < 3; i++) {
-    if (!bufs[i]) {
-      free(env);
-      return NULL;
-    }
-    env[k++] = bufs[i];
-  }
+  snprintf(bufs[0], 80, "STARPU_SCHED=%s", sched);
+  snprintf(bufs[1], 80, "STARPU_NCPU=%d", ncpu);
+  snprintf(bufs[2], 80, "STARPU_NCUDA=0");
+  for (int i = 0; i < 3; i++) env[k++] = bufs[i];
   env[k] = NULL;
   return env;
 }
 
 /* Runs one child; returns 0 and fills *o, or -1 after printing why. */
 static int run_child(const char *sched, int ncpu, outcome *o) {
-  char *bufs[3] = {NULL, NULL, NULL};
+  char bufs[3][80];
   char **env = child_env(sched, ncpu, bufs);
   if (!env) {
     fprintf(stderr, "out of memory\n");
@@ -187,7 +192,6 @@ static int run_child(const char *sched, int ncpu, outcome *o) {
   int sp = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
-  for (int i = 0; i < 3; i++) free(bufs[i]);
   free(env);
   if (sp != 0) {
     fprintf(stderr, "%s/%d: posix_spawn: %s\n", sched, ncpu, strerror(sp));
@@ -229,8 +233,8 @@ static int run_child(const char *sched, int ncpu, outcome *o) {
   for (const char *p = out; (p = strstr(p, "sched ")) != NULL; p++)
     if (p == out || p[-1] == '\n') line = p;
   if (!line ||
-      sscanf(line, "sched %63s ncpu %d loss1 %le loss2 %le wabs %le wsq %le", o->sched,
-             &o->ncpu, &o->v[0], &o->v[1], &o->v[2], &o->v[3]) != 6) {
+      sscanf(line, "sched %63s ncpu %d loss1 %le loss2 %le wabs %le wsq %le tasks %127s",
+             o->sched, &o->ncpu, &o->v[0], &o->v[1], &o->v[2], &o->v[3], o->tasks) != 7) {
     fprintf(stderr, "%s/%d: no result line in the child's output:\n%s\n", sched, ncpu,
             out);
     return -1;
@@ -242,7 +246,7 @@ static int parent(void) {
   static const char *SCHEDS[] = {"eager", "prio", "lws", "dmda", "dmdas"};
   static const int NCPUS[] = {1, 2};
   enum { NS = sizeof SCHEDS / sizeof SCHEDS[0], NC = sizeof NCPUS / sizeof NCPUS[0] };
-  outcome ref = {{0}, 0, {0}};
+  outcome ref = {{0}, {0}, 0, {0}};
   int have_ref = 0;
   char ref_name[80] = "";
   for (int c = 0; c < NC; c++)
@@ -263,8 +267,9 @@ static int parent(void) {
         ref = o;
         have_ref = 1;
         snprintf(ref_name, sizeof ref_name, "%s", name);
-        printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (reference)\n",
-               name, o.v[0], o.v[1], o.v[2], o.v[3]);
+        printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (reference; "
+               "tasks per worker %s)\n",
+               name, o.v[0], o.v[1], o.v[2], o.v[3], o.tasks);
         continue;
       }
       double worst = 0;
@@ -274,8 +279,9 @@ static int parent(void) {
         CHECK(e <= TOL, "%s: %s %.9e vs %.9e under %s: relative difference %.3e > %.0e",
               name, VNAMES[k], o.v[k], ref.v[k], ref_name, e, TOL);
       }
-      printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (max rel diff %.2e)\n",
-             name, o.v[0], o.v[1], o.v[2], o.v[3], worst);
+      printf("%-12s loss1 %.9e loss2 %.9e sum|w| %.9e sum w^2 %.9e (max rel diff %.2e; "
+             "tasks per worker %s)\n",
+             name, o.v[0], o.v[1], o.v[2], o.v[3], worst, o.tasks);
     }
   CHECK(have_ref, "no configuration ran");
   return tg_test_finish("test_mlp_schedulers");

@@ -25,6 +25,8 @@
  * dlogits = scale * softmax (no one-hot term) and contributes NaN to the
  * loss, so that corrupt labels show up instead of being silently skipped
  * (the data readers already reject them).
+ * dlogits must not alias logits (the loss reads x[label] after other lanes
+ * have written their dlogits), which StarPU's distinct handles guarantee.
  * accuracy_count: per-row argmax over (value, index) pairs where an equal
  * value with a smaller index wins, i.e. the first maximum as in the CPU
  * kernel.  NaN logits are ignored (a row containing NaN may get a different
