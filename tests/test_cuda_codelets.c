@@ -466,12 +466,13 @@ static void test_classification(void) {
     tg_tensor L, Y;
     new_tensor(&L, rows, cols, logits);
     new_labels(&Y, rows, labels);
+    /* the loss and the count are accumulators: TG_ACCUMULATE or TG_REDUCE
+     * (the insert functions reject TG_OVERWRITE for them) */
     const float loss0 = 0.25f;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
       hctx ctx = {{L.handle, Y.handle}, (tg_accum)mode, 0, 1.0f / rows, 0};
       outspec o[2] = {{"dlogits", rows, cols, NULL, 0, TOL},
-                      {"loss", 1, 1, mode == TG_OVERWRITE ? NULL : &loss0,
-                       mode == TG_REDUCE, TOL}};
+                      {"loss", 1, 1, &loss0, mode == TG_REDUCE, TOL}};
       snprintf(what, sizeof what, "softmax_xent %dx%d loss %s", rows, cols,
                accum_name((tg_accum)mode));
       run_pair(what, xent_submit, &ctx, 2, o, NULL, NULL);
@@ -491,17 +492,15 @@ static void test_classification(void) {
     tg_tensor_free(&Y);
     new_labels(&Y, rows, labels);
     const float count0 = 3.0f;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
       hctx ctx = {{L.handle, Y.handle}, (tg_accum)mode, 0, 0, 0};
-      outspec o = {"correct", 1, 1, mode == TG_OVERWRITE ? NULL : &count0,
-                   mode == TG_REDUCE, EXACT};
+      outspec o = {"correct", 1, 1, &count0, mode == TG_REDUCE, EXACT};
       float *cpu = NULL, *gpu = NULL;
       snprintf(what, sizeof what, "accuracy %dx%d %s", rows, cols,
                accum_name((tg_accum)mode));
       run_pair(what, accuracy_submit, &ctx, 1, &o, &cpu, &gpu);
-      const float want = mode == TG_OVERWRITE ? (float)expect
-                         : mode == TG_ACCUMULATE ? count0 + (float)expect
-                                                 : count0 + 2.0f * expect;
+      const float want = mode == TG_ACCUMULATE ? count0 + (float)expect
+                                               : count0 + 2.0f * expect;
       CHECK(gpu[0] == want, "%s: CUDA count %g, expected %g", what,
             (double)gpu[0], (double)want);
       CHECK(cpu[0] == want, "%s: CPU count %g, expected %g", what,

@@ -261,7 +261,7 @@ static int parent(void) {
             name, o.sched);
       CHECK(o.ncpu == NCPUS[c], "%s: the child ran with %d CPU workers", name, o.ncpu);
       CHECK(isfinite(o.v[0]) && isfinite(o.v[1]) && isfinite(o.v[2]) &&
-                isfinite(o.v[3]) && o.v[1] > 0 && o.v[2] > 0,
+                isfinite(o.v[3]) && o.v[0] > 0 && o.v[1] > 0 && o.v[2] > 0,
             "%s: values not finite or not positive", name);
       if (!have_ref) {
         ref = o;

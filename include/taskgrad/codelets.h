@@ -12,7 +12,9 @@
  *                                 starts at zero; the handle must have had
  *                                 tg_tensor_enable_reduction())
  * Label buffers are int32 matrices (rows, 1); scalar accumulators (loss,
- * correct count) are float matrices (1, 1).
+ * correct count) are float matrices (1, 1) and take TG_ACCUMULATE or
+ * TG_REDUCE only (TG_OVERWRITE is refused with -EINVAL: zero them with
+ * tg_fill_insert first).
  *
  * Every codelet has a CPU and (when built with CUDA) a CUDA implementation, a
  * history-based perfmodel named "taskgrad_<op>" whose footprint includes the

@@ -10,16 +10,20 @@
  * dimensions.  In-place use (Y == X, dX == dY) is safe: every element is read
  * before it is written by the same thread, so no __restrict__ here.
  *
- * ReLU:  y = x > 0 ? x : 0;  dx = x > 0 ? dy : 0.  The backward pass selects
- *        rather than multiplies by the 0/1 mask (like PyTorch's
- *        threshold_backward): an inf/NaN dy of an inactive unit gives 0, not
- *        NaN.  A NaN x gives y = 0 and dx = 0.
- * GELU (tanh approximation, as PyTorch's approximate='tanh'):
- *        u = k0 (x + k1 x^3),  t = tanh(u),  y = 0.5 x (1 + t),
- *        dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k0 (1 + 3 k1 x^2),
- *        k0 = sqrt(2/pi), k1 = 0.044715.
- *        tanhf is the accurate libdevice one (no fast math); the result
- *        agrees with the CPU kernel to a few ulps.
+ * ReLU:  y = x < 0 ? 0 : x (NaN passes through, as torch.relu);
+ *        dx = x > 0 ? dy : 0.  The backward pass selects rather than
+ *        multiplies by the 0/1 mask (like PyTorch's threshold_backward): an
+ *        inf/NaN dy of an inactive unit gives 0, not NaN.
+ * GELU (tanh approximation, as PyTorch's approximate='tanh'),
+ *        u = k0 (x + k1 x^3), k0 = sqrt(2/pi), k1 = 0.044715,
+ *        y = 0.5 x (1 + tanh(u)) evaluated, exactly as the CPU kernel does,
+ *        through 0.5 (1 + tanh(u)) = s = 1 / (1 + exp(-2u)), which avoids the
+ *        cancellation of 1 + tanh(u) for negative x:  y = x / (1 + exp(-2u));
+ *        gelu'(x) = s + 2 x s (1 - s) u',  u' = k0 (1 + 3 k1 x^2), with
+ *        1 - s = exp(-2u) s while exp(-2u) < 1, and gelu' = 1 / 0 exactly
+ *        for x > 20 / x < -20 (the formula would form 0 * inf there).
+ *        expf is the accurate libdevice one (no fast math): results agree
+ *        with the CPU kernel to a few ulps.
  */
 #include "taskgrad/kernels_cuda.h"
 #include "cuda_common.cuh"
@@ -35,7 +39,7 @@ struct ReluFwdOp {
   size_t ldx, ldy;
   __device__ void operator()(size_t r, size_t c) const {
     const float x = X[r * ldx + c];
-    Y[r * ldy + c] = x > 0.0f ? x : 0.0f;
+    Y[r * ldy + c] = x < 0.0f ? 0.0f : x;
   }
 };
 
@@ -51,14 +55,29 @@ struct ReluBwdOp {
   }
 };
 
+__device__ __forceinline__ float gelu(float x) {
+  const float u = kGeluK0 * x * (1.0f + kGeluK1 * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+
+__device__ __forceinline__ float gelu_deriv(float x) {
+  if (x > 20.0f) return 1.0f;
+  if (x < -20.0f) return 0.0f;
+  const float x2 = x * x;
+  const float u = kGeluK0 * x * (1.0f + kGeluK1 * x2);
+  const float du = kGeluK0 * (1.0f + 3.0f * kGeluK1 * x2);
+  const float e = expf(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);
+  const float oms = e < 1.0f ? e * s : 1.0f - s; /* 1 - s, no cancellation */
+  return s + 2.0f * x * s * oms * du;
+}
+
 struct GeluFwdOp {
   const float *X; /* (rows, ldx) */
   float *Y;       /* (rows, ldy) */
   size_t ldx, ldy;
   __device__ void operator()(size_t r, size_t c) const {
-    const float x = X[r * ldx + c];
-    const float t = tanhf(kGeluK0 * (x + kGeluK1 * x * x * x));
-    Y[r * ldy + c] = 0.5f * x * (1.0f + t);
+    Y[r * ldy + c] = gelu(X[r * ldx + c]);
   }
 };
 
@@ -69,12 +88,7 @@ struct GeluBwdOp {
   size_t ldx, lddy, lddx;
   __device__ void operator()(size_t r, size_t c) const {
     const float x = X[r * ldx + c];
-    const float dy = dY[r * lddy + c];
-    const float x2 = x * x;
-    const float t = tanhf(kGeluK0 * (x + kGeluK1 * x2 * x));
-    const float du = kGeluK0 * (1.0f + 3.0f * kGeluK1 * x2);
-    const float d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    dX[r * lddx + c] = dy * d;
+    dX[r * lddx + c] = dY[r * lddy + c] * gelu_deriv(x);
   }
 };
 

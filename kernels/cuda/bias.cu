@@ -17,8 +17,10 @@
  *       tile*32 + tx, so each warp reads 32 consecutive floats of one row
  *       (a 128-byte coalesced transaction) and 32 warps keep loads in flight;
  *     - the 32 partial sums of a column are combined by a fixed tree in
- *       shared memory (padded to avoid bank conflicts), and row 0 of the
- *       block writes db.
+ *       shared memory (padded), and row 0 of the block writes db.
+ *   Sums are accumulated in double, as the CPU kernel does, so both give
+ *   (almost always) the correctly rounded float of the column sum; the
+ *   kernel is bandwidth-bound, so the FP64 adds cost nothing that shows.
  *   beta == 0 makes db write-only (its old contents, even NaN, are ignored),
  *   as everywhere in taskgrad.  A very tall matrix with few columns uses only
  *   ceil(cols / 32) blocks; splitting the rows over blocks would need either
@@ -42,16 +44,17 @@ constexpr int kRowThreads = 32; /* blockDim.y */
 __global__ void __launch_bounds__(kTile * kRowThreads)
     bias_grad_kernel(int rows, int cols, const float *__restrict__ dY, /* (rows, ldy) */
                      size_t ldy, float beta, float *__restrict__ db /* (cols) */) {
-  __shared__ float part[kRowThreads][kTile + 1];
+  __shared__ double part[kRowThreads][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int ntiles = (cols + kTile - 1) / kTile;
   for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
     const int c = tile * kTile + tx;
-    float acc = 0.0f;
+    double acc = 0.0;
     if (c < cols) {
       const float *p = dY + c;
 #pragma unroll 4
-      for (int r = ty; r < rows; r += kRowThreads) acc += p[(size_t)r * ldy];
+      for (int r = ty; r < rows; r += kRowThreads)
+        acc += (double)p[(size_t)r * ldy];
     }
     part[ty][tx] = acc;
     __syncthreads();
@@ -61,8 +64,9 @@ __global__ void __launch_bounds__(kTile * kRowThreads)
       __syncthreads();
     }
     if (ty == 0 && c < cols) {
-      const float sum = part[0][tx];
-      db[c] = beta == 0.0f ? sum : beta * db[c] + sum;
+      const double sum = part[0][tx];
+      db[c] = beta == 0.0f ? (float)sum
+                           : (float)((double)beta * (double)db[c] + sum);
     }
     __syncthreads(); /* part is reused by the next tile */
   }

@@ -12,21 +12,31 @@
  *     hundred classes);
  *   - larger rows: G = 256, one block per row, warp shuffles plus a tiny
  *     shared-memory stage (tg_group_* in cuda_common.cuh).
- * softmax_xent makes three passes over a row (the row stays in L1/L2):
- *   1. m = max_c x_c;  2. s = sum_c exp(x_c - m);
- *   3. dlogits_c = scale * (exp(x_c - m) / s - [c == label]);
- * and the row loss is -log p_label = log s - (x_label - m).  Each group's
- * leader adds scale * rowloss to a per-thread partial; at the end a block
- * reduction gives one atomicAdd per block into *loss_acc (an accumulator: it
- * is added to, never overwritten, as a StarPU REDUX copy needs).  Float
- * atomics make the last bits of the loss depend on block order; dlogits are
- * deterministic.
- * A label outside [0, cols) is never used as an index: that row gets
- * dlogits = scale * softmax (no one-hot term) and contributes NaN to the
- * loss, so that corrupt labels show up instead of being silently skipped
- * (the data readers already reject them).
- * dlogits must not alias logits (the loss reads x[label] after other lanes
- * have written their dlogits), which StarPU's distinct handles guarantee.
+ * softmax_xent makes three passes over a row (the row stays in L1/L2),
+ * mirroring the CPU kernel:
+ *   1. m = max_c x_c;
+ *   2. e_c = exp(x_c - m): every thread of the group reads x_l (l = label)
+ *      and sums the e_c of its columns other than l; s_o = group sum of those,
+ *      e_l = exp(x_l - m), s = s_o + e_l;
+ *   3. dlogits_c = scale * e_c / s for c != l, and
+ *      dlogits_l = -scale * s_o / s, i.e. scale (p_l - 1) without the
+ *      cancellation of p_l - 1 when the prediction is confident (the CPU
+ *      kernel gets the same accuracy with a double sum).
+ * Row loss: -log p_l = log(s / e_l) = log1p(s_o / e_l), accurate when the
+ * loss is tiny; when e_l underflows to 0 it is log(s) - (x_l - m).
+ * Each group's leader adds its row losses to a per-thread partial; a block
+ * reduction then gives one atomicAdd of scale * (block's losses) into
+ * *loss_acc (an accumulator: added to, never overwritten, as a StarPU REDUX
+ * copy needs).  Float atomics make the last bits of the loss depend on block
+ * order; dlogits are deterministic.
+ * In-place use (dlogits == logits, ldd == ldl) is allowed, as on the CPU:
+ * x_l is read by every thread before a barrier of the group (__syncwarp,
+ * or the __syncthreads of the block reduction) that precedes the writes,
+ * and pass 3 reads and writes each element in the same thread.  Hence no
+ * __restrict__ on those two pointers.
+ * A label outside [0, cols) is never used as an index: that row gets a zero
+ * gradient and makes the loss NaN, as the CPU kernel does, so that corrupt
+ * labels show up (the data readers already reject them).
  * accuracy_count: per-row argmax over (value, index) pairs where an equal
  * value with a smaller index wins, i.e. the first maximum as in the CPU
  * kernel.  NaN logits are ignored (a row containing NaN may get a different
@@ -44,40 +54,49 @@ constexpr int kBlock = 256; /* threads per block for both kernels */
 template <int G>
 __global__ void __launch_bounds__(kBlock)
     softmax_xent_kernel(int rows, int cols,
-                        const float *__restrict__ logits, /* (rows, ldl) */
+                        const float *logits, /* (rows, ldl) */
                         size_t ldl,
                         const int32_t *__restrict__ labels, /* (rows) */
-                        float scale, float *__restrict__ dlogits, /* (rows, ldd) */
+                        float scale,
+                        float *dlogits, /* (rows, ldd); may be logits */
                         size_t ldd, float *__restrict__ loss_acc /* (1) */) {
   __shared__ float sh[kBlock / 32];
   constexpr int kGroups = kBlock / G; /* rows handled at once by a block */
   const int lane = threadIdx.x % G, group = threadIdx.x / G;
-  float loss = 0.0f; /* meaningful in group leaders only */
+  float loss = 0.0f; /* sum of this group's row losses (leader only) */
   /* Every thread of a block runs the same number of iterations when G ==
    * kBlock (one group), so the barriers inside tg_group_* are uniform; with
-   * G == 32 the reductions have no barrier. */
+   * G == 32 the reductions have no block barrier. */
   for (int row = blockIdx.x * kGroups + group; row < rows;
        row += gridDim.x * kGroups) {
     const float *x = logits + (size_t)row * ldl;
+    float *d = dlogits + (size_t)row * ldd;
+    const int32_t label = labels[row];
+    if (label < 0 || label >= cols) { /* uniform over the group */
+      for (int c = lane; c < cols; c += G) d[c] = 0.0f;
+      if (lane == 0) loss = NAN;
+      continue;
+    }
     float m = -INFINITY;
     for (int c = lane; c < cols; c += G) m = fmaxf(m, x[c]);
     m = tg_group_max<G>(m, sh);
-    float s = 0.0f;
-    for (int c = lane; c < cols; c += G) s += expf(x[c] - m);
-    s = tg_group_sum<G>(s, sh);
-    const int32_t label = labels[row];
-    const bool valid = label >= 0 && label < cols;
-    const float inv = 1.0f / s;
-    float *d = dlogits + (size_t)row * ldd;
-    for (int c = lane; c < cols; c += G) {
-      const float p = expf(x[c] - m) * inv;
-      d[c] = scale * (c == label ? p - 1.0f : p);
-    }
-    if (lane == 0)
-      loss += valid ? scale * (logf(s) - (x[label] - m)) : NAN;
+    const float xl = x[label] - m; /* read before any dlogits write */
+    float so = 0.0f;
+    for (int c = lane; c < cols; c += G)
+      if (c != label) so += expf(x[c] - m);
+    so = tg_group_sum<G>(so, sh);
+    /* memory barrier of the group between the reads of x_l and the writes
+     * below (G > 32: the __syncthreads in tg_group_sum already is one) */
+    if (G <= 32) __syncwarp();
+    const float el = expf(xl);
+    const float s = so + el;
+    const float f = scale / s;
+    for (int c = lane; c < cols; c += G)
+      d[c] = c == label ? -scale * so / s : expf(x[c] - m) * f;
+    if (lane == 0) loss += el > 0.0f ? log1pf(so / el) : logf(s) - xl;
   }
   loss = tg_block_sum(loss, sh);
-  if (threadIdx.x == 0) atomicAdd(loss_acc, loss);
+  if (threadIdx.x == 0) atomicAdd(loss_acc, scale * loss);
 }
 
 template <int G>
