@@ -2,7 +2,9 @@
  * taskgrad command-line tool: dispatches sub-commands.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -24,7 +26,19 @@ static void tg_usage(FILE *f) {
         f);
 }
 
+/* OpenBLAS picks its kernels when it is loaded; if it picked kernels far
+ * older than this CPU supports, start again with the right ones (once: the
+ * variable is set in the new process). */
+static void tg_fix_blas_kernels(char **argv) {
+  const char *core = tg_blas_better_coretype();
+  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  /* exec failed: carry on with the slow kernels */
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
 int main(int argc, char **argv) {
+  tg_fix_blas_kernels(argv);
   if (argc < 2) {
     fputs("taskgrad: error: no command given\n\n", stderr);
     tg_usage(stderr);

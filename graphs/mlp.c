@@ -4,9 +4,10 @@
  * Per micro-batch i with r_i rows (shapes for layer l: in = widths[l],
  * out = widths[l+1]):
  *   forward   Z_l (r_i, out) = H_{l-1} W_l^T + b_l ;  H_l = act(Z_l)
+ *             (one fused linear task per layer)
  *             softmax_xent(Z_L) -> dZ_L, loss (REDUX) ; accuracy (REDUX)
  *   backward  dW_l += dZ_l^T H_{l-1}  (REDUX)        ; db_l += colsum(dZ_l)
- *             dH_{l-1} = dZ_l W_l ; dZ_{l-1} = act'(Z_{l-1}) * dH_{l-1}
+ *             dZ_{l-1} = (dZ_l W_l) * act'(Z_{l-1})  (one fused task)
  * Activations are temporaries with no home node, released (unregistered
  * asynchronously) right after the last task that reads them is submitted,
  * so StarPU frees them as soon as that task has run.  This file calls only
@@ -115,15 +116,13 @@ static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
   const tg_mlp_config *c = &m->cfg;
   starpu_data_handle_t in = x;
   for (int l = 0; l < c->nlayers; l++) {
+    int last = l + 1 == c->nlayers;
     TG_TRY(tg_tensor_temp(&Z[l], rows, c->widths[l + 1], TG_F32));
-    TG_TRY(tg_gemm_insert(0, 1, 1.0f, in, m->w[l].handle, 0.0f, Z[l].handle,
-                          TG_OVERWRITE, NULL));
-    TG_TRY(tg_bias_add_insert(Z[l].handle, m->b[l].handle, NULL));
-    if (l + 1 < c->nlayers) {
-      TG_TRY(tg_tensor_temp(&H[l], rows, c->widths[l + 1], TG_F32));
-      TG_TRY(tg_act_fwd_insert(c->act, Z[l].handle, H[l].handle, NULL));
-      in = H[l].handle;
-    }
+    if (!last) TG_TRY(tg_tensor_temp(&H[l], rows, c->widths[l + 1], TG_F32));
+    TG_TRY(tg_linear_fwd_insert(in, m->w[l].handle, m->b[l].handle,
+                                last ? TG_ACT_NONE : c->act, Z[l].handle,
+                                last ? NULL : H[l].handle, NULL));
+    if (!last) in = H[l].handle;
   }
   return 0;
 }
@@ -138,15 +137,12 @@ static int tg_mlp_backward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
                           TG_REDUCE, NULL));
     TG_TRY(tg_bias_grad_insert(cur.handle, m->db[l].handle, TG_REDUCE, NULL));
     if (l == 0) break;
-    tg_tensor dH, dprev;
-    TG_TRY(tg_tensor_temp(&dH, rows, c->widths[l], TG_F32));
-    TG_TRY(tg_gemm_insert(0, 0, 1.0f, cur.handle, m->w[l].handle, 0.0f, dH.handle,
-                          TG_OVERWRITE, NULL));
+    tg_tensor dprev;
+    TG_TRY(tg_tensor_temp(&dprev, rows, c->widths[l], TG_F32));
+    TG_TRY(tg_linear_bwd_data_insert(cur.handle, m->w[l].handle, c->act,
+                                     Z[l - 1].handle, dprev.handle, NULL));
     tg_tensor_release(&cur);
     tg_tensor_release(&H[l - 1]);
-    TG_TRY(tg_tensor_temp(&dprev, rows, c->widths[l], TG_F32));
-    TG_TRY(tg_act_bwd_insert(c->act, Z[l - 1].handle, dH.handle, dprev.handle, NULL));
-    tg_tensor_release(&dH);
     tg_tensor_release(&Z[l - 1]);
     cur = dprev;
   }

@@ -420,6 +420,56 @@ static void test_activations(void) {
   }
 }
 
+/* ---- fused linear layer ---------------------------------------------------- */
+
+/* h[0] = X (rows, in), h[1] = W (out, in), h[2] = b (1, out) */
+static int linear_fwd_submit(const void *vctx, const tg_task_opts *o,
+                             tg_tensor *out) {
+  const hctx *c = vctx;
+  int none = c->act == TG_ACT_NONE;
+  return tg_linear_fwd_insert(c->h[0], c->h[1], c->h[2], (tg_activation)c->act,
+                              out[0].handle, none ? NULL : out[1].handle, o);
+}
+
+/* h[0] = dZ (rows, out), h[1] = W (out, in), h[2] = Zprev (rows, in) */
+static int linear_bwd_submit(const void *vctx, const tg_task_opts *o,
+                             tg_tensor *out) {
+  const hctx *c = vctx;
+  return tg_linear_bwd_data_insert(c->h[0], c->h[1], (tg_activation)c->act,
+                                   c->act == TG_ACT_NONE ? NULL : c->h[2],
+                                   out[0].handle, o);
+}
+
+static void test_linear(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 7}};
+  for (int act = 0; act < 3; act++)
+    for (int s = 0; s < 4; s++) {
+      const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+      float *x = rnd((size_t)rows * in, 1.0f), *w = rnd((size_t)out * in, 0.5f);
+      float *b = rnd((size_t)out, 0.5f), *dz = rnd((size_t)rows * out, 1.0f);
+      float *zp = rnd((size_t)rows * in, 2.0f);
+      tg_tensor X, W, B, DZ, ZP;
+      new_tensor(&X, rows, in, x);
+      new_tensor(&W, out, in, w);
+      new_tensor(&B, 1, out, b);
+      new_tensor(&DZ, rows, out, dz);
+      new_tensor(&ZP, rows, in, zp);
+      double tol = in > 100 || out > 100 ? TOL_LARGE_K : TOL;
+      char what[128];
+      hctx fctx = {{X.handle, W.handle, B.handle}, TG_OVERWRITE, act, 0, 0};
+      outspec fo[2] = {{"Z", rows, out, NULL, 0, tol}, {"H", rows, out, NULL, 0, tol}};
+      snprintf(what, sizeof what, "linear_fwd act=%d %dx%d->%d", act, rows, in, out);
+      run_pair(what, linear_fwd_submit, &fctx, act == TG_ACT_NONE ? 1 : 2, fo, NULL, NULL);
+      hctx bctx = {{DZ.handle, W.handle, ZP.handle}, TG_OVERWRITE, act, 0, 0};
+      outspec bo = {"dX", rows, in, NULL, 0, tol};
+      snprintf(what, sizeof what, "linear_bwd_data act=%d %dx%d<-%d", act, rows, in, out);
+      run_pair(what, linear_bwd_submit, &bctx, 1, &bo, NULL, NULL);
+      free(x); free(w); free(b); free(dz); free(zp);
+      tg_tensor_free(&X); tg_tensor_free(&W); tg_tensor_free(&B);
+      tg_tensor_free(&DZ); tg_tensor_free(&ZP);
+    }
+}
+
 /* ---- softmax cross-entropy and accuracy ----------------------------------- */
 
 static const int g_cls_shapes[][2] = {
@@ -671,6 +721,7 @@ int main(void) {
   test_bias();
   test_bias_grad_ld();
   test_activations();
+  test_linear();
   test_classification();
   test_optimizers();
   test_elementwise();

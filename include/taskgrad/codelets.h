@@ -38,6 +38,7 @@ typedef enum tg_accum {
 typedef enum tg_activation {
   TG_ACT_RELU = 0,
   TG_ACT_GELU = 1,
+  TG_ACT_NONE = 2, /* identity: only for the fused linear codelets */
 } tg_activation;
 
 /* Per-task options; pass NULL for the defaults (priority 0, any worker). */
@@ -77,6 +78,20 @@ int tg_accuracy_insert(starpu_data_handle_t logits,
                        starpu_data_handle_t correct, tg_accum accum,
                        const tg_task_opts *opts);
 
+/* Fused linear forward: Z = X W^T + b; H = act(Z) (H unused, may be NULL,
+ * with TG_ACT_NONE).  X (rows, in), W (out, in), b (1, out), Z and H
+ * (rows, out). */
+int tg_linear_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t W,
+                         starpu_data_handle_t b, tg_activation act,
+                         starpu_data_handle_t Z, starpu_data_handle_t H,
+                         const tg_task_opts *opts);
+/* Fused backward to the input: dX = (dZ W) * act'(Zprev).  dZ (rows, out),
+ * W (out, in), Zprev and dX (rows, in); Zprev unused (may be NULL) with
+ * TG_ACT_NONE. */
+int tg_linear_bwd_data_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
+                              tg_activation act, starpu_data_handle_t Zprev,
+                              starpu_data_handle_t dX, const tg_task_opts *opts);
+
 typedef struct tg_sgd_hyper {
   float lr, momentum, weight_decay, grad_scale;
 } tg_sgd_hyper;
@@ -105,7 +120,8 @@ int tg_scale_insert(starpu_data_handle_t X, float alpha,
 /* The codelets themselves, for applications that build tasks by hand or set
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
  * REDUX merge). */
-extern struct starpu_codelet tg_gemm_cl, tg_bias_add_cl, tg_bias_grad_cl,
+extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl,
+    tg_bias_add_cl, tg_bias_grad_cl,
     tg_act_fwd_cl, tg_act_bwd_cl, tg_softmax_xent_cl, tg_accuracy_cl,
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
     tg_scale_cl;

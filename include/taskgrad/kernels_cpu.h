@@ -79,6 +79,23 @@ void tg_cpu_adamw(size_t n, float *w, const float *grad, float *m, float *v,
                   float lr, float beta1, float beta2, float eps,
                   float weight_decay, float bc1, float bc2, float grad_scale);
 
+/* Fused linear layer forward, the bias and activation applied as an epilogue
+ * while the GEMM's output is still in cache:
+ *   Z(rows, out) = X(rows, in) W(out, in)^T + b(out);  H = act(Z)
+ * act: 0 ReLU, 1 GELU, 2 none (the values of tg_activation); with none, H is
+ * not written and may be NULL. */
+void tg_cpu_linear_fwd(int rows, int in, int out, const float *X, int ldx,
+                       const float *W, int ldw, const float *b, int act,
+                       float *Z, int ldz, float *H, int ldh);
+/* Fused backward of a linear layer to its input, through the activation
+ * that produced that input:
+ *   dX(rows, in) = (dZ(rows, out) W(out, in)) * act'(Zprev(rows, in))
+ * Zprev is the previous layer's pre-activation; with act 2 (none) it is not
+ * read and may be NULL. */
+void tg_cpu_linear_bwd_data(int rows, int in, int out, const float *dZ,
+                            int lddz, const float *W, int ldw, int act,
+                            const float *Zprev, int ldzp, float *dX, int lddx);
+
 /* X = value */
 void tg_cpu_fill(int rows, int cols, float *X, int ldx, float value);
 /* dst += src */

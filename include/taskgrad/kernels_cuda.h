@@ -57,6 +57,21 @@ cudaError_t tg_cuda_adamw(size_t n, float *w, const float *grad, float *m,
                           float *v, float lr, float beta1, float beta2,
                           float eps, float weight_decay, float bc1, float bc2,
                           float grad_scale, cudaStream_t stream);
+/* Fused linear layer forward and backward-data (see kernels_cpu.h); the
+ * handle must be bound to `stream`.  Returns the first failing status as a
+ * cudaError_t (cuBLAS failures map to cudaErrorUnknown after the message
+ * below is set in *cublas_status). */
+cudaError_t tg_cuda_linear_fwd(cublasHandle_t handle, int rows, int in, int out,
+                               const float *X, int ldx, const float *W, int ldw,
+                               const float *b, int act, float *Z, int ldz,
+                               float *H, int ldh, cudaStream_t stream,
+                               cublasStatus_t *cublas_status);
+cudaError_t tg_cuda_linear_bwd_data(cublasHandle_t handle, int rows, int in,
+                                    int out, const float *dZ, int lddz,
+                                    const float *W, int ldw, int act,
+                                    const float *Zprev, int ldzp, float *dX,
+                                    int lddx, cudaStream_t stream,
+                                    cublasStatus_t *cublas_status);
 cudaError_t tg_cuda_fill(int rows, int cols, float *X, int ldx, float value,
                          cudaStream_t stream);
 cudaError_t tg_cuda_accumulate(int rows, int cols, float *dst, int ldd,

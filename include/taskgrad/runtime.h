@@ -37,6 +37,13 @@ int tg_ncuda_workers(void);
 /* 1 when this build of taskgrad has CUDA codelets (and StarPU has CUDA). */
 int tg_built_with_cuda(void);
 
+/* When OpenBLAS chose kernels far older than the CPU supports (it does on
+ * CPUs it does not recognise), the OPENBLAS_CORETYPE value that fixes it,
+ * e.g. "SkylakeX"; NULL when its choice is right or OPENBLAS_CORETYPE is set.
+ * OpenBLAS reads the variable only when it is loaded: set it, then re-execute
+ * the program (the taskgrad CLI does this itself). */
+const char *tg_blas_better_coretype(void);
+
 /* The last error message of this thread ("" when none). */
 const char *tg_last_error(void);
 /* Sets the last error message (printf-style); returns -code's negation
