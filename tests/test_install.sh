@@ -33,7 +33,8 @@ LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}" "$work/cm/build/consumer"
 echo "ok   find_package(taskgrad) consumer builds and runs"
 
 # 2. pkg-config
-export PKG_CONFIG_PATH="$libdir/pkgconfig:${PKG_CONFIG_PATH:-}"
+# taskgrad.pc requires starpu-1.3: the one taskgrad was built against
+export PKG_CONFIG_PATH="$libdir/pkgconfig:${TG_STARPU_PCDIR:+$TG_STARPU_PCDIR:}${PKG_CONFIG_PATH:-}"
 cc -std=gnu11 -o "$work/pc_consumer" "$TG_SOURCE_DIR/examples/gemm_chain.c" \
   $(pkg-config --cflags --libs taskgrad) -lm \
   || { echo "FAIL pkg-config consumer"; exit 1; }
