@@ -20,11 +20,11 @@
 static void bench_usage(void) {
   puts("usage: taskgrad bench mlp [flags]\n"
        "\n"
-       "  --batch N            samples per step (default 1024)\n"
+       "  --batch N            samples per step (default 2048)\n"
        "  --micro-batches M    (default 2)\n"
        "  --hidden LIST        hidden widths (default 512,256)\n"
        "  --activation NAME    relu or gelu (default relu)\n"
-       "  --steps N            measured steps (default 20)\n"
+       "  --steps N            measured steps (default 30)\n"
        "  --warmup N           unmeasured steps first, which also calibrate\n"
        "                       the perfmodels (default 5)\n"
        "  --sched NAME, --ncpus N   as for train\n"
@@ -32,7 +32,7 @@ static void bench_usage(void) {
 }
 
 int tg_cmd_bench_mlp(int argc, char **argv) {
-  int batch = 1024, micro = 2, steps = 20, warmup = 5, quiet = 0;
+  int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0;
   tg_mlp_config cfg = {3, {784, 512, 256, 10}, TG_ACT_RELU};
   tg_runtime_config rt = tg_runtime_config_default();
   for (int i = 1; i < argc; i++) {

@@ -32,7 +32,7 @@ static void train_usage(void) {
        "Trains a multi-layer perceptron on Fashion-MNIST and prints\n"
        "'test accuracy: 0.XXXX' at the end.\n"
        "\n"
-       "  --epochs N           passes over the training set (default 4)\n"
+       "  --epochs N           passes over the training set (default 10)\n"
        "  --batch N            samples per step (default 128)\n"
        "  --micro-batches M    micro-batches per step, run concurrently; their\n"
        "                       gradients merge by StarPU reduction (default 2)\n"
@@ -54,7 +54,7 @@ static void train_usage(void) {
 }
 
 static void parse(int argc, char **argv, train_opts *o) {
-  o->epochs = 4;
+  o->epochs = 10;
   o->batch = 128;
   o->micro = 2;
   o->prefetch = 2;
