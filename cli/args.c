@@ -105,6 +105,14 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 1, 4096);
     return 1;
   }
+  if (strcmp(argv[*i], "--ncuda") == 0) {
+    rc->ncuda = (int)tg_cli_int("--ncuda", tg_cli_value(argc, argv, i), 0, 64);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--calibrate") == 0) {
+    rc->calibrate = 1;
+    return 1;
+  }
   return 0;
 }
 

@@ -27,7 +27,7 @@ static void bench_usage(void) {
        "  --steps N            measured steps (default 30)\n"
        "  --warmup N           unmeasured steps first, which also calibrate\n"
        "                       the perfmodels (default 5)\n"
-       "  --sched NAME, --ncpus N   as for train\n"
+       TG_CLI_RUNTIME_HELP
        "  --quiet              no per-codelet table\n");
 }
 

@@ -28,7 +28,15 @@ int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long 
                     long max_value);
 /* exit 2 unless name is one of StarPU's scheduling policies */
 void tg_cli_check_sched(const char *name);
-/* Common runtime flags: --sched NAME, --ncpus N.  Returns 1 if argv[*i] was
+/* Help text of the runtime flags shared by every command. */
+#define TG_CLI_RUNTIME_HELP                                                   \
+  "  --sched NAME         StarPU scheduling policy (default: STARPU_SCHED or\n" \
+  "                       StarPU's default, lws)\n"                            \
+  "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores)\n"    \
+  "  --ncuda N            CUDA workers (default: STARPU_NCUDA or all GPUs)\n"   \
+  "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"
+
+/* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */
 int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
 /* Monotonic seconds. */

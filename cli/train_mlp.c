@@ -45,9 +45,7 @@ static void train_usage(void) {
        "  --data-dir DIR       Fashion-MNIST IDX files (default\n"
        "                       " TG_FASHION_MNIST_DIR ")\n"
        "  --prefetch N         batches prepared ahead by the loader (default 2)\n"
-       "  --sched NAME         StarPU scheduling policy (default: STARPU_SCHED or\n"
-       "                       StarPU's default)\n"
-       "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores)\n"
+       TG_CLI_RUNTIME_HELP
        "  -h, --help           this text\n"
        "\n"
        "Bad flags or data files: one message on stderr, exit status 2.");
