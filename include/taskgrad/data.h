@@ -80,6 +80,26 @@ int tg_loader_batches_per_epoch(const tg_loader *ld);
 int tg_loader_next(tg_loader *ld, tg_batch *out);
 void tg_loader_destroy(tg_loader *ld);
 
+/* GPT batches from a token array (llm.c's loader semantics).  A batch holds
+ * B sequences of T tokens: inputs x (B*T, 1) and targets y (B*T, 1), int32,
+ * y being x shifted by one token; both split into nmicro row blocks of whole
+ * sequences (nmicro must divide B).
+ *  - sequential: batch k reads tokens k*B*T .. (k+1)*B*T inclusive; when the
+ *    next batch would run past the end, it starts again at token 0.
+ *  - shuffled: every epoch, a seeded permutation of the windows
+ *    s*T .. s*T + T (s = 0 .. (ntokens-1)/T - 1), B windows per batch.
+ * The tokens must stay valid while the loader exists.  The same
+ * tg_loader_next / tg_loader_batches_per_epoch / tg_loader_destroy apply. */
+typedef struct tg_token_loader_config {
+  int B, T;        /* sequences per batch, tokens per sequence */
+  int nmicro;      /* micro-batches, dividing B */
+  int prefetch;    /* batches prepared ahead, >= 1 */
+  int shuffled;    /* 0: sequential, 1: shuffled windows */
+  uint64_t seed;
+} tg_token_loader_config;
+tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
+                                  const tg_token_loader_config *cfg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,6 +104,78 @@ void tg_cpu_accumulate(int rows, int cols, float *dst, int ldd,
 /* X *= alpha */
 void tg_cpu_scale(int rows, int cols, float *X, int ldx, float alpha);
 
+
+/* ---- transformer (GPT-2, llm.c definitions) ---------------------------------
+ * Token rows: a micro-batch of b sequences of T tokens is n = b * T rows, row
+ * i holding token t = i % T of sequence i / T.  Token ids are int32. */
+
+/* X(i, :) = wte(tokens[i], :) + wpe(i % T, :).  wte (Vp, C), wpe (maxT, C). */
+void tg_cpu_embedding_fwd(int n, int T, int C, const int32_t *tokens,
+                          const float *wte, const float *wpe, float *X,
+                          int ldx);
+/* dwte(tokens[i], :) += dX(i, :);  dwpe(i % T, :) += dX(i, :), rows i in
+ * increasing order (deterministic). */
+void tg_cpu_embedding_bwd(int n, int T, int C, const int32_t *tokens,
+                          const float *dX, int lddx, float *dwte,
+                          float *dwpe);
+
+/* LayerNorm over each row (eps 1e-5, biased variance):
+ *   Y = (X - mean) * rstd * w + b;  mean(i), rstd(i) = 1/sqrt(var + eps) kept */
+void tg_cpu_layernorm_fwd(int n, int C, const float *X, int ldx,
+                          const float *w, const float *b, float *Y, int ldy,
+                          float *mean, float *rstd);
+/* Accumulates (+=) into dX, dw and db, as llm.c does: dX is the residual
+ * stream's gradient, which already holds the skip path's contribution. */
+void tg_cpu_layernorm_bwd(int n, int C, const float *dY, int lddy,
+                          const float *X, int ldx, const float *w,
+                          const float *mean, const float *rstd, float *dX,
+                          int lddx, float *dw, float *db);
+
+/* Y = A + B (Y may alias A or B) */
+void tg_cpu_residual_fwd(int n, int C, const float *A, int lda, const float *B,
+                         int ldb, float *Y, int ldy);
+
+/* Causal multi-head self-attention, llm.c layout: qkv (n, 3C) holds q, k, v
+ * side by side, head h using columns h*hs .. (h+1)*hs - 1 of each (hs =
+ * C / NH); out (n, C) the same way; scale 1/sqrt(hs).
+ *
+ * Naive: materialises the (b, NH, T, T) softmax probabilities `att` (the
+ * reference implementation; its backward reads att). */
+void tg_cpu_attention_naive_fwd(int b, int T, int C, int NH, const float *qkv,
+                                int ldqkv, float *att, float *out, int ldo);
+/* dqkv is written (not accumulated).  scratch: T floats. */
+void tg_cpu_attention_naive_bwd(int b, int T, int C, int NH, const float *qkv,
+                                int ldqkv, const float *att, const float *dout,
+                                int lddo, float *dqkv, int lddqkv,
+                                float *scratch);
+/* Chunked (flash-style): online softmax over key chunks for each query chunk
+ * of `chunk` rows (T need not be a multiple of chunk); causal chunks entirely
+ * above the diagonal are skipped.  Keeps only out and one log-sum-exp per
+ * (row, head): lse (n, NH).  Scratch: tg_attention_chunked_scratch_floats()
+ * floats, O(T * chunk) (never O(T^2)). */
+size_t tg_attention_chunked_scratch_floats(int T, int C, int NH, int chunk);
+void tg_cpu_attention_chunked_fwd(int b, int T, int C, int NH, int chunk,
+                                  const float *qkv, int ldqkv, float *out,
+                                  int ldo, float *lse, float *scratch);
+/* Recomputes the scores chunk by chunk from q, k, lse; dqkv is written. */
+void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
+                                  const float *qkv, int ldqkv,
+                                  const float *out, int ldo, const float *lse,
+                                  const float *dout, int lddo, float *dqkv,
+                                  int lddqkv, float *scratch);
+
+/* Fused classifier with the LM head tied to wte (Vp, C), over the first V
+ * vocabulary rows only (padded rows never enter the softmax), in chunks of
+ * `chunk` rows so that only a (chunk, V) block of logits exists at a time:
+ *   logits = lnf wte[:V]^T;  *loss_acc += scale * sum_i -log p_i(targets[i])
+ * and when backward != 0, with dlogits = scale (p - onehot):
+ *   dlnf = dlogits wte[:V]   (written);   dwte[:V] += dlogits^T lnf.
+ * scratch: chunk * V floats. */
+void tg_cpu_classifier(int n, int C, int V, int chunk, const float *lnf,
+                       int ldl, const float *wte, const int32_t *targets,
+                       float scale, int backward, float *dlnf, int lddl,
+                       float *dwte, float *loss_acc, float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

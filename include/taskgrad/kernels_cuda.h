@@ -79,6 +79,62 @@ cudaError_t tg_cuda_accumulate(int rows, int cols, float *dst, int ldd,
 cudaError_t tg_cuda_scale(int rows, int cols, float *X, int ldx, float alpha,
                           cudaStream_t stream);
 
+
+/* ---- transformer (see kernels_cpu.h for the definitions) -------------------
+ * The embedding backward must be deterministic (no float atomics). */
+cudaError_t tg_cuda_embedding_fwd(int n, int T, int C, const int32_t *tokens,
+                                  const float *wte, const float *wpe, float *X,
+                                  int ldx, cudaStream_t stream);
+cudaError_t tg_cuda_embedding_bwd(int n, int T, int C, const int32_t *tokens,
+                                  const float *dX, int lddx, float *dwte,
+                                  float *dwpe, cudaStream_t stream);
+cudaError_t tg_cuda_layernorm_fwd(int n, int C, const float *X, int ldx,
+                                  const float *w, const float *b, float *Y,
+                                  int ldy, float *mean, float *rstd,
+                                  cudaStream_t stream);
+/* dw, db accumulate; scratch: tg_cuda_layernorm_bwd_scratch_floats(n, C)
+ * floats of device memory for a deterministic two-pass reduction */
+size_t tg_cuda_layernorm_bwd_scratch_floats(int n, int C);
+cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY, int lddy,
+                                  const float *X, int ldx, const float *w,
+                                  const float *mean, const float *rstd,
+                                  float *dX, int lddx, float *dw, float *db,
+                                  float *scratch, cudaStream_t stream);
+cudaError_t tg_cuda_residual_fwd(int n, int C, const float *A, int lda,
+                                 const float *B, int ldb, float *Y, int ldy,
+                                 cudaStream_t stream);
+cudaError_t tg_cuda_attention_naive_fwd(int b, int T, int C, int NH,
+                                        const float *qkv, int ldqkv,
+                                        float *att, float *out, int ldo,
+                                        cudaStream_t stream);
+cudaError_t tg_cuda_attention_naive_bwd(int b, int T, int C, int NH,
+                                        const float *qkv, int ldqkv,
+                                        const float *att, const float *dout,
+                                        int lddo, float *dqkv, int lddqkv,
+                                        float *scratch, cudaStream_t stream);
+/* device scratch floats for the CUDA chunked kernels (O(T * chunk) per
+ * (sequence, head) in flight, never O(T^2)) */
+size_t tg_cuda_attention_chunked_scratch_floats(int b, int T, int C, int NH,
+                                                int chunk);
+cudaError_t tg_cuda_attention_chunked_fwd(int b, int T, int C, int NH,
+                                          int chunk, const float *qkv,
+                                          int ldqkv, float *out, int ldo,
+                                          float *lse, float *scratch,
+                                          cudaStream_t stream);
+cudaError_t tg_cuda_attention_chunked_bwd(int b, int T, int C, int NH,
+                                          int chunk, const float *qkv,
+                                          int ldqkv, const float *out, int ldo,
+                                          const float *lse, const float *dout,
+                                          int lddo, float *dqkv, int lddqkv,
+                                          float *scratch, cudaStream_t stream);
+/* scratch: chunk * V floats of device memory; uses cuBLAS on `handle` */
+cudaError_t tg_cuda_classifier(cublasHandle_t handle, int n, int C, int V,
+                               int chunk, const float *lnf, int ldl,
+                               const float *wte, const int32_t *targets,
+                               float scale, int backward, float *dlnf,
+                               int lddl, float *dwte, float *loss_acc,
+                               float *scratch, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
