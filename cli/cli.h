@@ -58,5 +58,9 @@ void tg_progress_end(tg_progress *p);
 
 int tg_cmd_train_mlp(int argc, char **argv);
 int tg_cmd_bench_mlp(int argc, char **argv);
+int tg_cmd_init_gpt(int argc, char **argv);
+int tg_cmd_prepare_kjv(int argc, char **argv);
+int tg_cmd_train_gpt(int argc, char **argv);
+int tg_cmd_bench_gpt(int argc, char **argv);
 
 #endif

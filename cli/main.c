@@ -17,6 +17,14 @@ static void tg_usage(FILE *f) {
         "  train mlp     train a multi-layer perceptron on Fashion-MNIST\n"
         "  bench mlp     measure the MLP training step (samples/s, GFLOP/s,\n"
         "                GEMM share of worker time, runtime overhead per task)\n"
+        "  train gpt     train a GPT-2 model (llm.c formats); with no files, a\n"
+        "                KJV demonstration that ends with a text sample\n"
+        "  bench gpt     measure the GPT training step (tokens/s, GFLOP/s),\n"
+        "                optionally side by side with PyTorch\n"
+        "  init gpt      write a randomly initialised GPT-2 checkpoint (llm.c\n"
+        "                format)\n"
+        "  prepare kjv   the King James Bible as byte-level llm.c token files\n"
+        "                (needs Debian's bible-kjv)\n"
         "  help          this text\n"
         "  --version     the version\n"
         "\n"
@@ -54,12 +62,25 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
-    if (argc < 3) tg_cli_die("'taskgrad %s' needs a model: mlp", cmd);
+    if (argc < 3) tg_cli_die("'taskgrad %s' needs a model: mlp or gpt", cmd);
     const char *model = argv[2];
     if (!strcmp(model, "mlp"))
       return !strcmp(cmd, "train") ? tg_cmd_train_mlp(argc - 2, argv + 2)
                                    : tg_cmd_bench_mlp(argc - 2, argv + 2);
-    tg_cli_die("unknown model '%s' for '%s' (known: mlp)", model, cmd);
+    if (!strcmp(model, "gpt"))
+      return !strcmp(cmd, "train") ? tg_cmd_train_gpt(argc - 2, argv + 2)
+                                   : tg_cmd_bench_gpt(argc - 2, argv + 2);
+    tg_cli_die("unknown model '%s' for '%s' (known: mlp, gpt)", model, cmd);
+  }
+  if (!strcmp(cmd, "init")) {
+    if (argc < 3) tg_cli_die("'taskgrad init' needs a model: gpt");
+    if (!strcmp(argv[2], "gpt")) return tg_cmd_init_gpt(argc - 2, argv + 2);
+    tg_cli_die("unknown model '%s' for 'init' (known: gpt)", argv[2]);
+  }
+  if (!strcmp(cmd, "prepare")) {
+    if (argc < 3) tg_cli_die("'taskgrad prepare' needs a data set: kjv");
+    if (!strcmp(argv[2], "kjv")) return tg_cmd_prepare_kjv(argc - 2, argv + 2);
+    tg_cli_die("unknown data set '%s' for 'prepare' (known: kjv)", argv[2]);
   }
   fprintf(stderr, "taskgrad: error: unknown command '%s'\n\n", cmd);
   tg_usage(stderr);

@@ -3,6 +3,7 @@
  * checks.  See src/codelet_common.h.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,47 @@
 #include "hooks.h"
 
 void (*tg_submit_hook)(struct starpu_task *task) = NULL;
+
+/* Scratch handles by size (a handful of sizes per run). */
+#define TG_MAX_SCRATCH 64
+static struct {
+  size_t bytes;
+  starpu_data_handle_t handle;
+} tg_scratches[TG_MAX_SCRATCH];
+static int tg_nscratches = 0;
+static pthread_mutex_t tg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void tg_scratch_release_all(void) {
+  pthread_mutex_lock(&tg_scratch_lock);
+  for (int i = 0; i < tg_nscratches; i++) starpu_data_unregister(tg_scratches[i].handle);
+  tg_nscratches = 0;
+  pthread_mutex_unlock(&tg_scratch_lock);
+}
+
+starpu_data_handle_t tg_scratch(size_t bytes) {
+  size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+  if (n == 0) n = 1;
+  bytes = n * sizeof(float);
+  starpu_data_handle_t h = NULL;
+  pthread_mutex_lock(&tg_scratch_lock);
+  for (int i = 0; i < tg_nscratches && !h; i++)
+    if (tg_scratches[i].bytes == bytes) h = tg_scratches[i].handle;
+  if (!h) {
+    if (tg_nscratches == TG_MAX_SCRATCH) {
+      /* recycle the oldest size: StarPU unregisters it once its tasks ran */
+      starpu_data_unregister_submit(tg_scratches[0].handle);
+      memmove(tg_scratches, tg_scratches + 1, (TG_MAX_SCRATCH - 1) * sizeof tg_scratches[0]);
+      tg_nscratches--;
+    }
+    starpu_vector_data_register(&h, -1, 0, (uint32_t)n, sizeof(float));
+    tg_scratches[tg_nscratches].bytes = bytes;
+    tg_scratches[tg_nscratches].handle = h;
+    tg_nscratches++;
+    tg_at_shutdown(tg_scratch_release_all);
+  }
+  pthread_mutex_unlock(&tg_scratch_lock);
+  return h;
+}
 
 uint32_t tg_footprint(struct starpu_task *task) {
   uint32_t key = 0;
@@ -102,5 +144,11 @@ int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
   if (starpu_matrix_get_elemsize(h) != elemsize)
     return tg_fail(EINVAL, "%s: %s has %zu-byte elements, expected %zu", op, what,
                    starpu_matrix_get_elemsize(h), elemsize);
+  return 0;
+}
+
+int tg_expect_contiguous(starpu_data_handle_t h, const char *op, const char *what) {
+  if (starpu_matrix_get_local_ld(h) != starpu_matrix_get_nx(h))
+    return tg_fail(EINVAL, "%s: %s must be contiguous (leading dimension == columns)", op, what);
   return 0;
 }

@@ -70,8 +70,7 @@ static int tg_param_check(const char *op, const char *const *names,
   TG_TRY(tg_shape(h[0], what, &rows, &cols));
   for (int i = 0; i < n; i++) {
     TG_TRY(tg_expect(h[i], op, names[i], rows, cols, sizeof(float)));
-    if ((int)starpu_matrix_get_local_ld(h[i]) != cols)
-      return tg_fail(EINVAL, "%s: %s must be contiguous (ld == cols)", op, names[i]);
+    TG_TRY(tg_expect_contiguous(h[i], op, names[i]));
   }
   return 0;
 }

@@ -55,6 +55,12 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
               const enum starpu_data_access_mode *modes, const void *args,
               size_t argsize, double flops, const tg_task_opts *opts);
 
+/* A STARPU_SCRATCH workspace of at least `bytes` bytes: one handle per
+ * size, registered on first use (no home node: StarPU allocates it on each
+ * worker that runs a task with it) and unregistered at tg_shutdown(). */
+starpu_data_handle_t tg_scratch(size_t bytes);
+#define TG_VPTR(buf) ((float *)STARPU_VECTOR_GET_PTR(buf))
+
 /* The output mode for an accumulation choice. */
 enum starpu_data_access_mode tg_accum_mode(tg_accum accum);
 
@@ -63,6 +69,10 @@ int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols);
 /* -EINVAL unless h is a (rows, cols) matrix with elements of elemsize bytes. */
 int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
               int rows, int cols, size_t elemsize);
+
+/* -EINVAL unless h's rows are contiguous (ld == cols): for kernels that
+ * index a table by row with no leading dimension (wte, wpe). */
+int tg_expect_contiguous(starpu_data_handle_t h, const char *op, const char *what);
 
 /* Unpacking a matrix buffer inside a codelet. */
 #define TG_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))

@@ -11,4 +11,8 @@
 
 extern void (*tg_submit_hook)(struct starpu_task *task);
 
+/* Runs fn in tg_shutdown(), after the last task and before starpu_shutdown
+ * (e.g. to unregister data that layers above the runtime registered). */
+void tg_at_shutdown(void (*fn)(void));
+
 #endif

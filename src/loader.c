@@ -1,8 +1,23 @@
 /*
- * Batch loader: a thread that fills upcoming batches into pinned,
+ * Batch loaders: a thread that fills upcoming batches into pinned,
  * StarPU-registered buffers while the current training step runs.
  *
  * Design notes
+ *
+ * One core, two fillers.  The core (slots, the thread, the W acquire,
+ * prefetch, the ready queue, destroy) knows nothing about where samples
+ * come from: a source describes the batches (rows of a full batch, rows of
+ * an epoch's last batch when it is smaller, batches per epoch, the dtype and
+ * columns of x, a row granularity the micro-batches must respect) and
+ * provides two functions run in the loader thread, begin_epoch (e.g. a new
+ * permutation) and fill (write rows r0 .. r0+rows-1 of batch b into one
+ * micro-batch's x and y).  The fillers are:
+ *  - the data-set filler behind tg_loader_create: x (batch, features) f32,
+ *    y (batch, 1) i32 labels, a seeded permutation per epoch, an optional
+ *    partial last batch;
+ *  - the token filler behind tg_token_loader_create: x and y (B*T, 1) i32,
+ *    y being x shifted by one token, sequential (llm.c) or shuffled windows,
+ *    micro-batches of whole sequences.
  *
  * Why a loader thread.  Gathering a shuffled batch is a host memcpy per
  * sample.  Done by the thread that submits the training graph it would
@@ -11,22 +26,27 @@
  * run, this thread has already written batches k+1 .. k+prefetch.
  *
  * Slots.  There are prefetch + 1 full-size slots (at least 2).  Each slot is
- * a pinned x tensor (batch, features) f32 and a y tensor (batch, 1) i32
+ * a pinned x tensor (rows, x_cols) and a y tensor (rows, 1) i32
  * (tg_tensor_alloc), each partitioned ONCE, at creation, into nmicro row
  * blocks with starpu_matrix_filter_vertical_block; the children are what a
  * batch hands out, so no partitioning happens inside a step.  Uneven splits
- * are fine (StarPU spreads the remainder; the rows of every child are read
- * back from its interface).  At any time one slot may be in use by the
- * caller and up to prefetch slots are ready or being filled.
+ * are fine for the data set (StarPU spreads the remainder; the rows of every
+ * child are read back from its interface).  The token loader needs whole
+ * sequences per child: with B*T rows and nmicro dividing B, the filter's
+ * chunk size is exactly (B/nmicro)*T with no remainder, and slot_init checks
+ * that every child really holds a multiple of T rows.  At any time one slot
+ * may be in use by the caller and up to prefetch slots are ready or being
+ * filled.
  *
- * Partial batch.  When !drop_last and batch does not divide n, the last
- * batch of every epoch has n % batch rows.  Those rows need children of
- * other sizes, so there is ONE extra slot of that size, partitioned into
- * min(nmicro, n % batch) children, used only for that batch.  Batches are
- * filled in order, so when an epoch is shorter than the prefetch depth the
- * loader may wait for that slot (the previous epoch's last batch) to come
- * back before running further ahead; it never deadlocks, since the caller
- * consumes batches in the same order.
+ * Partial batch.  When the data set's !drop_last and batch does not divide
+ * n, the last batch of every epoch has n % batch rows.  Those rows need
+ * children of other sizes, so there is ONE extra slot of that size,
+ * partitioned into min(nmicro, n % batch) children, used only for that
+ * batch.  Batches are filled in order, so when an epoch is shorter than the
+ * prefetch depth the loader may wait for that slot (the previous epoch's
+ * last batch) to come back before running further ahead; it never
+ * deadlocks, since the caller consumes batches in the same order.  The
+ * token loader has no partial batch.
  *
  * Why a W acquire.  A slot handed out by tg_loader_next() becomes free again
  * at the NEXT tg_loader_next() call: by then the caller has submitted the
@@ -48,13 +68,14 @@
  *
  * Order.  Epochs follow one another without a break; epoch e uses a
  * permutation computed from (seed, e) with splitmix64 and Fisher-Yates when
- * shuffle is on (identity otherwise), so a run is reproducible and two
- * loaders with the same seed hand out the same sequence.
+ * shuffling (identity otherwise), so a run is reproducible and two loaders
+ * with the same seed hand out the same sequence.
  *
- * The data set must outlive the loader (samples are copied from ds->x/ds->y
- * by the loader thread).
+ * The data set or token array must outlive the loader (the loader thread
+ * copies from it).
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +87,27 @@
 #include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
+
+/* ---- what a filler provides --------------------------------------------- */
+
+typedef struct loader_source {
+  int rows;            /* rows of a full batch */
+  int partial_rows;    /* rows of each epoch's last batch if smaller, else 0 */
+  int bpe;             /* batches per epoch */
+  int x_cols;          /* columns of x */
+  tg_dtype x_dtype;    /* y is always (rows, 1) i32 */
+  int row_unit;        /* every micro-batch holds a multiple of this many rows */
+  void *ctx;
+  /* Both run in the loader thread only.  begin_epoch precedes the first
+   * fill of each epoch; fill writes rows r0 .. r0+nrows-1 of batch b of the
+   * current epoch into one micro-batch (leading dimensions in elements). */
+  void (*begin_epoch)(void *ctx, long long epoch);
+  void (*fill)(void *ctx, int b, int r0, int nrows, void *x, size_t xld,
+               int32_t *y, size_t yld);
+  void (*free_ctx)(void *ctx);
+} loader_source;
+
+/* ---- core --------------------------------------------------------------- */
 
 enum slot_state { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_INUSE };
 
@@ -82,15 +124,13 @@ typedef struct tg_slot {
 } tg_slot;
 
 struct tg_loader {
-  const tg_dataset *ds;
-  tg_loader_config cfg;
-  int bpe;                 /* batches per epoch */
-  int partial_rows;        /* rows of the last batch of an epoch if partial */
+  loader_source src;
+  int nmicro;
+  int prefetch;
 
   tg_slot *slots;
   int nslots;
 
-  int *perm;               /* current epoch's order (loader thread only) */
   int ncuda;
   unsigned *cuda_nodes;    /* memory node of each CUDA worker */
 
@@ -125,18 +165,19 @@ static uint64_t rand_below(uint64_t *s, uint64_t bound) {
   }
 }
 
-static void make_perm(tg_loader *ld, long long epoch) {
-  const int n = ld->ds->n;
-  for (int i = 0; i < n; i++) ld->perm[i] = i;
-  if (!ld->cfg.shuffle) return;
-  /* Each epoch's permutation depends on (seed, epoch) only. */
-  uint64_t s = ld->cfg.seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
+/* perm = 0 .. n-1, shuffled by Fisher-Yates when shuffle; the permutation
+ * depends on (seed, epoch) only. */
+static void make_perm(int *perm, int n, int shuffle, uint64_t seed,
+                      long long epoch) {
+  for (int i = 0; i < n; i++) perm[i] = i;
+  if (!shuffle) return;
+  uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
   (void)splitmix64(&s);
   for (int i = n - 1; i > 0; i--) {
     int j = (int)rand_below(&s, (uint64_t)i + 1);
-    int t = ld->perm[i];
-    ld->perm[i] = ld->perm[j];
-    ld->perm[j] = t;
+    int t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
   }
 }
 
@@ -165,15 +206,15 @@ static void slot_free(tg_slot *s) {
   s->child_rows = NULL;
 }
 
-static int slot_init(tg_slot *s, int rows, int features, int nmicro,
-                     int partial) {
+static int slot_init(tg_slot *s, const loader_source *src, int rows,
+                     int nmicro, int partial) {
   memset(s, 0, sizeof *s);
   s->rows = rows;
   s->nchild = nmicro < rows ? nmicro : rows;
   s->partial = partial;
   s->state = SLOT_FREE;
   s->seq = -1;
-  int rc = tg_tensor_alloc(&s->x, rows, features, TG_F32);
+  int rc = tg_tensor_alloc(&s->x, rows, src->x_cols, src->x_dtype);
   if (rc < 0) return rc;
   rc = tg_tensor_alloc(&s->y, rows, 1, TG_I32);
   if (rc < 0) return rc;
@@ -204,6 +245,9 @@ static int slot_init(tg_slot *s, int rows, int features, int nmicro,
     if (rx != ry || rx <= 0)
       return tg_fail(EIO, "loader: micro-batch %d has %d input rows and %d "
                      "label rows", i, rx, ry);
+    if (rx % src->row_unit != 0)
+      return tg_fail(EIO, "loader: micro-batch %d has %d rows, not whole "
+                     "sequences of %d", i, rx, src->row_unit);
     s->child_rows[i] = rx;
     total += rx;
   }
@@ -213,36 +257,30 @@ static int slot_init(tg_slot *s, int rows, int features, int nmicro,
   return 0;
 }
 
-/* Writes batch b of the current epoch (ld->perm) into slot s.  Runs in the
- * loader thread. */
+/* Writes batch b of the current epoch into slot s through W acquires of its
+ * children, then prefetches them to the CUDA workers.  Runs in the loader
+ * thread. */
 static int slot_fill(tg_loader *ld, tg_slot *s, int b) {
-  const tg_dataset *ds = ld->ds;
-  const size_t features = (size_t)ds->features;
-  const int *order = ld->perm + (size_t)b * (size_t)ld->cfg.batch;
   int r0 = 0;
   for (int i = 0; i < s->nchild; i++) {
-    const int rows = s->child_rows[i];
     int rc = starpu_data_acquire(s->xc[i], STARPU_W);
     if (rc != 0)
       return tg_fail(rc < 0 ? -rc : EIO, "loader: starpu_data_acquire of "
                      "micro-batch %d inputs failed (%d)", i, rc);
-    float *xp = (float *)starpu_matrix_get_local_ptr(s->xc[i]);
-    size_t xld = starpu_matrix_get_local_ld(s->xc[i]);
-    for (int r = 0; r < rows; r++)
-      memcpy(xp + (size_t)r * xld, ds->x + (size_t)order[r0 + r] * features,
-             features * sizeof(float));
-    starpu_data_release(s->xc[i]);
-
     rc = starpu_data_acquire(s->yc[i], STARPU_W);
-    if (rc != 0)
+    if (rc != 0) {
+      starpu_data_release(s->xc[i]);
       return tg_fail(rc < 0 ? -rc : EIO, "loader: starpu_data_acquire of "
                      "micro-batch %d labels failed (%d)", i, rc);
-    int32_t *yp = (int32_t *)starpu_matrix_get_local_ptr(s->yc[i]);
-    size_t yld = starpu_matrix_get_local_ld(s->yc[i]);
-    for (int r = 0; r < rows; r++)
-      yp[(size_t)r * yld] = ds->y[order[r0 + r]];
+    }
+    ld->src.fill(ld->src.ctx, b, r0, s->child_rows[i],
+                 (void *)starpu_matrix_get_local_ptr(s->xc[i]),
+                 starpu_matrix_get_local_ld(s->xc[i]),
+                 (int32_t *)starpu_matrix_get_local_ptr(s->yc[i]),
+                 starpu_matrix_get_local_ld(s->yc[i]));
     starpu_data_release(s->yc[i]);
-    r0 += rows;
+    starpu_data_release(s->xc[i]);
+    r0 += s->child_rows[i];
   }
   if (ld->ncuda > 0) {
     for (int i = 0; i < s->nchild; i++) {
@@ -298,17 +336,18 @@ static void set_error(tg_loader *ld, int rc) {
 
 static void *loader_main(void *arg) {
   tg_loader *ld = arg;
+  const int bpe = ld->src.bpe;
   long long cur_epoch = -1;
   for (long long seq = 0;; seq++) {
-    const long long epoch = seq / ld->bpe;
-    const int b = (int)(seq % ld->bpe);
-    const int partial = ld->partial_rows > 0 && b == ld->bpe - 1;
+    const long long epoch = seq / bpe;
+    const int b = (int)(seq % bpe);
+    const int partial = ld->src.partial_rows > 0 && b == bpe - 1;
 
     if (lock(ld)) return NULL;
     int s = -1;
     for (;;) {
       if (ld->stop) break;
-      if (ld->nready < ld->cfg.prefetch) {
+      if (ld->nready < ld->prefetch) {
         s = find_free(ld, partial);
         if (s >= 0) break;
       }
@@ -327,7 +366,7 @@ static void *loader_main(void *arg) {
     unlock(ld);
 
     if (epoch != cur_epoch) {
-      make_perm(ld, epoch);
+      ld->src.begin_epoch(ld->src.ctx, epoch);
       cur_epoch = epoch;
     }
     int rc = slot_fill(ld, &ld->slots[s], b);
@@ -348,15 +387,15 @@ static void *loader_main(void *arg) {
   }
 }
 
-/* ---- public API -------------------------------------------------------- */
+/* ---- core: creation, hand-out, destruction ------------------------------ */
 
 static void loader_free(tg_loader *ld) {
   if (!ld) return;
   if (ld->slots)
     for (int i = 0; i < ld->nslots; i++) slot_free(&ld->slots[i]);
   free(ld->slots);
-  free(ld->perm);
   free(ld->cuda_nodes);
+  if (ld->src.free_ctx) ld->src.free_ctx(ld->src.ctx);
   if (ld->sync_init) {
     int e = pthread_cond_destroy(&ld->cv);
     if (e) fprintf(stderr, "taskgrad loader: pthread_cond_destroy: %s\n",
@@ -368,72 +407,47 @@ static void loader_free(tg_loader *ld) {
   free(ld);
 }
 
-tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
-  if (!ds || !cfg) {
-    tg_fail(EINVAL, "tg_loader_create: %s is NULL", ds ? "config" : "dataset");
-    return NULL;
-  }
-  if (ds->n <= 0 || ds->features <= 0 || !ds->x || !ds->y) {
-    tg_fail(EINVAL, "tg_loader_create: empty data set (n = %d, features = "
-            "%d)", ds->n, ds->features);
-    return NULL;
-  }
-  if (cfg->batch < 1) {
-    tg_fail(EINVAL, "loader: batch size %d must be >= 1", cfg->batch);
-    return NULL;
-  }
-  if (cfg->nmicro < 1 || cfg->nmicro > cfg->batch) {
-    tg_fail(EINVAL, "loader: %d micro-batches must be between 1 and the "
-            "batch size %d", cfg->nmicro, cfg->batch);
-    return NULL;
-  }
-  if (cfg->prefetch < 1) {
-    tg_fail(EINVAL, "loader: prefetch depth %d must be >= 1", cfg->prefetch);
-    return NULL;
-  }
-  if (cfg->batch > ds->n) {
-    tg_fail(EINVAL, "loader: batch size %d exceeds the %d samples of the "
-            "data set", cfg->batch, ds->n);
-    return NULL;
-  }
-  if (cfg->prefetch > 1024) {
-    tg_fail(EINVAL, "loader: prefetch depth %d is too large (max 1024)",
-            cfg->prefetch);
-    return NULL;
-  }
+static int check_prefetch(int prefetch) {
+  if (prefetch < 1)
+    return tg_fail(EINVAL, "loader: prefetch depth %d must be >= 1", prefetch);
+  if (prefetch > 1024)
+    return tg_fail(EINVAL, "loader: prefetch depth %d is too large (max 1024)",
+                   prefetch);
+  return 0;
+}
 
+/* Allocates the slots and starts the thread for a validated source.  Owns
+ * src->ctx from here on: it is freed (free_ctx) on failure too. */
+static tg_loader *loader_start(const loader_source *src, int nmicro,
+                               int prefetch) {
   tg_loader *ld = calloc(1, sizeof *ld);
   if (!ld) {
+    src->free_ctx(src->ctx);
     tg_fail(ENOMEM, "loader: out of memory");
     return NULL;
   }
-  ld->ds = ds;
-  ld->cfg = *cfg;
+  ld->src = *src;
+  ld->nmicro = nmicro;
+  ld->prefetch = prefetch;
   ld->inuse = -1;
-  const int rem = ds->n % cfg->batch;
-  ld->partial_rows = cfg->drop_last ? 0 : rem;
-  ld->bpe = ds->n / cfg->batch + (ld->partial_rows > 0 ? 1 : 0);
 
   int e = pthread_mutex_init(&ld->mu, NULL);
   if (e) {
     tg_fail(e, "loader: pthread_mutex_init: %s", strerror(e));
-    free(ld);
-    return NULL;
+    goto fail;
   }
   e = pthread_cond_init(&ld->cv, NULL);
   if (e) {
     tg_fail(e, "loader: pthread_cond_init: %s", strerror(e));
     pthread_mutex_destroy(&ld->mu);
-    free(ld);
-    return NULL;
+    goto fail;
   }
   ld->sync_init = 1;
 
-  ld->perm = malloc((size_t)ds->n * sizeof *ld->perm);
-  const int nfull = cfg->prefetch + 1;
-  ld->nslots = nfull + (ld->partial_rows > 0 ? 1 : 0);
+  const int nfull = prefetch + 1;
+  ld->nslots = nfull + (src->partial_rows > 0 ? 1 : 0);
   ld->slots = calloc((size_t)ld->nslots, sizeof *ld->slots);
-  if (!ld->perm || !ld->slots) {
+  if (!ld->slots) {
     tg_fail(ENOMEM, "loader: out of memory");
     ld->nslots = 0;
     goto fail;
@@ -462,9 +476,8 @@ tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
 
   for (int i = 0; i < ld->nslots; i++) {
     const int partial = i >= nfull;
-    const int rows = partial ? ld->partial_rows : cfg->batch;
-    int rc = slot_init(&ld->slots[i], rows, ds->features, cfg->nmicro,
-                       partial);
+    const int rows = partial ? src->partial_rows : src->rows;
+    int rc = slot_init(&ld->slots[i], src, rows, nmicro, partial);
     if (rc < 0) goto fail; /* slot i is freed with the others */
   }
 
@@ -483,7 +496,7 @@ fail:
 }
 
 int tg_loader_batches_per_epoch(const tg_loader *ld) {
-  return ld ? ld->bpe : 0;
+  return ld ? ld->src.bpe : 0;
 }
 
 int tg_loader_next(tg_loader *ld, tg_batch *out) {
@@ -551,4 +564,212 @@ void tg_loader_destroy(tg_loader *ld) {
   /* slot_free waits (W acquire) for the tasks still reading each child,
    * unpartitions and frees the tensors. */
   loader_free(ld);
+}
+
+/* ---- data-set filler (tg_loader_create) --------------------------------- */
+
+typedef struct dataset_ctx {
+  const tg_dataset *ds;
+  int batch;
+  int shuffle;
+  uint64_t seed;
+  int *perm;               /* current epoch's order of the samples */
+} dataset_ctx;
+
+static void dataset_begin_epoch(void *arg, long long epoch) {
+  dataset_ctx *c = arg;
+  make_perm(c->perm, c->ds->n, c->shuffle, c->seed, epoch);
+}
+
+static void dataset_fill(void *arg, int b, int r0, int nrows, void *xv,
+                         size_t xld, int32_t *y, size_t yld) {
+  const dataset_ctx *c = arg;
+  const tg_dataset *ds = c->ds;
+  const size_t features = (size_t)ds->features;
+  const int *order = c->perm + (size_t)b * (size_t)c->batch + r0;
+  float *x = xv;
+  for (int r = 0; r < nrows; r++) {
+    memcpy(x + (size_t)r * xld, ds->x + (size_t)order[r] * features,
+           features * sizeof(float));
+    y[(size_t)r * yld] = ds->y[order[r]];
+  }
+}
+
+static void dataset_free(void *arg) {
+  dataset_ctx *c = arg;
+  if (!c) return;
+  free(c->perm);
+  free(c);
+}
+
+tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
+  if (!ds || !cfg) {
+    tg_fail(EINVAL, "tg_loader_create: %s is NULL", ds ? "config" : "dataset");
+    return NULL;
+  }
+  if (ds->n <= 0 || ds->features <= 0 || !ds->x || !ds->y) {
+    tg_fail(EINVAL, "tg_loader_create: empty data set (n = %d, features = "
+            "%d)", ds->n, ds->features);
+    return NULL;
+  }
+  if (cfg->batch < 1) {
+    tg_fail(EINVAL, "loader: batch size %d must be >= 1", cfg->batch);
+    return NULL;
+  }
+  if (cfg->nmicro < 1 || cfg->nmicro > cfg->batch) {
+    tg_fail(EINVAL, "loader: %d micro-batches must be between 1 and the "
+            "batch size %d", cfg->nmicro, cfg->batch);
+    return NULL;
+  }
+  if (cfg->prefetch < 1 && check_prefetch(cfg->prefetch) < 0) return NULL;
+  if (cfg->batch > ds->n) {
+    tg_fail(EINVAL, "loader: batch size %d exceeds the %d samples of the "
+            "data set", cfg->batch, ds->n);
+    return NULL;
+  }
+  if (check_prefetch(cfg->prefetch) < 0) return NULL;
+
+  dataset_ctx *c = calloc(1, sizeof *c);
+  int *perm = malloc((size_t)ds->n * sizeof *perm);
+  if (!c || !perm) {
+    free(c);
+    free(perm);
+    tg_fail(ENOMEM, "loader: out of memory");
+    return NULL;
+  }
+  c->ds = ds;
+  c->batch = cfg->batch;
+  c->shuffle = cfg->shuffle;
+  c->seed = cfg->seed;
+  c->perm = perm;
+
+  loader_source src = {0};
+  src.rows = cfg->batch;
+  src.partial_rows = cfg->drop_last ? 0 : ds->n % cfg->batch;
+  src.bpe = ds->n / cfg->batch + (src.partial_rows > 0 ? 1 : 0);
+  src.x_cols = ds->features;
+  src.x_dtype = TG_F32;
+  src.row_unit = 1;
+  src.ctx = c;
+  src.begin_epoch = dataset_begin_epoch;
+  src.fill = dataset_fill;
+  src.free_ctx = dataset_free;
+  return loader_start(&src, cfg->nmicro, cfg->prefetch);
+}
+
+/* ---- token filler (tg_token_loader_create) ------------------------------ */
+
+/* Sequential (llm.c's DataLoader without shards): batch b of an epoch starts
+ * at token b*B*T, its sequence i at b*B*T + i*T; bpe = (ntokens-1) / (B*T)
+ * is the number of starts p with p + B*T + 1 <= ntokens, so wrapping to 0
+ * after bpe batches is exactly llm.c's "reset when the next batch would run
+ * past the end".  Shuffled: window w is tokens w*T .. w*T + T, for w < nwin =
+ * (ntokens-1)/T; an epoch is a permutation of the windows, B per batch, the
+ * nwin % B left over dropped (a different set every epoch). */
+typedef struct token_ctx {
+  const uint16_t *tokens;
+  int B, T;
+  int shuffled;
+  uint64_t seed;
+  int nwin;                /* shuffled: windows */
+  int *perm;               /* shuffled: current epoch's window order */
+} token_ctx;
+
+static void token_begin_epoch(void *arg, long long epoch) {
+  token_ctx *c = arg;
+  if (c->shuffled) make_perm(c->perm, c->nwin, 1, c->seed, epoch);
+}
+
+static void token_fill(void *arg, int b, int r0, int nrows, void *xv,
+                       size_t xld, int32_t *y, size_t yld) {
+  const token_ctx *c = arg;
+  const size_t T = (size_t)c->T;
+  int32_t *x = xv;
+  /* r0 and nrows are multiples of T (whole sequences, see slot_init) */
+  for (int r = 0; r < nrows; r += c->T) {
+    const size_t i = (size_t)(r0 + r) / T; /* sequence within the batch */
+    const size_t start =
+        c->shuffled ? (size_t)c->perm[(size_t)b * (size_t)c->B + i] * T
+                    : ((size_t)b * (size_t)c->B + i) * T;
+    const uint16_t *tok = c->tokens + start;
+    for (size_t t = 0; t < T; t++) {
+      x[(size_t)(r + (int)t) * xld] = tok[t];
+      y[(size_t)(r + (int)t) * yld] = tok[t + 1];
+    }
+  }
+}
+
+static void token_free(void *arg) {
+  token_ctx *c = arg;
+  if (!c) return;
+  free(c->perm);
+  free(c);
+}
+
+tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
+                                  const tg_token_loader_config *cfg) {
+  if (!tokens || !cfg) {
+    tg_fail(EINVAL, "tg_token_loader_create: %s is NULL",
+            tokens ? "config" : "tokens");
+    return NULL;
+  }
+  if (cfg->B < 1 || cfg->T < 1) {
+    tg_fail(EINVAL, "token loader: B = %d and T = %d must be >= 1", cfg->B,
+            cfg->T);
+    return NULL;
+  }
+  if ((long long)cfg->B * cfg->T > INT_MAX / 4) {
+    tg_fail(EINVAL, "token loader: a batch of B*T = %lld tokens is too large",
+            (long long)cfg->B * cfg->T);
+    return NULL;
+  }
+  if (cfg->nmicro < 1 || cfg->nmicro > cfg->B || cfg->B % cfg->nmicro != 0) {
+    tg_fail(EINVAL, "token loader: %d micro-batches must divide B = %d (each "
+            "micro-batch holds whole sequences)", cfg->nmicro, cfg->B);
+    return NULL;
+  }
+  if (check_prefetch(cfg->prefetch) < 0) return NULL;
+  const size_t BT = (size_t)cfg->B * (size_t)cfg->T;
+  if (ntokens < BT + 1) {
+    tg_fail(EINVAL, "token loader: %zu tokens are too few for one batch of "
+            "B = %d sequences of T = %d (needs B*T+1 = %zu)", ntokens, cfg->B,
+            cfg->T, BT + 1);
+    return NULL;
+  }
+  const size_t nwin = (ntokens - 1) / (size_t)cfg->T;
+  const size_t bpe = cfg->shuffled ? nwin / (size_t)cfg->B : (ntokens - 1) / BT;
+  if (nwin > INT_MAX || bpe > INT_MAX) {
+    tg_fail(EINVAL, "token loader: %zu tokens are too many for T = %d (at "
+            "most %d windows)", ntokens, cfg->T, INT_MAX);
+    return NULL;
+  }
+
+  token_ctx *c = calloc(1, sizeof *c);
+  int *perm = cfg->shuffled ? malloc(nwin * sizeof *perm) : NULL;
+  if (!c || (cfg->shuffled && !perm)) {
+    free(c);
+    free(perm);
+    tg_fail(ENOMEM, "token loader: out of memory");
+    return NULL;
+  }
+  c->tokens = tokens;
+  c->B = cfg->B;
+  c->T = cfg->T;
+  c->shuffled = cfg->shuffled != 0;
+  c->seed = cfg->seed;
+  c->nwin = (int)nwin;
+  c->perm = perm;
+
+  loader_source src = {0};
+  src.rows = (int)BT;
+  src.partial_rows = 0;
+  src.bpe = (int)bpe;
+  src.x_cols = 1;
+  src.x_dtype = TG_I32;
+  src.row_unit = cfg->T;
+  src.ctx = c;
+  src.begin_epoch = token_begin_epoch;
+  src.fill = token_fill;
+  src.free_ctx = token_free;
+  return loader_start(&src, cfg->nmicro, cfg->prefetch);
 }

@@ -18,7 +18,18 @@
 #include "check.h"
 #include "taskgrad/runtime.h"
 
+#include "hooks.h"
+
 static int tg_started = 0;
+static void (*tg_shutdown_fns[8])(void);
+static int tg_nshutdown_fns = 0;
+
+void tg_at_shutdown(void (*fn)(void)) {
+  for (int i = 0; i < tg_nshutdown_fns; i++)
+    if (tg_shutdown_fns[i] == fn) return;
+  if (tg_nshutdown_fns == 8) TG_FATAL("tg_at_shutdown: too many functions");
+  tg_shutdown_fns[tg_nshutdown_fns++] = fn;
+}
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
@@ -66,6 +77,8 @@ int tg_init(const tg_runtime_config *cfg) {
 void tg_shutdown(void) {
   if (!tg_started) return;
   starpu_task_wait_for_all();
+  for (int i = tg_nshutdown_fns - 1; i >= 0; i--) tg_shutdown_fns[i]();
+  tg_nshutdown_fns = 0;
 #ifdef TG_HAVE_CUDA
   if (tg_cublas_started) starpu_cublas_shutdown();
 #endif

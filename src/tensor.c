@@ -109,3 +109,74 @@ int tg_tensor_write(tg_tensor *t, const void *src) {
 void tg_tensor_enable_reduction(tg_tensor *t) {
   starpu_data_set_reduction_methods(t->handle, &tg_accumulate_cl, &tg_fill_zero_cl);
 }
+
+/* ---- row-block splits --------------------------------------------------- */
+
+static int tg_split_init(tg_tensor *t, int n, tg_split *s) {
+  memset(s, 0, sizeof *s);
+  if (n < 1 || n > TG_MAX_SPLIT || n > t->rows)
+    return tg_fail(EINVAL, "cannot split a (%d, %d) tensor into %d row blocks (at most %d)",
+                   t->rows, t->cols, n, TG_MAX_SPLIT);
+  s->n = n;
+  return 0;
+}
+
+static struct starpu_data_filter tg_row_filter(int n) {
+  struct starpu_data_filter f;
+  memset(&f, 0, sizeof f);
+  f.filter_func = starpu_matrix_filter_vertical_block;
+  f.nchildren = (unsigned)n;
+  return f;
+}
+
+int tg_tensor_split_static(tg_tensor *t, int n, tg_split *s) {
+  TG_TRY(tg_split_init(t, n, s));
+  struct starpu_data_filter f = tg_row_filter(n);
+  starpu_data_partition(t->handle, &f);
+  for (int i = 0; i < n; i++) s->parts[i] = starpu_data_get_sub_data(t->handle, 1, i);
+  s->active = 3; /* static: only tg_split_free undoes it */
+  return 0;
+}
+
+int tg_split_plan(tg_tensor *t, int n, tg_split *s) {
+  TG_TRY(tg_split_init(t, n, s));
+  if (!t->host)
+    return tg_fail(EINVAL, "a split plan needs a tensor with a home node (tg_tensor_alloc)");
+  struct starpu_data_filter f = tg_row_filter(n);
+  starpu_data_partition_plan(t->handle, &f, s->parts);
+  return 0;
+}
+
+void tg_split_readonly(tg_tensor *t, tg_split *s) {
+  if (s->active == 1) return;
+  if (s->active == 2) tg_split_join(t, s);
+  starpu_data_partition_readonly_submit(t->handle, (unsigned)s->n, s->parts);
+  s->active = 1;
+}
+
+void tg_split_write(tg_tensor *t, tg_split *s) {
+  if (s->active == 2) return;
+  if (s->active == 1)
+    starpu_data_partition_readwrite_upgrade_submit(t->handle, (unsigned)s->n, s->parts);
+  else
+    starpu_data_partition_submit(t->handle, (unsigned)s->n, s->parts);
+  s->active = 2;
+}
+
+void tg_split_join(tg_tensor *t, tg_split *s) {
+  if (s->active != 1 && s->active != 2) return;
+  /* -1: gather where StarPU sees fit, not necessarily in main RAM */
+  starpu_data_unpartition_submit(t->handle, (unsigned)s->n, s->parts, -1);
+  s->active = 0;
+}
+
+void tg_split_free(tg_tensor *t, tg_split *s) {
+  if (s->n == 0 || !t->handle) return;
+  if (s->active == 3) {
+    starpu_data_unpartition(t->handle, STARPU_MAIN_RAM);
+  } else {
+    tg_split_join(t, s);
+    starpu_data_partition_clean(t->handle, (unsigned)s->n, s->parts);
+  }
+  memset(s, 0, sizeof *s);
+}

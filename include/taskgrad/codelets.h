@@ -107,6 +107,69 @@ int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
                     starpu_data_handle_t m, starpu_data_handle_t v,
                     const tg_adamw_hyper *h, const tg_task_opts *opts);
 
+/* ---- transformer codelets (GPT-2, llm.c definitions; see kernels_cpu.h) ----
+ * Token buffers are int32 (n, 1) with n = b * T rows (b sequences of T);
+ * T is an argument.  Weight gradients take TG_ACCUMULATE or TG_REDUCE. */
+
+/* X (n, C) = wte(tokens) + wpe(position) */
+int tg_embedding_fwd_insert(int T, starpu_data_handle_t tokens,
+                            starpu_data_handle_t wte, starpu_data_handle_t wpe,
+                            starpu_data_handle_t X, const tg_task_opts *opts);
+/* dwte, dwpe (+)= scatter of dX */
+int tg_embedding_bwd_insert(int T, starpu_data_handle_t tokens,
+                            starpu_data_handle_t dX, starpu_data_handle_t dwte,
+                            starpu_data_handle_t dwpe, tg_accum accum,
+                            const tg_task_opts *opts);
+/* Y = LN(X) * w + b; mean, rstd (n, 1) kept for the backward */
+int tg_layernorm_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t w,
+                            starpu_data_handle_t b, starpu_data_handle_t Y,
+                            starpu_data_handle_t mean,
+                            starpu_data_handle_t rstd, const tg_task_opts *opts);
+/* dX += (RW), dw, db (+)= */
+int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
+                            starpu_data_handle_t w, starpu_data_handle_t mean,
+                            starpu_data_handle_t rstd, starpu_data_handle_t dX,
+                            starpu_data_handle_t dw, starpu_data_handle_t db,
+                            tg_accum accum, const tg_task_opts *opts);
+/* Y = A + B */
+int tg_residual_insert(starpu_data_handle_t A, starpu_data_handle_t B,
+                       starpu_data_handle_t Y, const tg_task_opts *opts);
+
+typedef enum tg_attention_kind {
+  TG_ATTN_NAIVE = 0,   /* state: probabilities (b*NH*T, T) */
+  TG_ATTN_CHUNKED = 1, /* state: log-sum-exp (n, NH) */
+} tg_attention_kind;
+/* out (n, C) = causal attention of qkv (n, 3C); `state` as above.  The
+ * chunked variants use a STARPU_SCRATCH workspace of
+ * tg_attention_scratch_bytes() bytes. */
+int tg_attention_fwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
+                            starpu_data_handle_t qkv, starpu_data_handle_t out,
+                            starpu_data_handle_t state,
+                            const tg_task_opts *opts);
+/* dqkv (n, 3C) written */
+int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
+                            starpu_data_handle_t qkv, starpu_data_handle_t out,
+                            starpu_data_handle_t state,
+                            starpu_data_handle_t dout,
+                            starpu_data_handle_t dqkv,
+                            const tg_task_opts *opts);
+/* Bytes of the scratch workspace an attention task of b sequences
+ * registers (the largest need of its CPU and CUDA implementations). */
+size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C,
+                                  int NH, int chunk);
+
+/* Tied LM head + softmax cross-entropy over the first V vocabulary rows, in
+ * row chunks (a (chunk, V) scratch):  loss (+)= scale * sum -log p(target);
+ * with dlnf != NULL also dlnf = dlogits wte[:V] (written) and
+ * dwte (+)= dlogits^T lnf.  lnf (n, C), wte (Vp, C), targets (n, 1). */
+int tg_lm_classifier_insert(int V, int chunk, float scale,
+                            starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                            starpu_data_handle_t targets,
+                            starpu_data_handle_t dlnf,
+                            starpu_data_handle_t dwte, tg_accum dwte_accum,
+                            starpu_data_handle_t loss, tg_accum loss_accum,
+                            const tg_task_opts *opts);
+
 /* X = value (write-only) */
 int tg_fill_insert(starpu_data_handle_t X, float value,
                    const tg_task_opts *opts);
@@ -124,7 +187,9 @@ extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl
     tg_bias_add_cl, tg_bias_grad_cl,
     tg_act_fwd_cl, tg_act_bwd_cl, tg_softmax_xent_cl, tg_accuracy_cl,
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
-    tg_scale_cl;
+    tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
+    tg_layernorm_bwd_cl, tg_residual_cl, tg_attention_fwd_cl,
+    tg_attention_bwd_cl, tg_lm_classifier_cl;
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,29 @@ int tg_tensor_write(tg_tensor *t, const void *src);
  * start from zero (fill codelet) and are merged by the accumulate codelet. */
 void tg_tensor_enable_reduction(tg_tensor *t);
 
+/* ---- splitting a tensor into row blocks --------------------------------------
+ * Static: a permanent, synchronous partition made before any task touches
+ * the tensor; the blocks are then used instead of the whole.
+ * Asynchronous (a plan): blocks and whole alternate within the task graph:
+ * tg_split_readonly() makes the blocks readable (the whole stays readable),
+ * tg_split_write() makes them writable (the whole becomes invalid),
+ * tg_split_join() makes the whole valid again.  Plans need a tensor with a
+ * home node (tg_tensor_alloc): StarPU 1.3 cannot plan a partition of data
+ * that has no memory yet.  tg_split_free() joins and drops the plan. */
+#define TG_MAX_SPLIT 64
+typedef struct tg_split {
+  int n;                                    /* number of blocks */
+  int active;                               /* 0 joined, 1 read-only, 2 written */
+  starpu_data_handle_t parts[TG_MAX_SPLIT];
+} tg_split;
+
+int tg_tensor_split_static(tg_tensor *t, int n, tg_split *s);
+int tg_split_plan(tg_tensor *t, int n, tg_split *s);
+void tg_split_readonly(tg_tensor *t, tg_split *s);
+void tg_split_write(tg_tensor *t, tg_split *s);
+void tg_split_join(tg_tensor *t, tg_split *s);
+void tg_split_free(tg_tensor *t, tg_split *s);
+
 static inline size_t tg_tensor_numel(const tg_tensor *t) {
   return (size_t)t->rows * (size_t)t->cols;
 }

@@ -20,10 +20,12 @@
  * loops load a block of VB floats into a local array before storing it, so no
  * restrict is needed and the result does not depend on aliasing.  The blocks
  * have a constant trip count because GCC 12 at -O2 (the "very-cheap" vector
- * cost model) only vectorises such loops.  GELU calls expf per element and
- * stays scalar (no vector libm at -O2).
+ * cost model) only vectorises such loops.  GELU uses exp_approx (below)
+ * instead of expf, so it vectorises too (no vector libm at -O2).
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "taskgrad/kernels_cpu.h"
 
@@ -57,21 +59,55 @@ static inline void relu_bwd_row(int n, const float *x, const float *dy,
   for (; c < n; c++) dx[c] = x[c] > 0.0f ? dy[c] : 0.0f;
 }
 
-static inline float gelu(float x) {
-  float u = GELU_K0 * x * (1.0f + GELU_K1 * x * x);
-  return x / (1.0f + expf(-2.0f * u));
+/* exp(x) without a libm call, so that GCC vectorises the loops that use it:
+ * x = n ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in two so n ln2
+ * is exact), exp(r) by Cephes' degree-6 polynomial (relative error about
+ * 1e-7 over the range), 2^n assembled in the exponent bits.  n is rounded
+ * with the 1.5 * 2^23 trick (no floorf: without SSE4.1 it is a call).
+ * Inputs are clamped to [-87, 88], where exp stays a normal float: GELU
+ * only needs exp of -2u, which saturates long before. */
+static inline float exp_approx(float x) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23 */
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  float t = x * 1.44269504088896341f + magic;
+  float n = t - magic;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
+static inline float gelu(float x) {
+  float u = GELU_K0 * x * (1.0f + GELU_K1 * x * x);
+  float s = 1.0f / (1.0f + exp_approx(-2.0f * u));
+  /* far left, exp(-2u) overflows: s is 0 and gelu (minus) zero, as with
+   * expf = inf */
+  s = -2.0f * u > 88.0f ? 0.0f : s;
+  return x * s;
+}
+
+/* gelu'(x); branch-free so that it vectorises.  Beyond |x| > 20 the exact
+ * values are 1 and 0 (the formula would form 0 * inf for large negative x). */
 static inline float gelu_deriv(float x) {
-  if (x > 20.0f) return 1.0f;
-  if (x < -20.0f) return 0.0f;
   float x2 = x * x;
   float u = GELU_K0 * x * (1.0f + GELU_K1 * x2);
   float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
-  float e = expf(-2.0f * u);
+  float e = exp_approx(-2.0f * u);
   float s = 1.0f / (1.0f + e);
   float oms = e < 1.0f ? e * s : 1.0f - s; /* 1 - s without cancellation */
-  return s + 2.0f * x * s * oms * du;
+  float d = s + 2.0f * x * s * oms * du;
+  d = x > 20.0f ? 1.0f : d;
+  return x < -20.0f ? 0.0f : d;
 }
 
 void tg_cpu_relu_fwd(int rows, int cols,
@@ -99,7 +135,13 @@ void tg_cpu_gelu_fwd(int rows, int cols,
   for (int r = 0; r < rows; r++) {
     const float *x = X + (size_t)r * ldx;
     float *y = Y + (size_t)r * ldy;
-    for (int c = 0; c < cols; c++) y[c] = gelu(x[c]);
+    int c = 0;
+    for (; c + VB <= cols; c += VB) {
+      float t[VB];
+      for (int j = 0; j < VB; j++) t[j] = x[c + j];
+      for (int j = 0; j < VB; j++) y[c + j] = gelu(t[j]);
+    }
+    for (; c < cols; c++) y[c] = gelu(x[c]);
   }
 }
 
@@ -112,6 +154,13 @@ void tg_cpu_gelu_bwd(int rows, int cols,
     const float *x = X + (size_t)r * ldx;
     const float *dy = dY + (size_t)r * lddy;
     float *dx = dX + (size_t)r * lddx;
-    for (int c = 0; c < cols; c++) dx[c] = dy[c] * gelu_deriv(x[c]);
+    int c = 0;
+    for (; c + VB <= cols; c += VB) {
+      float tx[VB], tdy[VB];
+      for (int j = 0; j < VB; j++) tx[j] = x[c + j];
+      for (int j = 0; j < VB; j++) tdy[j] = dy[c + j];
+      for (int j = 0; j < VB; j++) dx[c + j] = tdy[j] * gelu_deriv(tx[j]);
+    }
+    for (; c < cols; c++) dx[c] = dy[c] * gelu_deriv(x[c]);
   }
 }

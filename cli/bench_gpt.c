@@ -1,0 +1,211 @@
+/*
+ * taskgrad bench gpt: measures the GPT training step (forward, backward,
+ * AdamW) on random tokens: step time (median), tokens/s, achieved GFLOP/s
+ * with llm.c's count (6 N + 6 L C T per token), and a per-codelet table.
+ * With --torch it also runs bench/torch_gpt.py on the same checkpoint and
+ * batch with Debian's PyTorch, one process, the same number of threads as
+ * CPU workers, and prints both.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "taskgrad/gpt.h"
+#include "taskgrad/stats.h"
+
+static void bench_gpt_usage(void) {
+  puts("usage: taskgrad bench gpt [flags]\n"
+       "\n"
+       "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
+       "                       shape below)\n"
+       "  --layers L --channels C --heads NH --vocab V --padded-vocab Vp --max-seq T\n"
+       "                       random model shape (default 4, 256, 4, 256, 256, 256)\n"
+       "  --batch B            sequences per step (default 8)\n"
+       "  --seq T              tokens per sequence (default 256)\n"
+       "  --micro-batches M    (default 2)\n"
+       "  --attention NAME     naive or chunked (default chunked)\n"
+       "  --chunk K            attention chunk (default 64)\n"
+       "  --attn-splits S      attention tasks per micro-batch (default: auto)\n"
+       "  --steps N            measured steps (default 10)\n"
+       "  --warmup N           unmeasured steps first (default 2)\n"
+       "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
+       "                       model and batch\n"
+       "  --quiet              no per-codelet table\n" TG_CLI_RUNTIME_HELP);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Runs the PyTorch reference; returns its median step time in ms or -1. */
+static double torch_step_ms(const char *model, const char *tokens, int B, int T, int steps,
+                            int warmup, int threads) {
+  char script[4096], cmd[16384];
+  const char *src = getenv("TG_SOURCE_DIR");
+  snprintf(script, sizeof script, "%s/bench/torch_gpt.py", src ? src : TG_SOURCE_DIR_DEFAULT);
+  if (access(script, R_OK) != 0) {
+    fprintf(stderr, "taskgrad: bench gpt --torch: %s not found (set TG_SOURCE_DIR)\n", script);
+    return -1;
+  }
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 '%s' --model '%s' --tokens '%s' --batch %d --seq %d --steps %d "
+           "--warmup %d --threads %d",
+           script, model, tokens, B, T, steps, warmup, threads);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  char line[512];
+  double ms = -1;
+  while (fgets(line, sizeof line, p)) {
+    fputs(line, stdout);
+    sscanf(line, "torch median step ms: %lf", &ms);
+  }
+  if (pclose(p) != 0) return -1;
+  return ms;
+}
+
+int tg_cmd_bench_gpt(int argc, char **argv) {
+  const char *init_from = NULL;
+  tg_gpt_config cfg = {256, 256, 4, 4, 256, 256};
+  int B = 8, T = 256, micro = 2, chunk = 64, splits = 0, steps = 10, warmup = 2;
+  int torch = 0, quiet = 0;
+  tg_attention_kind attention = TG_ATTN_CHUNKED;
+  tg_runtime_config rt = tg_runtime_config_default();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+#define VAL tg_cli_value(argc, argv, &i)
+#define INT(lo, hi) (int)tg_cli_int(a, VAL, lo, hi)
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      bench_gpt_usage();
+      return 0;
+    } else if (!strcmp(a, "--init-from")) init_from = VAL;
+    else if (!strcmp(a, "--layers")) cfg.num_layers = INT(1, TG_GPT_MAX_LAYERS);
+    else if (!strcmp(a, "--channels")) cfg.channels = INT(1, 1 << 16);
+    else if (!strcmp(a, "--heads")) cfg.num_heads = INT(1, 1 << 12);
+    else if (!strcmp(a, "--vocab")) cfg.vocab_size = INT(1, 65536);
+    else if (!strcmp(a, "--padded-vocab")) cfg.padded_vocab_size = INT(1, 65536);
+    else if (!strcmp(a, "--max-seq")) cfg.max_seq_len = INT(1, 1 << 20);
+    else if (!strcmp(a, "--batch")) B = INT(1, 1 << 16);
+    else if (!strcmp(a, "--seq")) T = INT(1, 1 << 20);
+    else if (!strcmp(a, "--micro-batches")) micro = INT(1, 1 << 16);
+    else if (!strcmp(a, "--chunk")) chunk = INT(1, 1 << 16);
+    else if (!strcmp(a, "--attn-splits")) splits = INT(1, TG_MAX_SPLIT);
+    else if (!strcmp(a, "--steps")) steps = INT(1, 1 << 20);
+    else if (!strcmp(a, "--warmup")) warmup = INT(0, 1 << 20);
+    else if (!strcmp(a, "--attention")) {
+      const char *v = VAL;
+      if (!strcmp(v, "naive")) attention = TG_ATTN_NAIVE;
+      else if (!strcmp(v, "chunked")) attention = TG_ATTN_CHUNKED;
+      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
+    } else if (!strcmp(a, "--torch")) torch = 1;
+    else if (!strcmp(a, "--quiet")) quiet = 1;
+    else if (!tg_cli_runtime_flag(argc, argv, &i, &rt))
+      tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
+#undef INT
+#undef VAL
+  }
+  if (B % micro) tg_cli_die("--micro-batches %d does not divide --batch %d", micro, B);
+  if (cfg.padded_vocab_size < cfg.vocab_size) cfg.padded_vocab_size = cfg.vocab_size;
+  float *params = NULL;
+  size_t sizes[TG_GPT_NPARAMS], nparams;
+  if (init_from) {
+    if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
+    nparams = tg_gpt_param_sizes(&cfg, sizes);
+  } else {
+    if (tg_gpt_config_check(&cfg) < 0) tg_cli_die_last("model shape");
+    nparams = tg_gpt_param_sizes(&cfg, sizes);
+    params = malloc(sizeof(float) * nparams);
+    if (!params) tg_cli_die("out of memory");
+    tg_gpt_init_params(&cfg, 1, params);
+  }
+  if (T > cfg.max_seq_len) tg_cli_die("--seq %d exceeds the model's maximum %d", T, cfg.max_seq_len);
+
+  /* random tokens: one batch, reused every step */
+  size_t ntok = (size_t)B * T + 1;
+  uint16_t *tokens = malloc(sizeof(uint16_t) * ntok);
+  if (!tokens) tg_cli_die("out of memory");
+  uint64_t s = 7;
+  for (size_t i = 0; i < ntok; i++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    tokens[i] = (uint16_t)((s >> 33) % (uint64_t)cfg.vocab_size);
+  }
+
+  rt.profiling = 1;
+  if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
+  int threads = tg_ncpu_workers();
+  tg_gpt_run_config run = tg_gpt_run_default(B, T);
+  run.nmicro = micro;
+  run.attention = attention;
+  run.chunk = chunk;
+  run.attn_splits = splits;
+  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  opt.lr = 1e-4f;
+  tg_gpt g;
+  if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
+  tg_token_loader_config lc = {B, T, micro, 1, 0, 0};
+  tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
+  if (!ld) tg_cli_die_last("batch");
+  tg_batch b;
+  if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("batch");
+
+  for (int k = 0; k < warmup; k++) {
+    if (tg_gpt_step(&g, &b, opt.lr) < 0) tg_cli_die_last("warm-up step");
+    if (tg_gpt_loss(&g, NULL, 1) < 0) tg_cli_die_last("loss");
+  }
+  double *ms = malloc(sizeof(double) * steps);
+  if (!ms) tg_cli_die("out of memory");
+  if (tg_stats_begin() < 0) tg_cli_die_last("statistics");
+  double t_all = tg_cli_now();
+  for (int k = 0; k < steps; k++) {
+    double t0 = tg_cli_now();
+    if (tg_gpt_step(&g, &b, opt.lr) < 0) tg_cli_die_last("training step");
+    if (tg_gpt_loss(&g, NULL, 1) < 0) tg_cli_die_last("loss");
+    ms[k] = (tg_cli_now() - t0) * 1e3;
+  }
+  t_all = tg_cli_now() - t_all;
+  tg_stats st;
+  if (tg_stats_end(&st) < 0) tg_cli_die_last("statistics");
+  qsort(ms, steps, sizeof *ms, cmp_double);
+  double med = ms[steps / 2];
+  double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
+  printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
+         "%s attention (chunk %d, %d tasks), %d CPU + %d CUDA workers, scheduler %s\n",
+         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
+         nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
+         g.run.attn_splits, tg_ncpu_workers(), tg_ncuda_workers(),
+         starpu_sched_ctx_get_sched_policy(0)->policy_name);
+  printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);
+  printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));
+  printf("taskgrad GFLOP/s: %.1f (llm.c count, %.2f GFLOP per step)\n", flops / (med * 1e6),
+         flops * 1e-9);
+  if (!quiet) tg_stats_print(&st, stdout);
+  free(ms);
+  tg_loader_destroy(ld);
+  tg_gpt_destroy(&g);
+  tg_shutdown();
+
+  int rc = 0;
+  if (torch) {
+    char dir[] = "/tmp/taskgrad-bench-XXXXXX", model[256], tokfile[256];
+    if (!mkdtemp(dir)) tg_cli_die("cannot create a temporary directory");
+    snprintf(model, sizeof model, "%s/model.bin", dir);
+    snprintf(tokfile, sizeof tokfile, "%s/tokens.bin", dir);
+    if (tg_llmc_model_write(model, &cfg, params) < 0 ||
+        tg_llmc_tokens_write(tokfile, tokens, ntok) < 0)
+      tg_cli_die_last("writing the PyTorch inputs");
+    double tms = torch_step_ms(model, tokfile, B, T, steps, warmup, threads);
+    unlink(model);
+    unlink(tokfile);
+    rmdir(dir);
+    if (tms > 0)
+      printf("speed-up over PyTorch: %.2fx (PyTorch %.1f ms, taskgrad %.1f ms per step)\n",
+             tms / med, tms, med);
+    else
+      rc = 1;
+  }
+  free(params);
+  free(tokens);
+  return rc;
+}

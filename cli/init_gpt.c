@@ -1,0 +1,107 @@
+/*
+ * taskgrad init gpt: writes a randomly initialised GPT-2 checkpoint in
+ * llm.c's format (version 3, fp32), e.g. the starting point of a training
+ * run on the King James Bible.
+ *
+ * The padded vocabulary defaults to V rounded up to a multiple of 64: llm.c
+ * pads GPT-2's 50257 tokens to 50304, which is both the next multiple of 64
+ * and of 128, and 64 keeps small vocabularies small (256 bytes stays 256).
+ * The configuration is checked (tg_gpt_config_check) before anything is
+ * allocated or written, and the file is written atomically (temporary file,
+ * fsync, rename), so a failed run never leaves a partial checkpoint.  No
+ * StarPU here: the initialisation is a host loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "taskgrad/llmc.h"
+
+static void init_gpt_usage(void) {
+  puts("usage: taskgrad init gpt --layers L --channels C --heads NH --max-seq T\n"
+       "                         --vocab V --out FILE [flags]\n"
+       "\n"
+       "Writes a GPT-2 checkpoint (llm.c format, fp32) with GPT-2's random\n"
+       "initialisation: normal(0, 0.02) weights, the residual projections\n"
+       "scaled by 1/sqrt(2L), LayerNorm weights 1, biases 0, padded rows of\n"
+       "the token embedding 0.\n"
+       "\n"
+       "  --layers L           transformer blocks (required)\n"
+       "  --channels C         embedding width, divisible by --heads (required)\n"
+       "  --heads NH           attention heads (required)\n"
+       "  --max-seq T          longest sequence, rows of the position\n"
+       "                       embedding (required)\n"
+       "  --vocab V            vocabulary size, at most 65536 (required)\n"
+       "  --padded-vocab Vp    rows of the token embedding, >= V (default: V\n"
+       "                       rounded up to a multiple of 64; GPT-2's 50257\n"
+       "                       becomes 50304 as in llm.c)\n"
+       "  --seed N             initialisation seed (default 1)\n"
+       "  --out FILE           the checkpoint to write (required); replaced\n"
+       "                       atomically if it exists\n"
+       "  -h, --help           this text\n"
+       "\n"
+       "Bad flags or an invalid model: one message on stderr, exit status 2.");
+}
+
+int tg_cmd_init_gpt(int argc, char **argv) {
+  tg_gpt_config c = {0};
+  int padded = 0;
+  uint64_t seed = 1;
+  const char *out = NULL;
+  const long max_dim = 1L << 20;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      init_gpt_usage();
+      exit(0);
+    } else if (!strcmp(a, "--layers")) {
+      c.num_layers = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, max_dim);
+    } else if (!strcmp(a, "--channels")) {
+      c.channels = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, max_dim);
+    } else if (!strcmp(a, "--heads")) {
+      c.num_heads = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, max_dim);
+    } else if (!strcmp(a, "--max-seq")) {
+      c.max_seq_len = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, max_dim);
+    } else if (!strcmp(a, "--vocab")) {
+      c.vocab_size = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 65536);
+    } else if (!strcmp(a, "--padded-vocab")) {
+      padded = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 65536);
+    } else if (!strcmp(a, "--seed")) {
+      seed = tg_cli_u64(a, tg_cli_value(argc, argv, &i));
+    } else if (!strcmp(a, "--out")) {
+      out = tg_cli_value(argc, argv, &i);
+      if (!*out) tg_cli_die("--out: empty file name");
+    } else {
+      tg_cli_die("unknown flag '%s' for 'init gpt' (see --help)", a);
+    }
+  }
+  const struct {
+    const char *flag;
+    int given;
+  } required[] = {
+      {"--layers", c.num_layers > 0},  {"--channels", c.channels > 0},
+      {"--heads", c.num_heads > 0},    {"--max-seq", c.max_seq_len > 0},
+      {"--vocab", c.vocab_size > 0},   {"--out", out != NULL},
+  };
+  for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
+    if (!required[k].given)
+      tg_cli_die("'init gpt' needs %s (see --help)", required[k].flag);
+  c.padded_vocab_size = padded ? padded : (c.vocab_size + 63) / 64 * 64;
+  if (tg_gpt_config_check(&c) < 0) tg_cli_die_last("init gpt");
+
+  size_t sizes[TG_GPT_NPARAMS];
+  const size_t n = tg_gpt_param_sizes(&c, sizes);
+  float *params = malloc(n * sizeof *params);
+  if (!params)
+    tg_cli_die("init gpt: cannot allocate %zu parameters (%.1f MiB)", n,
+               n * sizeof(float) / 1048576.0);
+  tg_gpt_init_params(&c, seed, params);
+  if (tg_llmc_model_write(out, &c, params) < 0) tg_cli_die_last("init gpt");
+  free(params);
+  printf("wrote %s: GPT-2 L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters "
+         "(%.1f MiB), seed %llu\n", out, c.num_layers, c.channels, c.num_heads,
+         c.max_seq_len, c.vocab_size, c.padded_vocab_size, n,
+         n * sizeof(float) / 1048576.0, (unsigned long long)seed);
+  return 0;
+}

@@ -1,0 +1,351 @@
+/*
+ * taskgrad train gpt: trains a GPT-2 model (llm.c checkpoint and token
+ * formats) as a StarPU task graph.
+ *
+ * Each step prints "step N loss X.XXXXXX" with the step's time and tokens/s
+ * (reading the loss waits for the step: that is the only host wait per
+ * step).  With no --init-from and no --data it is a demonstration: the KJV
+ * token files are prepared if missing, a small model is initialised and
+ * trained for a few minutes with a progress bar, and a sample is printed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "taskgrad/gpt.h"
+
+typedef struct gpt_opts {
+  const char *init_from, *data, *val, *save;
+  int B, T, steps, micro, warmup, chunk, attn_splits, sample, val_every, val_batches;
+  int log_every, cosine, shuffled;
+  tg_attention_kind attention;
+  tg_optimizer_config opt;
+  uint64_t seed;
+  tg_runtime_config rt;
+  int demo;
+} gpt_opts;
+
+static void gpt_usage(void) {
+  puts("usage: taskgrad train gpt [flags]\n"
+       "\n"
+       "Trains a GPT-2 model (llm.c formats) and prints 'step N loss X' per step.\n"
+       "With neither --init-from nor --data: prepares the KJV data (Debian's\n"
+       "bible-kjv) if missing, trains a small byte-level model for a few minutes\n"
+       "and prints a sample.\n"
+       "\n"
+       "  --init-from FILE     llm.c GPT-2 checkpoint (version 3, fp32)\n"
+       "  --data FILE          llm.c token file for training\n"
+       "  --val FILE           token file for validation\n"
+       "  --batch B            sequences per step (default 8)\n"
+       "  --seq T              tokens per sequence (default 64, at most the\n"
+       "                       model's maxT)\n"
+       "  --steps N            optimizer steps (default 20)\n"
+       "  --micro-batches M    micro-batches per step, dividing B (default 1)\n"
+       "  --lr X               learning rate (default 3e-4)\n"
+       "  --lr-schedule NAME   constant or cosine (default constant)\n"
+       "  --warmup N           linear warm-up steps for cosine (default 0)\n"
+       "  --beta1 X, --beta2 X, --eps X, --weight-decay X\n"
+       "                       AdamW (defaults 0.9, 0.999, 1e-8, 0.0)\n"
+       "  --attention NAME     naive or chunked (default chunked)\n"
+       "  --chunk K            attention chunk (default 64)\n"
+       "  --attn-splits S      attention tasks per micro-batch (default: one per\n"
+       "                       worker, dividing B/M)\n"
+       "  --data-order NAME    sequential or shuffled (default sequential)\n"
+       "  --seed S             shuffling and sampling seed (default 1)\n"
+       "  --save FILE          write the trained model (llm.c format)\n"
+       "  --sample N           print N generated tokens (as bytes) at the end\n"
+       "  --val-every N        validation loss every N steps (default: at the end\n"
+       "                       when --val is given)\n"
+       "  --val-batches N      batches per validation (default 10)\n"
+       "  --log-every N        print every N-th step line (default 1)\n" TG_CLI_RUNTIME_HELP
+       "  -h, --help           this text\n"
+       "\n"
+       "Bad flags or files: one message on stderr, exit status 2.");
+}
+
+static void parse(int argc, char **argv, gpt_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->B = 8;
+  o->T = 64;
+  o->steps = 20;
+  o->micro = 1;
+  o->chunk = 64;
+  o->val_batches = 10;
+  o->log_every = 1;
+  o->attention = TG_ATTN_CHUNKED;
+  o->opt = tg_optimizer_default(TG_OPT_ADAMW);
+  o->opt.lr = 3e-4f;
+  o->opt.weight_decay = 0.0f;
+  o->seed = 1;
+  o->rt = tg_runtime_config_default();
+  int given_shape = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+#define VAL tg_cli_value(argc, argv, &i)
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      gpt_usage();
+      exit(0);
+    } else if (!strcmp(a, "--init-from")) o->init_from = VAL;
+    else if (!strcmp(a, "--data")) o->data = VAL;
+    else if (!strcmp(a, "--val")) o->val = VAL;
+    else if (!strcmp(a, "--save")) o->save = VAL;
+    else if (!strcmp(a, "--batch")) o->B = (int)tg_cli_int(a, VAL, 1, 1 << 16), given_shape = 1;
+    else if (!strcmp(a, "--seq")) o->T = (int)tg_cli_int(a, VAL, 1, 1 << 20), given_shape = 1;
+    else if (!strcmp(a, "--steps")) o->steps = (int)tg_cli_int(a, VAL, 0, 1 << 30), given_shape = 1;
+    else if (!strcmp(a, "--micro-batches")) o->micro = (int)tg_cli_int(a, VAL, 1, 1 << 16);
+    else if (!strcmp(a, "--lr")) o->opt.lr = (float)tg_cli_double(a, VAL, 0, 10);
+    else if (!strcmp(a, "--lr-schedule")) {
+      const char *v = VAL;
+      if (!strcmp(v, "cosine")) o->cosine = 1;
+      else if (strcmp(v, "constant")) tg_cli_die("--lr-schedule: '%s' is not constant or cosine", v);
+    } else if (!strcmp(a, "--warmup")) o->warmup = (int)tg_cli_int(a, VAL, 0, 1 << 30);
+    else if (!strcmp(a, "--beta1")) o->opt.beta1 = (float)tg_cli_double(a, VAL, 0, 0.999999);
+    else if (!strcmp(a, "--beta2")) o->opt.beta2 = (float)tg_cli_double(a, VAL, 0, 0.999999);
+    else if (!strcmp(a, "--eps")) o->opt.eps = (float)tg_cli_double(a, VAL, 0, 1);
+    else if (!strcmp(a, "--weight-decay")) o->opt.weight_decay = (float)tg_cli_double(a, VAL, 0, 10);
+    else if (!strcmp(a, "--attention")) {
+      const char *v = VAL;
+      if (!strcmp(v, "naive")) o->attention = TG_ATTN_NAIVE;
+      else if (!strcmp(v, "chunked")) o->attention = TG_ATTN_CHUNKED;
+      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
+    } else if (!strcmp(a, "--chunk")) o->chunk = (int)tg_cli_int(a, VAL, 1, 1 << 16);
+    else if (!strcmp(a, "--attn-splits")) o->attn_splits = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
+    else if (!strcmp(a, "--data-order")) {
+      const char *v = VAL;
+      if (!strcmp(v, "shuffled")) o->shuffled = 1;
+      else if (strcmp(v, "sequential")) tg_cli_die("--data-order: '%s' is not sequential or shuffled", v);
+    } else if (!strcmp(a, "--seed")) o->seed = tg_cli_u64(a, VAL);
+    else if (!strcmp(a, "--sample")) o->sample = (int)tg_cli_int(a, VAL, 0, 1 << 20);
+    else if (!strcmp(a, "--val-every")) o->val_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
+    else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tg_cli_int(a, VAL, 1, 1 << 20);
+    else if (!strcmp(a, "--log-every")) o->log_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
+    else if (!tg_cli_runtime_flag(argc, argv, &i, &o->rt))
+      tg_cli_die("unknown flag '%s' for 'train gpt' (see --help)", a);
+#undef VAL
+  }
+  if (o->B % o->micro)
+    tg_cli_die("--micro-batches %d does not divide --batch %d", o->micro, o->B);
+  if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
+    tg_cli_die("--attn-splits %d does not divide the %d sequences of a micro-batch",
+               o->attn_splits, o->B / o->micro);
+  if (!o->init_from != !o->data)
+    tg_cli_die("give both --init-from and --data (or neither, for the KJV demonstration)");
+  o->demo = !o->init_from;
+  if (o->demo && !given_shape) {
+    /* a small byte-level model that learns English-looking words in minutes */
+    o->B = 16;
+    o->T = 128;
+    o->steps = 1500;
+    o->opt.lr = 1e-3f;
+    o->cosine = 1;
+    o->warmup = 50;
+    o->log_every = 100;
+    if (!o->sample) o->sample = 400;
+  }
+}
+
+/* An existing file we can read, checked before any work. */
+static void need_file(const char *flag, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    tg_cli_die("%s: '%s' is not a readable file", flag, path);
+}
+
+/* The output path's directory must exist, so a long run does not end in a
+ * failed save. */
+static void need_writable_dir(const char *flag, const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = 0;
+  else *slash = 0;
+  if (access(dir, W_OK) != 0) tg_cli_die("%s: cannot write into directory '%s'", flag, dir);
+}
+
+static float lr_at(const gpt_opts *o, int step) {
+  if (!o->cosine) return o->opt.lr;
+  if (step < o->warmup) return o->opt.lr * (float)(step + 1) / (float)o->warmup;
+  int span = o->steps - o->warmup;
+  double frac = span > 0 ? (double)(step - o->warmup) / span : 1.0;
+  return (float)(o->opt.lr * 0.5 * (1.0 + cos(M_PI * frac)));
+}
+
+static double validate(tg_gpt *g, tg_loader *vl, int nbatches) {
+  double loss;
+  if (tg_gpt_loss(g, NULL, 1) < 0) tg_cli_die_last("resetting the loss");
+  int nb = tg_loader_batches_per_epoch(vl);
+  if (nbatches > nb) nbatches = nb;
+  for (int k = 0; k < nbatches; k++) {
+    tg_batch b;
+    if (tg_loader_next(vl, &b) < 0) tg_cli_die_last("validation data");
+    if (tg_gpt_evaluate(g, &b) < 0) tg_cli_die_last("validation");
+  }
+  if (tg_gpt_loss(g, &loss, 1) < 0) tg_cli_die_last("validation loss");
+  return loss;
+}
+
+/* Samples n tokens after a newline, from the softmax over the first V
+ * logits at temperature 1, with a seeded generator. */
+static void sample(tg_gpt *g, int n, int T, uint64_t seed) {
+  const tg_gpt_config *c = &g->cfg;
+  int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + 1));
+  float *logits = malloc(sizeof(float) * (size_t)T * c->padded_vocab_size);
+  if (!ctx || !logits) tg_cli_die("out of memory for sampling");
+  ctx[0] = c->vocab_size > '\n' ? '\n' : 0;
+  uint64_t s = seed ^ 0x5DEECE66DULL;
+  fputs("sample:\n", stdout);
+  for (int i = 1; i <= n; i++) {
+    int len = i < T ? i : T;
+    tg_tensor tok;
+    if (tg_tensor_alloc(&tok, len, 1, TG_I32) < 0) tg_cli_die_last("sampling");
+    memcpy(tok.host, ctx + i - len, sizeof(int32_t) * len);
+    if (tg_gpt_logits(g, &tok, len, logits) < 0) tg_cli_die_last("sampling");
+    tg_tensor_free(&tok);
+    const float *row = logits + (size_t)(len - 1) * c->padded_vocab_size;
+    double mx = row[0], sum = 0;
+    for (int v = 1; v < c->vocab_size; v++) mx = row[v] > mx ? row[v] : mx;
+    for (int v = 0; v < c->vocab_size; v++) sum += exp(row[v] - mx);
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    double u = (double)(s >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    int pick = c->vocab_size - 1;
+    for (int v = 0; v < c->vocab_size; v++) {
+      acc += exp(row[v] - mx);
+      if (acc > u) {
+        pick = v;
+        break;
+      }
+    }
+    ctx[i] = pick;
+    if (c->vocab_size <= 256) putchar(pick);
+    else printf("%d ", pick);
+  }
+  putchar('\n');
+  free(ctx);
+  free(logits);
+}
+
+static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
+  const char *cache = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  char dir[3000];
+  if (cache) snprintf(dir, sizeof dir, "%s/taskgrad/kjv", cache);
+  else snprintf(dir, sizeof dir, "%s/.cache/taskgrad/kjv", home ? home : ".");
+  snprintf(train, len, "%s/kjv_train.bin", dir);
+  snprintf(val, len, "%s/kjv_val.bin", dir);
+  struct stat st;
+  if (stat(train, &st) != 0 || stat(val, &st) != 0) {
+    fprintf(stderr, "taskgrad: preparing the KJV token files in %s\n", dir);
+    char *argv[] = {"kjv", "--out", dir, NULL};
+    if (tg_cmd_prepare_kjv(3, argv) != 0) exit(TG_EXIT_USAGE);
+  }
+  o->data = train;
+  o->val = val;
+}
+
+int tg_cmd_train_gpt(int argc, char **argv) {
+  gpt_opts o;
+  parse(argc, argv, &o);
+  char train_path[4096], val_path[4096];
+  tg_gpt_config cfg;
+  float *params = NULL;
+  if (o.demo) {
+    demo_prepare(&o, train_path, val_path, sizeof train_path);
+    cfg = (tg_gpt_config){256, 256, 4, 4, 128, 256};
+    size_t sizes[TG_GPT_NPARAMS];
+    params = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
+    if (!params) tg_cli_die("out of memory");
+    tg_gpt_init_params(&cfg, o.seed, params);
+    fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
+            "of %d x %d tokens\n", cfg.num_layers, cfg.channels, cfg.num_heads, o.steps, o.B, o.T);
+  } else {
+    need_file("--init-from", o.init_from);
+    need_file("--data", o.data);
+    if (o.val) need_file("--val", o.val);
+    if (tg_llmc_model_read(o.init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
+  }
+  if (o.save) need_writable_dir("--save", o.save);
+  if (o.T > cfg.max_seq_len)
+    tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o.T, cfg.max_seq_len);
+  uint16_t *tokens = NULL, *vtokens = NULL;
+  size_t ntok = 0, nvtok = 0;
+  if (tg_llmc_tokens_read(o.data, cfg.vocab_size, &tokens, &ntok) < 0) tg_cli_die_last("--data");
+  if (o.val && tg_llmc_tokens_read(o.val, cfg.vocab_size, &vtokens, &nvtok) < 0)
+    tg_cli_die_last("--val");
+  size_t need = (size_t)o.B * o.T + 1;
+  if (ntok < need)
+    tg_cli_die("--data: %zu tokens, fewer than one batch needs (%zu)", ntok, need);
+  if (o.val && nvtok < need)
+    tg_cli_die("--val: %zu tokens, fewer than one batch needs (%zu)", nvtok, need);
+
+  if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_gpt_run_config run = tg_gpt_run_default(o.B, o.T);
+  run.nmicro = o.micro;
+  run.attention = o.attention;
+  run.chunk = o.chunk;
+  run.attn_splits = o.attn_splits;
+  tg_gpt g;
+  if (tg_gpt_create(&g, &cfg, params, &run, &o.opt) < 0) tg_cli_die_last("building the model");
+  free(params);
+  tg_token_loader_config lc = {o.B, o.T, o.micro, 2, o.shuffled, o.seed};
+  tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
+  if (!ld) tg_cli_die_last("training data");
+  tg_token_loader_config vc = {o.B, o.T, o.micro, 2, 0, 0};
+  tg_loader *vl = o.val ? tg_token_loader_create(vtokens, nvtok, &vc) : NULL;
+  if (o.val && !vl) tg_cli_die_last("validation data");
+  fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers, "
+          "%s attention, %d attention tasks per micro-batch\n", cfg.num_layers, cfg.channels,
+          cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, tg_ncpu_workers(),
+          tg_ncuda_workers(), o.attention == TG_ATTN_NAIVE ? "naive" : "chunked",
+          g.run.attn_splits);
+
+  tg_progress bar;
+  if (o.demo) tg_progress_begin(&bar, "training", o.steps);
+  double tokens_per_step = (double)o.B * o.T, t_all = tg_cli_now(), last_loss = 0;
+  for (int step = 0; step < o.steps; step++) {
+    double t0 = tg_cli_now();
+    tg_batch b;
+    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("training data");
+    if (tg_gpt_step(&g, &b, lr_at(&o, step)) < 0) tg_cli_die_last("training step");
+    if (tg_gpt_loss(&g, &last_loss, 1) < 0) tg_cli_die_last("reading the loss");
+    double dt = tg_cli_now() - t0;
+    if (!isfinite(last_loss)) {
+      fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", step + 1);
+      exit(TG_EXIT_USAGE);
+    }
+    if ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps)
+      printf("step %d loss %.6f (%.1f ms, %.0f tokens/s)\n", step + 1, last_loss, dt * 1e3,
+             tokens_per_step / dt);
+    fflush(stdout);
+    if (o.demo) tg_progress_update(&bar, step + 1, last_loss, 0, tokens_per_step / dt);
+    if (vl && o.val_every && (step + 1) % o.val_every == 0)
+      printf("step %d val loss %.6f\n", step + 1, validate(&g, vl, o.val_batches));
+  }
+  if (o.demo) tg_progress_end(&bar);
+  double t_train = tg_cli_now() - t_all;
+  if (vl && (!o.val_every || o.steps % o.val_every))
+    printf("val loss %.6f\n", validate(&g, vl, o.val_batches));
+  fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps, t_train,
+          o.steps * tokens_per_step / (t_train > 0 ? t_train : 1));
+  if (o.save) {
+    size_t sizes[TG_GPT_NPARAMS];
+    float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
+    if (!out) tg_cli_die("out of memory for --save");
+    if (tg_gpt_read_params(&g, out) < 0) tg_cli_die_last("--save");
+    if (tg_llmc_model_write(o.save, &cfg, out) < 0) tg_cli_die_last("--save");
+    free(out);
+    fprintf(stderr, "taskgrad: saved %s\n", o.save);
+  }
+  if (o.sample) sample(&g, o.sample, o.T, o.seed);
+  tg_loader_destroy(ld);
+  if (vl) tg_loader_destroy(vl);
+  tg_gpt_destroy(&g);
+  tg_shutdown();
+  free(tokens);
+  free(vtokens);
+  return 0;
+}

@@ -1,0 +1,170 @@
+/*
+ * Causal self-attention codelets, two variants:
+ *  - naive: keeps the (b*NH*T, T) softmax probabilities as its state (the
+ *    reference; memory O(T^2));
+ *  - chunked: flash-style online softmax over query and key chunks, keeping
+ *    one log-sum-exp per (row, head), state (n, NH); the backward recomputes
+ *    the scores chunk by chunk.  Its workspace is a STARPU_SCRATCH buffer
+ *    of tg_attention_scratch_bytes(), O(T * chunk).
+ * A task handles b = n / T whole sequences; graphs split a micro-batch into
+ * several such tasks (row blocks of whole sequences) so that several
+ * workers process one layer's attention at once.
+ */
+#include "codelet_common.h"
+#include "taskgrad/kernels_cpu.h"
+
+typedef struct tg_attn_args {
+  uint32_t shape;
+  int kind, T, NH, chunk;
+} tg_attn_args;
+
+#define TG_ATTN_B(buf, T) (TG_ROWS(buf) / (T))
+#define TG_ATTN_C(buf) (TG_COLS(buf) / 3)
+
+/* fwd buffers: qkv, out, state, scratch */
+static void tg_attention_fwd_cpu(void *buffers[], void *cl_arg) {
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  if (a->kind == TG_ATTN_NAIVE)
+    tg_cpu_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]),
+                               TG_PTR(buffers[2]), TG_PTR(buffers[1]), TG_LD(buffers[1]));
+  else
+    tg_cpu_attention_chunked_fwd(b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]),
+                                 TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]),
+                                 TG_PTR(buffers[2]), TG_VPTR(buffers[3]));
+}
+
+/* bwd buffers: qkv, out, state, dout, dqkv, scratch */
+static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  if (a->kind == TG_ATTN_NAIVE)
+    tg_cpu_attention_naive_bwd(b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]),
+                               TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_LD(buffers[3]),
+                               TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]));
+  else
+    tg_cpu_attention_chunked_bwd(b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]),
+                                 TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]),
+                                 TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_LD(buffers[3]),
+                                 TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]));
+}
+
+#ifdef TG_HAVE_CUDA
+static void tg_attention_fwd_cuda(void *buffers[], void *cl_arg) {
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  cudaStream_t s = starpu_cuda_get_local_stream();
+  if (a->kind == TG_ATTN_NAIVE)
+    TG_CUDA_CHECK(tg_cuda_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]),
+                                              TG_LD(buffers[0]), TG_PTR(buffers[2]),
+                                              TG_PTR(buffers[1]), TG_LD(buffers[1]), s));
+  else
+    TG_CUDA_CHECK(tg_cuda_attention_chunked_fwd(
+        b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]),
+        TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_VPTR(buffers[3]), s));
+}
+
+static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  cudaStream_t s = starpu_cuda_get_local_stream();
+  if (a->kind == TG_ATTN_NAIVE)
+    TG_CUDA_CHECK(tg_cuda_attention_naive_bwd(
+        b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[2]),
+        TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]),
+        TG_VPTR(buffers[5]), s));
+  else
+    TG_CUDA_CHECK(tg_cuda_attention_chunked_bwd(
+        b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]),
+        TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_PTR(buffers[3]),
+        TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]), s));
+}
+#endif
+
+TG_CODELET(attention_fwd, tg_attention_fwd_cpu, tg_attention_fwd_cuda);
+TG_CODELET(attention_bwd, tg_attention_bwd_cpu, tg_attention_bwd_cuda);
+
+size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C, int NH,
+                                  int chunk) {
+  size_t floats;
+  if (kind == TG_ATTN_NAIVE) {
+    floats = (size_t)T; /* the CPU backward's row buffer */
+#ifdef TG_HAVE_CUDA
+    size_t cuda = (size_t)b * NH * T;
+    if (cuda > floats) floats = cuda;
+#endif
+  } else {
+    floats = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
+#ifdef TG_HAVE_CUDA
+    size_t cuda = tg_cuda_attention_chunked_scratch_floats(b, T, C, NH, chunk);
+    if (cuda > floats) floats = cuda;
+#endif
+  }
+  return floats * sizeof(float);
+}
+
+/* Checks shapes; returns b (sequences) through *pb and C through *pC. */
+static int tg_attn_check(const char *op, tg_attention_kind kind, int T, int NH, int chunk,
+                         starpu_data_handle_t qkv, starpu_data_handle_t out,
+                         starpu_data_handle_t state, int *pb, int *pC) {
+  int n, c3;
+  char what[64];
+  snprintf(what, sizeof what, "%s: qkv", op);
+  TG_TRY(tg_shape(qkv, what, &n, &c3));
+  if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED)
+    return tg_fail(EINVAL, "%s: unknown attention kind %d", op, (int)kind);
+  if (T < 1 || n % T) return tg_fail(EINVAL, "%s: T = %d does not divide the %d rows", op, T, n);
+  if (c3 % 3 || NH < 1 || (c3 / 3) % NH)
+    return tg_fail(EINVAL, "%s: qkv has %d columns: 3C with C divisible by NH = %d expected", op,
+                   c3, NH);
+  if (kind == TG_ATTN_CHUNKED && chunk < 1)
+    return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
+  int b = n / T, C = c3 / 3;
+  TG_TRY(tg_expect(out, op, "out", n, C, sizeof(float)));
+  if (kind == TG_ATTN_NAIVE)
+    TG_TRY(tg_expect(state, op, "probabilities", b * NH * T, T, sizeof(float)));
+  else
+    TG_TRY(tg_expect(state, op, "lse", n, NH, sizeof(float)));
+  *pb = b;
+  *pC = C;
+  return 0;
+}
+
+static double tg_attn_flops(int b, int T, int C) {
+  /* causal: half of the T x T score and weighted-sum products */
+  return 2.0 * b * (double)T * T * C;
+}
+
+int tg_attention_fwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
+                            starpu_data_handle_t qkv, starpu_data_handle_t out,
+                            starpu_data_handle_t state, const tg_task_opts *opts) {
+  int b, C;
+  TG_TRY(tg_attn_check("tg_attention_fwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
+  tg_attn_args args = {0, (int)kind, T, NH, chunk};
+  int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
+  args.shape = tg_hash_ints(key, 3);
+  starpu_data_handle_t h[4] = {qkv, out, state,
+                               tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};
+  enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_W, STARPU_W, STARPU_SCRATCH};
+  return tg_submit(&tg_attention_fwd_cl, 4, h, md, &args, sizeof args,
+                   tg_attn_flops(b, T, C), opts);
+}
+
+int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
+                            starpu_data_handle_t qkv, starpu_data_handle_t out,
+                            starpu_data_handle_t state, starpu_data_handle_t dout,
+                            starpu_data_handle_t dqkv, const tg_task_opts *opts) {
+  int b, C;
+  TG_TRY(tg_attn_check("tg_attention_bwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
+  TG_TRY(tg_expect(dout, "tg_attention_bwd", "dout", b * T, C, sizeof(float)));
+  TG_TRY(tg_expect(dqkv, "tg_attention_bwd", "dqkv", b * T, 3 * C, sizeof(float)));
+  tg_attn_args args = {0, (int)kind, T, NH, chunk};
+  int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
+  args.shape = tg_hash_ints(key, 3);
+  starpu_data_handle_t h[6] = {qkv, out, state, dout, dqkv,
+                               tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};
+  enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                        STARPU_R, STARPU_W, STARPU_SCRATCH};
+  return tg_submit(&tg_attention_bwd_cl, 6, h, md, &args, sizeof args,
+                   2.5 * tg_attn_flops(b, T, C), opts);
+}

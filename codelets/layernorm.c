@@ -1,0 +1,102 @@
+/*
+ * LayerNorm codelets (eps 1e-5, llm.c semantics).  The forward keeps the
+ * per-row mean and reciprocal standard deviation, (n, 1) each, for the
+ * backward.  The backward accumulates into dX (the residual stream's
+ * gradient, which already holds the skip path), dw and db; the CUDA version
+ * reduces dw/db deterministically through a STARPU_SCRATCH workspace.
+ */
+#include "codelet_common.h"
+#include "taskgrad/kernels_cpu.h"
+
+typedef struct tg_ln_args {
+  uint32_t shape;
+} tg_ln_args;
+
+/* fwd buffers: X, w, b, Y, mean, rstd */
+static void tg_layernorm_fwd_cpu(void *buffers[], void *cl_arg) {
+  tg_cpu_layernorm_fwd(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_PTR(buffers[0]),
+                       TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_PTR(buffers[2]),
+                       TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]),
+                       TG_PTR(buffers[5]));
+}
+
+/* bwd buffers: dY, X, w, mean, rstd, dX, dw, db, scratch */
+static void tg_layernorm_bwd_cpu(void *buffers[], void *cl_arg) {
+  tg_cpu_layernorm_bwd(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_PTR(buffers[0]),
+                       TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]),
+                       TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_PTR(buffers[4]),
+                       TG_PTR(buffers[5]), TG_LD(buffers[5]), TG_PTR(buffers[6]),
+                       TG_PTR(buffers[7]));
+}
+
+#ifdef TG_HAVE_CUDA
+static void tg_layernorm_fwd_cuda(void *buffers[], void *cl_arg) {
+  TG_CUDA_CHECK(tg_cuda_layernorm_fwd(
+      TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_PTR(buffers[0]), TG_LD(buffers[0]),
+      TG_PTR(buffers[1]), TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_LD(buffers[3]),
+      TG_PTR(buffers[4]), TG_PTR(buffers[5]), starpu_cuda_get_local_stream()));
+}
+
+static void tg_layernorm_bwd_cuda(void *buffers[], void *cl_arg) {
+  TG_CUDA_CHECK(tg_cuda_layernorm_bwd(
+      TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_PTR(buffers[0]), TG_LD(buffers[0]),
+      TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_PTR(buffers[3]),
+      TG_PTR(buffers[4]), TG_PTR(buffers[5]), TG_LD(buffers[5]), TG_PTR(buffers[6]),
+      TG_PTR(buffers[7]), TG_VPTR(buffers[8]), starpu_cuda_get_local_stream()));
+}
+#endif
+
+TG_CODELET(layernorm_fwd, tg_layernorm_fwd_cpu, tg_layernorm_fwd_cuda);
+TG_CODELET(layernorm_bwd, tg_layernorm_bwd_cpu, tg_layernorm_bwd_cuda);
+
+static int tg_ln_check(const char *op, starpu_data_handle_t X, starpu_data_handle_t w,
+                       starpu_data_handle_t mean, starpu_data_handle_t rstd, int *n, int *C) {
+  char what[64];
+  snprintf(what, sizeof what, "%s: X", op);
+  TG_TRY(tg_shape(X, what, n, C));
+  TG_TRY(tg_expect(w, op, "w", 1, *C, sizeof(float)));
+  TG_TRY(tg_expect(mean, op, "mean", *n, 1, sizeof(float)));
+  return tg_expect(rstd, op, "rstd", *n, 1, sizeof(float));
+}
+
+int tg_layernorm_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t w,
+                            starpu_data_handle_t b, starpu_data_handle_t Y,
+                            starpu_data_handle_t mean, starpu_data_handle_t rstd,
+                            const tg_task_opts *opts) {
+  int n, C;
+  TG_TRY(tg_ln_check("tg_layernorm_fwd", X, w, mean, rstd, &n, &C));
+  TG_TRY(tg_expect(b, "tg_layernorm_fwd", "b", 1, C, sizeof(float)));
+  TG_TRY(tg_expect(Y, "tg_layernorm_fwd", "Y", n, C, sizeof(float)));
+  tg_ln_args args = {0};
+  starpu_data_handle_t h[6] = {X, w, b, Y, mean, rstd};
+  enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                        STARPU_W, STARPU_W, STARPU_W};
+  return tg_submit(&tg_layernorm_fwd_cl, 6, h, md, &args, sizeof args, 8.0 * n * C, opts);
+}
+
+int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
+                            starpu_data_handle_t w, starpu_data_handle_t mean,
+                            starpu_data_handle_t rstd, starpu_data_handle_t dX,
+                            starpu_data_handle_t dw, starpu_data_handle_t db,
+                            tg_accum accum, const tg_task_opts *opts) {
+  int n, C;
+  TG_TRY(tg_ln_check("tg_layernorm_bwd", X, w, mean, rstd, &n, &C));
+  TG_TRY(tg_expect(dY, "tg_layernorm_bwd", "dY", n, C, sizeof(float)));
+  TG_TRY(tg_expect(dX, "tg_layernorm_bwd", "dX", n, C, sizeof(float)));
+  TG_TRY(tg_expect(dw, "tg_layernorm_bwd", "dw", 1, C, sizeof(float)));
+  TG_TRY(tg_expect(db, "tg_layernorm_bwd", "db", 1, C, sizeof(float)));
+  if (accum == TG_OVERWRITE)
+    return tg_fail(EINVAL, "tg_layernorm_bwd: gradients accumulate (TG_ACCUMULATE or TG_REDUCE)");
+  size_t scratch = 1;
+#ifdef TG_HAVE_CUDA
+  scratch = tg_cuda_layernorm_bwd_scratch_floats(n, C);
+#endif
+  tg_ln_args args = {0};
+  starpu_data_handle_t h[9] = {dY, X, w, mean, rstd, dX, dw, db,
+                               tg_scratch(scratch * sizeof(float))};
+  enum starpu_data_access_mode md[9] = {STARPU_R,  STARPU_R, STARPU_R,
+                                        STARPU_R,  STARPU_R, STARPU_RW,
+                                        tg_accum_mode(accum), tg_accum_mode(accum),
+                                        STARPU_SCRATCH};
+  return tg_submit(&tg_layernorm_bwd_cl, 9, h, md, &args, sizeof args, 12.0 * n * C, opts);
+}

@@ -1,0 +1,80 @@
+/*
+ * Tied LM-head classifier codelet: logits = lnf wte[:V]^T, softmax
+ * cross-entropy against the targets, and (training) the gradients of lnf and
+ * wte, processed in row chunks so that only a (chunk, V) block of logits
+ * exists at a time (a STARPU_SCRATCH workspace), never the whole (n, Vp)
+ * matrix.  The padded vocabulary rows V..Vp-1 never enter the softmax.
+ */
+#include "codelet_common.h"
+#include "taskgrad/kernels_cpu.h"
+
+typedef struct tg_lmc_args {
+  uint32_t shape;
+  int V, chunk, backward;
+  float scale;
+} tg_lmc_args;
+
+/* buffers: lnf, wte, targets, loss, scratch [, dlnf, dwte] */
+static void tg_lm_classifier_cpu(void *buffers[], void *cl_arg) {
+  const tg_lmc_args *a = cl_arg;
+  tg_cpu_classifier(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk,
+                    TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
+                    TG_IPTR(buffers[2]), a->scale, a->backward,
+                    a->backward ? TG_PTR(buffers[5]) : NULL,
+                    a->backward ? TG_LD(buffers[5]) : 0,
+                    a->backward ? TG_PTR(buffers[6]) : NULL, TG_PTR(buffers[3]),
+                    TG_VPTR(buffers[4]));
+}
+
+#ifdef TG_HAVE_CUDA
+static void tg_lm_classifier_cuda(void *buffers[], void *cl_arg) {
+  const tg_lmc_args *a = cl_arg;
+  TG_CUDA_CHECK(tg_cuda_classifier(
+      starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V,
+      a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
+      TG_IPTR(buffers[2]), a->scale, a->backward, a->backward ? TG_PTR(buffers[5]) : NULL,
+      a->backward ? TG_LD(buffers[5]) : 0, a->backward ? TG_PTR(buffers[6]) : NULL,
+      TG_PTR(buffers[3]), TG_VPTR(buffers[4]), starpu_cuda_get_local_stream()));
+}
+#endif
+
+TG_CODELET(lm_classifier, tg_lm_classifier_cpu, tg_lm_classifier_cuda);
+
+int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t lnf,
+                            starpu_data_handle_t wte, starpu_data_handle_t targets,
+                            starpu_data_handle_t dlnf, starpu_data_handle_t dwte,
+                            tg_accum dwte_accum, starpu_data_handle_t loss,
+                            tg_accum loss_accum, const tg_task_opts *opts) {
+  const char *op = "tg_lm_classifier";
+  int n, C, vp, wc;
+  TG_TRY(tg_shape(lnf, "tg_lm_classifier: lnf", &n, &C));
+  TG_TRY(tg_shape(wte, "tg_lm_classifier: wte", &vp, &wc));
+  if (wc != C) return tg_fail(EINVAL, "%s: lnf has %d columns, wte %d", op, C, wc);
+  TG_TRY(tg_expect_contiguous(wte, op, "wte"));
+  if (V < 1 || V > vp) return tg_fail(EINVAL, "%s: V = %d not in [1, %d]", op, V, vp);
+  if (chunk < 1) return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
+  TG_TRY(tg_expect(targets, op, "targets", n, 1, sizeof(int32_t)));
+  TG_TRY(tg_expect(loss, op, "loss", 1, 1, sizeof(float)));
+  if (loss_accum == TG_OVERWRITE)
+    return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE or TG_REDUCE)", op);
+  int backward = dlnf != NULL;
+  if (backward) {
+    TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, sizeof(float)));
+    TG_TRY(tg_expect(dwte, op, "dwte", vp, C, sizeof(float)));
+    TG_TRY(tg_expect_contiguous(dwte, op, "dwte"));
+    if (dwte_accum == TG_OVERWRITE)
+      return tg_fail(EINVAL, "%s: dwte accumulates (TG_ACCUMULATE or TG_REDUCE)", op);
+  }
+  if (chunk > n) chunk = n;
+  tg_lmc_args args = {0, V, chunk, backward, scale};
+  int key[3] = {V, chunk, backward};
+  args.shape = tg_hash_ints(key, 3);
+  starpu_data_handle_t h[7] = {lnf, wte, targets, loss,
+                               tg_scratch((size_t)chunk * V * sizeof(float)), dlnf, dwte};
+  enum starpu_data_access_mode md[7] = {STARPU_R, STARPU_R, STARPU_R,
+                                        tg_accum_mode(loss_accum), STARPU_SCRATCH,
+                                        STARPU_W, tg_accum_mode(dwte_accum)};
+  double flops = 2.0 * n * (double)V * C * (backward ? 3 : 1);
+  return tg_submit(&tg_lm_classifier_cl, backward ? 7 : 5, h, md, &args, sizeof args, flops,
+                   opts);
+}

@@ -1,0 +1,492 @@
+/*
+ * GPT-2 training step as a StarPU task graph (see include/taskgrad/gpt.h for
+ * the model and the overall design).
+ *
+ * Residual stream gradient: one (n, C) temporary `dres` per micro-batch
+ * carries dL/dx down the layers.  The skip connections pass it unchanged,
+ * and each LayerNorm backward adds its branch's contribution into it (the
+ * layernorm codelet accumulates into dX), so no copies are needed: StarPU's
+ * sequential consistency orders the reads of dres (weight gradients, data
+ * gradients) before the LayerNorm's read-modify-write.
+ *
+ * Lifetimes: every forward activation of a layer is a temporary, released
+ * right after the last backward task that reads it is submitted.  The
+ * attention tensors of a (layer, micro-batch) are persistent host-homed
+ * buffers whose row-block partition plans (by whole sequences) let the
+ * attention run as several tasks; the state (lse or probabilities) is
+ * partitioned once for good, since only its blocks are ever used.
+ *
+ * This file calls only insert wrappers and tensor functions (layer 3).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "taskgrad/gpt.h"
+
+tg_gpt_run_config tg_gpt_run_default(int B, int T) {
+  tg_gpt_run_config r = {B, T, 1, TG_ATTN_CHUNKED, 64, 0, 256};
+  return r;
+}
+
+double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
+  size_t sizes[TG_GPT_NPARAMS];
+  double N = (double)tg_gpt_param_sizes(cfg, sizes);
+  return 6.0 * N + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+}
+
+/* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
+#define W(g, p, l) ((g)->w[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
+#define G(g, p, l) ((g)->g[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
+
+static int tg_gpt_slices(tg_gpt_param p, const tg_gpt_config *c) {
+  return tg_gpt_param_per_layer(p) ? c->num_layers : 1;
+}
+
+static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
+  if (r->B < 1 || r->T < 1)
+    return tg_fail(EINVAL, "GPT: batch %d and sequence length %d must be positive", r->B, r->T);
+  if (r->T > c->max_seq_len)
+    return tg_fail(EINVAL, "GPT: sequence length %d exceeds the model's maximum %d", r->T,
+                   c->max_seq_len);
+  if (r->nmicro < 1 || r->B % r->nmicro)
+    return tg_fail(EINVAL, "GPT: %d micro-batches do not divide the batch of %d sequences",
+                   r->nmicro, r->B);
+  int b = r->B / r->nmicro;
+  if (r->attn_splits == 0) {
+    int w = starpu_cpu_worker_get_count() + starpu_cuda_worker_get_count();
+    r->attn_splits = 1;
+    for (int s = w < b ? w : b; s > 1; s--)
+      if (b % s == 0) {
+        r->attn_splits = s;
+        break;
+      }
+  }
+  if (r->attn_splits < 1 || b % r->attn_splits || r->attn_splits > TG_MAX_SPLIT)
+    return tg_fail(EINVAL, "GPT: %d attention tasks do not divide the %d sequences of a "
+                   "micro-batch", r->attn_splits, b);
+  if (r->attention != TG_ATTN_NAIVE && r->attention != TG_ATTN_CHUNKED)
+    return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
+  if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
+  if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
+  return 0;
+}
+
+/* Attention buffers of one (layer, micro-batch) of b sequences. */
+static int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
+                              const tg_gpt_run_config *r, int b) {
+  int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
+  memset(a, 0, sizeof *a);
+  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, TG_F32));
+  TG_TRY(tg_tensor_alloc(&a->out, n, C, TG_F32));
+  TG_TRY(tg_tensor_alloc(&a->dout, n, C, TG_F32));
+  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, TG_F32));
+  if (r->attention == TG_ATTN_NAIVE)
+    TG_TRY(tg_tensor_alloc(&a->state, b * NH * r->T, r->T, TG_F32));
+  else
+    TG_TRY(tg_tensor_alloc(&a->state, n, NH, TG_F32));
+  if (S > 1) {
+    TG_TRY(tg_split_plan(&a->qkv, S, &a->qkv_s));
+    TG_TRY(tg_split_plan(&a->out, S, &a->out_s));
+    TG_TRY(tg_split_plan(&a->dout, S, &a->dout_s));
+    TG_TRY(tg_split_plan(&a->dqkv, S, &a->dqkv_s));
+    TG_TRY(tg_tensor_split_static(&a->state, S, &a->state_s));
+  }
+  return 0;
+}
+
+static void tg_gpt_attn_destroy(tg_gpt_attn *a) {
+  tg_split_free(&a->qkv, &a->qkv_s);
+  tg_split_free(&a->out, &a->out_s);
+  tg_split_free(&a->dout, &a->dout_s);
+  tg_split_free(&a->dqkv, &a->dqkv_s);
+  tg_split_free(&a->state, &a->state_s);
+  tg_tensor_free(&a->qkv);
+  tg_tensor_free(&a->out);
+  tg_tensor_free(&a->dout);
+  tg_tensor_free(&a->dqkv);
+  tg_tensor_free(&a->state);
+}
+
+int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
+                  const tg_gpt_run_config *run, const tg_optimizer_config *opt) {
+  memset(g, 0, sizeof *g);
+  TG_TRY(tg_gpt_config_check(cfg));
+  if (cfg->num_layers > TG_GPT_MAX_LAYERS)
+    return tg_fail(EINVAL, "GPT: %d layers, at most %d supported", cfg->num_layers,
+                   TG_GPT_MAX_LAYERS);
+  if (opt->kind != TG_OPT_ADAMW) return tg_fail(EINVAL, "GPT: only AdamW is supported");
+  g->cfg = *cfg;
+  g->run = *run;
+  g->opt = *opt;
+  TG_TRY(tg_gpt_check_run(cfg, &g->run));
+  size_t sizes[TG_GPT_NPARAMS];
+  tg_gpt_param_sizes(cfg, sizes);
+  const float *src = params;
+  int rc = 0;
+  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
+    int rows, cols;
+    tg_gpt_param_shape(cfg, (tg_gpt_param)p, &rows, &cols);
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++) {
+      tg_tensor *all[4] = {&g->w[p][l], &g->g[p][l], &g->m[p][l], &g->v[p][l]};
+      for (int k = 0; k < 4 && rc == 0; k++) rc = tg_tensor_alloc(all[k], rows, cols, TG_F32);
+      if (rc) break;
+      /* no task has touched the fresh host buffers: plain copies are safe */
+      memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
+      src += (size_t)rows * cols;
+      tg_tensor_enable_reduction(&g->g[p][l]);
+    }
+  }
+  if (rc == 0) rc = tg_tensor_alloc(&g->loss, 1, 1, TG_F32);
+  if (rc == 0) tg_tensor_enable_reduction(&g->loss);
+  int L = cfg->num_layers, M = g->run.nmicro;
+  if (rc == 0) {
+    g->attn = calloc((size_t)L * M, sizeof *g->attn);
+    if (!g->attn) rc = tg_fail(ENOMEM, "GPT: out of memory for attention buffers");
+  }
+  for (int i = 0; i < L * M && rc == 0; i++)
+    rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M);
+  if (rc) tg_gpt_destroy(g);
+  return rc;
+}
+
+void tg_gpt_destroy(tg_gpt *g) {
+  if (g->attn) {
+    for (int i = 0; i < g->cfg.num_layers * g->run.nmicro; i++) tg_gpt_attn_destroy(&g->attn[i]);
+    free(g->attn);
+    g->attn = NULL;
+  }
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < TG_GPT_MAX_LAYERS; l++) {
+      tg_tensor_free(&g->w[p][l]);
+      tg_tensor_free(&g->g[p][l]);
+      tg_tensor_free(&g->m[p][l]);
+      tg_tensor_free(&g->v[p][l]);
+    }
+  tg_tensor_free(&g->loss);
+}
+
+/* Forward activations of one layer kept for its backward. */
+typedef struct tg_gpt_layer_acts {
+  tg_tensor x, ln1, mean1, rstd1, x2, ln2, mean2, rstd2, fch, fchg;
+} tg_gpt_layer_acts;
+
+typedef struct tg_gpt_micro {
+  int n;                          /* rows: b * T */
+  starpu_data_handle_t tokens, targets;
+  tg_gpt_attn *attn;              /* [layer]: stride nmicro, or temporaries */
+  int attn_stride;
+  tg_gpt_layer_acts acts[TG_GPT_MAX_LAYERS];
+  tg_tensor xL, lnf, meanf, rstdf, dlnf;
+} tg_gpt_micro;
+
+static int tg_temp(tg_tensor *t, int rows, int cols) {
+  return tg_tensor_temp(t, rows, cols, TG_F32);
+}
+
+/* Attention forward of one layer: whole qkv in, whole out valid after. */
+static int tg_gpt_attn_fwd(tg_gpt *g, tg_gpt_attn *a, int S) {
+  const tg_gpt_run_config *r = &g->run;
+  int NH = g->cfg.num_heads;
+  if (S == 1)
+    return tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
+                                   a->out.handle, a->state.handle, NULL);
+  tg_split_readonly(&a->qkv, &a->qkv_s);
+  tg_split_write(&a->out, &a->out_s);
+  for (int s = 0; s < S; s++)
+    TG_TRY(tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
+                                   a->out_s.parts[s], a->state_s.parts[s], NULL));
+  tg_split_join(&a->out, &a->out_s);
+  return 0;
+}
+
+/* Attention backward: whole dout in, whole dqkv valid after. */
+static int tg_gpt_attn_bwd(tg_gpt *g, tg_gpt_attn *a, int S) {
+  const tg_gpt_run_config *r = &g->run;
+  int NH = g->cfg.num_heads;
+  if (S == 1)
+    return tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
+                                   a->out.handle, a->state.handle, a->dout.handle,
+                                   a->dqkv.handle, NULL);
+  tg_split_readonly(&a->dout, &a->dout_s);
+  tg_split_readonly(&a->out, &a->out_s);
+  tg_split_write(&a->dqkv, &a->dqkv_s);
+  for (int s = 0; s < S; s++)
+    TG_TRY(tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
+                                   a->out_s.parts[s], a->state_s.parts[s],
+                                   a->dout_s.parts[s], a->dqkv_s.parts[s], NULL));
+  tg_split_join(&a->dqkv, &a->dqkv_s);
+  tg_split_join(&a->dout, &a->dout_s);
+  tg_split_join(&a->out, &a->out_s);
+  tg_split_join(&a->qkv, &a->qkv_s);
+  return 0;
+}
+
+static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+  const tg_gpt_config *c = &g->cfg;
+  int n = mb->n, C = c->channels;
+  tg_tensor x;
+  TG_TRY(tg_temp(&x, n, C));
+  TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
+                                 x.handle, NULL));
+  for (int l = 0; l < c->num_layers; l++) {
+    tg_gpt_layer_acts *A = &mb->acts[l];
+    tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+    A->x = x;
+    TG_TRY(tg_temp(&A->ln1, n, C));
+    TG_TRY(tg_temp(&A->mean1, n, 1));
+    TG_TRY(tg_temp(&A->rstd1, n, 1));
+    TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
+                                   A->ln1.handle, A->mean1.handle, A->rstd1.handle, NULL));
+    TG_TRY(tg_linear_fwd_insert(A->ln1.handle, W(g, TG_QKVW, l), W(g, TG_QKVB, l),
+                                TG_ACT_NONE, at->qkv.handle, NULL, NULL));
+    TG_TRY(tg_gpt_attn_fwd(g, at, S));
+    tg_tensor proj;
+    TG_TRY(tg_temp(&proj, n, C));
+    TG_TRY(tg_linear_fwd_insert(at->out.handle, W(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
+                                TG_ACT_NONE, proj.handle, NULL, NULL));
+    TG_TRY(tg_temp(&A->x2, n, C));
+    TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, NULL));
+    tg_tensor_release(&proj);
+    TG_TRY(tg_temp(&A->ln2, n, C));
+    TG_TRY(tg_temp(&A->mean2, n, 1));
+    TG_TRY(tg_temp(&A->rstd2, n, 1));
+    TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
+                                   A->ln2.handle, A->mean2.handle, A->rstd2.handle, NULL));
+    TG_TRY(tg_temp(&A->fch, n, 4 * C));
+    TG_TRY(tg_temp(&A->fchg, n, 4 * C));
+    TG_TRY(tg_linear_fwd_insert(A->ln2.handle, W(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
+                                A->fch.handle, A->fchg.handle, NULL));
+    TG_TRY(tg_temp(&proj, n, C));
+    TG_TRY(tg_linear_fwd_insert(A->fchg.handle, W(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
+                                TG_ACT_NONE, proj.handle, NULL, NULL));
+    TG_TRY(tg_temp(&x, n, C));
+    TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x.handle, NULL));
+    tg_tensor_release(&proj);
+  }
+  mb->xL = x;
+  TG_TRY(tg_temp(&mb->lnf, n, C));
+  TG_TRY(tg_temp(&mb->meanf, n, 1));
+  TG_TRY(tg_temp(&mb->rstdf, n, 1));
+  return tg_layernorm_fwd_insert(x.handle, W(g, TG_LNFW, 0), W(g, TG_LNFB, 0),
+                                 mb->lnf.handle, mb->meanf.handle, mb->rstdf.handle, NULL);
+}
+
+/* Releases what a forward-only pass left registered. */
+static void tg_gpt_release_forward(tg_gpt *g, tg_gpt_micro *mb) {
+  for (int l = 0; l < g->cfg.num_layers; l++) {
+    tg_gpt_layer_acts *A = &mb->acts[l];
+    tg_tensor *all[] = {&A->x, &A->ln1, &A->mean1, &A->rstd1, &A->x2,
+                        &A->ln2, &A->mean2, &A->rstd2, &A->fch, &A->fchg};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_release(all[k]);
+    tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+    tg_split_join(&at->qkv, &at->qkv_s);
+  }
+  tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf, &mb->dlnf};
+  for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
+}
+
+static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+  const tg_gpt_config *c = &g->cfg;
+  int n = mb->n, C = c->channels;
+  tg_tensor dres, tmp;
+  TG_TRY(tg_temp(&dres, n, C));
+  TG_TRY(tg_fill_insert(dres.handle, 0.0f, NULL));
+  TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
+                                 mb->meanf.handle, mb->rstdf.handle, dres.handle,
+                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), TG_REDUCE, NULL));
+  tg_tensor *fin[] = {&mb->dlnf, &mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
+  for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
+  for (int l = c->num_layers - 1; l >= 0; l--) {
+    tg_gpt_layer_acts *A = &mb->acts[l];
+    tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+    /* MLP block: dres holds dL/d(x2 + fcproj) */
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, A->fchg.handle, 1.0f,
+                          G(g, TG_FCPROJW, l), TG_REDUCE, NULL));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), TG_REDUCE, NULL));
+    TG_TRY(tg_temp(&tmp, n, 4 * C)); /* dL/dfch */
+    TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_FCPROJW, l), TG_ACT_GELU,
+                                     A->fch.handle, tmp.handle, NULL));
+    tg_tensor_release(&A->fchg);
+    tg_tensor_release(&A->fch);
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, tmp.handle, A->ln2.handle, 1.0f, G(g, TG_FCW, l),
+                          TG_REDUCE, NULL));
+    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), TG_REDUCE, NULL));
+    tg_tensor dln;
+    TG_TRY(tg_temp(&dln, n, C));
+    TG_TRY(tg_linear_bwd_data_insert(tmp.handle, W(g, TG_FCW, l), TG_ACT_NONE, NULL,
+                                     dln.handle, NULL));
+    tg_tensor_release(&tmp);
+    TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
+                                   A->mean2.handle, A->rstd2.handle, dres.handle,
+                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), TG_REDUCE, NULL));
+    tg_tensor_release(&dln);
+    tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
+    for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
+    /* attention block: dres holds dL/d(x + attproj) */
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, at->out.handle, 1.0f,
+                          G(g, TG_ATTPROJW, l), TG_REDUCE, NULL));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), TG_REDUCE, NULL));
+    TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
+                                     at->dout.handle, NULL));
+    TG_TRY(tg_gpt_attn_bwd(g, at, S));
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, at->dqkv.handle, A->ln1.handle, 1.0f,
+                          G(g, TG_QKVW, l), TG_REDUCE, NULL));
+    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), TG_REDUCE, NULL));
+    TG_TRY(tg_temp(&dln, n, C));
+    TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, W(g, TG_QKVW, l), TG_ACT_NONE, NULL,
+                                     dln.handle, NULL));
+    TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
+                                   A->mean1.handle, A->rstd1.handle, dres.handle,
+                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), TG_REDUCE, NULL));
+    tg_tensor_release(&dln);
+    tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
+    for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
+  }
+  TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
+                                 G(g, TG_WPE, 0), TG_REDUCE, NULL));
+  tg_tensor_release(&dres);
+  return 0;
+}
+
+static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
+  const tg_gpt_run_config *r = &g->run;
+  if (batch->nmicro != r->nmicro || batch->rows != r->B * r->T)
+    return tg_fail(EINVAL, "GPT: batch of %d rows in %d micro-batches, the graph was built "
+                   "for %d x %d tokens in %d", batch->rows, batch->nmicro, r->B, r->T,
+                   r->nmicro);
+  return 0;
+}
+
+static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
+  TG_TRY(tg_gpt_check_batch(g, batch));
+  const tg_gpt_config *c = &g->cfg;
+  if (backward)
+    for (int p = 0; p < TG_GPT_NPARAMS; p++)
+      for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c); l++)
+        TG_TRY(tg_fill_insert(g->g[p][l].handle, 0.0f, NULL));
+  float scale = 1.0f / (float)(g->run.B * g->run.T);
+  int M = g->run.nmicro;
+  for (int i = 0; i < M; i++) {
+    tg_gpt_micro *mb = calloc(1, sizeof *mb);
+    if (!mb) return tg_fail(ENOMEM, "GPT: out of memory");
+    mb->n = batch->rows / M;
+    mb->tokens = batch->x[i];
+    mb->targets = batch->y[i];
+    mb->attn = &g->attn[i];
+    mb->attn_stride = M;
+    int rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
+    if (rc == 0 && backward) rc = tg_temp(&mb->dlnf, mb->n, c->channels);
+    if (rc == 0)
+      rc = tg_lm_classifier_insert(c->vocab_size, g->run.classifier_chunk, scale,
+                                   mb->lnf.handle, W(g, TG_WTE, 0), mb->targets,
+                                   backward ? mb->dlnf.handle : NULL, G(g, TG_WTE, 0),
+                                   TG_REDUCE, g->loss.handle, TG_REDUCE, NULL);
+    if (rc == 0 && backward)
+      rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
+    else if (rc == 0)
+      tg_gpt_release_forward(g, mb);
+    free(mb);
+    TG_TRY(rc);
+  }
+  g->loss_batches++;
+  return 0;
+}
+
+int tg_gpt_forward_backward(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 1); }
+int tg_gpt_evaluate(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 0); }
+
+int tg_gpt_update(tg_gpt *g, float lr) {
+  g->step++;
+  const tg_optimizer_config *o = &g->opt;
+  tg_adamw_hyper h = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, g->step};
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
+      TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
+                             g->v[p][l].handle, &h, NULL));
+  return 0;
+}
+
+int tg_gpt_step(tg_gpt *g, const tg_batch *batch, float lr) {
+  TG_TRY(tg_gpt_forward_backward(g, batch));
+  return tg_gpt_update(g, lr);
+}
+
+int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset) {
+  float loss = 0;
+  TG_TRY(tg_tensor_read(&g->loss, &loss));
+  if (mean_loss) *mean_loss = g->loss_batches ? loss / g->loss_batches : 0.0;
+  if (reset) {
+    TG_TRY(tg_fill_insert(g->loss.handle, 0.0f, NULL));
+    g->loss_batches = 0;
+  }
+  return 0;
+}
+
+/* Copies every slice of the tensors selected by `which` (w or g). */
+static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], float *dst) {
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      TG_TRY(tg_tensor_read(&which[p][l], dst));
+      dst += tg_tensor_numel(&which[p][l]);
+    }
+  return 0;
+}
+
+int tg_gpt_read_params(tg_gpt *g, float *params) { return tg_gpt_read(g, g->w, params); }
+int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, g->g, grads); }
+
+int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
+  const tg_gpt_config *c = &g->cfg;
+  int n = tokens->rows;
+  if (T < 1 || T > c->max_seq_len || n % T)
+    return tg_fail(EINVAL, "GPT logits: %d tokens are not whole sequences of %d <= %d", n, T,
+                   c->max_seq_len);
+  /* a one-off pass: temporaries for the attention, no split */
+  tg_gpt_run_config saved = g->run;
+  g->run.T = T;
+  tg_gpt_attn *attn = calloc((size_t)c->num_layers, sizeof *attn);
+  tg_gpt_micro *mb = calloc(1, sizeof *mb);
+  int rc = attn && mb ? 0 : tg_fail(ENOMEM, "GPT logits: out of memory");
+  int b = n / T;
+  for (int l = 0; l < c->num_layers && rc == 0; l++) {
+    tg_gpt_attn *a = &attn[l];
+    rc = tg_temp(&a->qkv, n, 3 * c->channels);
+    if (rc == 0) rc = tg_temp(&a->out, n, c->channels);
+    if (rc == 0)
+      rc = g->run.attention == TG_ATTN_NAIVE ? tg_temp(&a->state, b * c->num_heads * T, T)
+                                             : tg_temp(&a->state, n, c->num_heads);
+  }
+  tg_tensor out = {0};
+  if (rc == 0) {
+    mb->n = n;
+    mb->tokens = tokens->handle;
+    mb->attn = attn;
+    mb->attn_stride = 1;
+    rc = tg_gpt_forward_micro(g, mb, 1);
+  }
+  if (rc == 0) rc = tg_temp(&out, n, c->padded_vocab_size);
+  if (rc == 0)
+    rc = tg_gemm_insert(0, 1, 1.0f, mb->lnf.handle, W(g, TG_WTE, 0), 0.0f, out.handle,
+                        TG_OVERWRITE, NULL);
+  if (mb) tg_gpt_release_forward(g, mb);
+  for (int l = 0; attn && l < c->num_layers; l++) {
+    tg_tensor_release(&attn[l].qkv);
+    tg_tensor_release(&attn[l].out);
+    tg_tensor_release(&attn[l].state);
+  }
+  /* a temporary cannot be acquired before it is written: read through a
+   * host tensor */
+  tg_tensor host = {0};
+  if (rc == 0) rc = tg_tensor_alloc(&host, n, c->padded_vocab_size, TG_F32);
+  if (rc == 0) rc = tg_accumulate_insert(host.handle, out.handle, NULL);
+  if (rc == 0) rc = tg_tensor_read(&host, logits);
+  tg_tensor_release(&out);
+  tg_tensor_free(&host);
+  free(attn);
+  free(mb);
+  g->run = saved;
+  return rc;
+}

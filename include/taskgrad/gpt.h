@@ -1,0 +1,100 @@
+/*
+ * taskgrad layer 3: GPT-2 training step as a task graph (the model exactly
+ * as llm.c defines it; see llmc.h for the parameters).
+ *
+ * tg_gpt_step() submits forward, backward and AdamW for a batch of B
+ * sequences of T tokens split into micro-batches.  Per micro-batch of b
+ * sequences (n = b*T rows), per layer:
+ *   ln1 = LN(x); qkv = ln1 Wqkv^T + bqkv; a = attention(qkv);
+ *   x2 = x + a Wproj^T + bproj; ln2 = LN(x2);
+ *   h = gelu(ln2 Wfc^T + bfc); x = x2 + h Wfcproj^T + bfcproj
+ * then LN_f and the tied classifier (chunked, no full logits matrix).
+ * Gradients of the parameters are reduced over micro-batches with
+ * STARPU_REDUX; the attention of one micro-batch is split into several
+ * tasks (row blocks of whole sequences, through asynchronous partition
+ * plans) so several workers process it at once.  Activations are
+ * temporaries released as soon as the backward no longer needs them; the
+ * attention tensors are per-(layer, micro-batch) buffers with a home node,
+ * reused every step (StarPU 1.3 can only plan partitions of such data).
+ */
+#ifndef TASKGRAD_GPT_H
+#define TASKGRAD_GPT_H
+
+#include "taskgrad/codelets.h"
+#include "taskgrad/data.h"
+#include "taskgrad/llmc.h"
+#include "taskgrad/mlp.h"
+#include "taskgrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_GPT_MAX_LAYERS 64
+
+typedef struct tg_gpt_run_config {
+  int B, T;                    /* sequences per batch, tokens per sequence */
+  int nmicro;                  /* micro-batches; divides B */
+  tg_attention_kind attention; /* naive or chunked */
+  int chunk;                   /* attention chunk (default 64) */
+  int attn_splits;             /* attention tasks per micro-batch; divides
+                                  B / nmicro; 0 = as many as CPU workers */
+  int classifier_chunk;        /* classifier rows per chunk (default 256) */
+} tg_gpt_run_config;
+
+/* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
+tg_gpt_run_config tg_gpt_run_default(int B, int T);
+
+/* Per (layer, micro-batch) attention buffers; see the note above. */
+typedef struct tg_gpt_attn {
+  tg_tensor qkv, out, dout, dqkv, state;
+  tg_split qkv_s, out_s, dout_s, dqkv_s, state_s;
+} tg_gpt_attn;
+
+typedef struct tg_gpt {
+  tg_gpt_config cfg;
+  tg_gpt_run_config run;
+  tg_optimizer_config opt;     /* AdamW hyper-parameters (lr per step) */
+  int step;                    /* optimizer steps taken */
+  int nslices;                 /* L for per-layer tensors, 1 otherwise */
+  /* [param][layer]: one tensor per layer slice (shape: tg_gpt_param_shape) */
+  tg_tensor w[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+  tg_tensor g[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS]; /* REDUX-enabled */
+  tg_tensor m[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+  tg_tensor v[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+  tg_tensor loss;              /* (1, 1): sum over batches of the mean loss */
+  int loss_batches;
+  tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
+} tg_gpt;
+
+/* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),
+ * zeroed gradients and AdamW state.  opt->kind must be TG_OPT_ADAMW. */
+int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
+                  const tg_gpt_run_config *run, const tg_optimizer_config *opt);
+void tg_gpt_destroy(tg_gpt *g);
+
+/* Zeroes the gradients, then forward and backward of every micro-batch;
+ * the gradients are then those of the batch-mean loss. */
+int tg_gpt_forward_backward(tg_gpt *g, const tg_batch *batch);
+/* AdamW on every parameter tensor with this step's learning rate. */
+int tg_gpt_update(tg_gpt *g, float lr);
+int tg_gpt_step(tg_gpt *g, const tg_batch *batch, float lr);
+/* Forward and loss only (validation). */
+int tg_gpt_evaluate(tg_gpt *g, const tg_batch *batch);
+/* Mean loss per batch since the last reset (waits for it). */
+int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset);
+
+/* Logits (n, Vp) of b = n / T sequences of T tokens (tokens: (n, 1) int32
+ * host tensor), written to `logits` (n * Vp floats); waits for them. */
+int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits);
+/* Copies parameters or gradients out in llm.c's layout (waits). */
+int tg_gpt_read_params(tg_gpt *g, float *params);
+int tg_gpt_read_grads(tg_gpt *g, float *grads);
+
+/* llm.c's FLOP count per token: 6 N + 6 L C T (N parameters). */
+double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

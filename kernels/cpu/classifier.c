@@ -1,0 +1,74 @@
+/*
+ * Fused GPT-2 classifier: LM head tied to the token embedding, softmax and
+ * cross-entropy, forward and backward, over `chunk` rows at a time so that
+ * only a (chunk, V) block of logits ever exists (the full (n, V) logits of a
+ * GPT-2 micro-batch, V = 50257, would be hundreds of MB).
+ *
+ * Per chunk of rows_c <= chunk rows (the last chunk may be partial), all in
+ * the caller's scratch (rows_c, V):
+ *   1. logits = lnf_chunk (rows_c, C) wte[:V]^T                  one GEMM
+ *   2. tg_cpu_softmax_xent in place: dlogits = scale * (p - onehot(t)) and
+ *      the chunk's loss
+ *   3. backward only:
+ *        dlnf_chunk (rows_c, C) = dlogits wte[:V]          one GEMM, beta 0
+ *        dwte[:V] (V, C) += dlogits^T lnf_chunk            one GEMM, beta 1
+ * so one GEMM per chunk forward and three with the backward, each a single
+ * cblas_sgemm through tg_cpu_gemm (which also takes care of the degenerate
+ * shapes C == 0 and V == 0).  Only the first V rows of wte (Vp, C) are read
+ * or updated: the padded rows never enter the softmax and get no gradient.
+ *
+ * Step 2 reuses kernels/cpu/softmax_xent.c, so the numerics are the same by
+ * construction: max-subtracted, sum of exp in double, the loss row as
+ * log(sum) - (x_t - max) in double, the target entry of dlogits without
+ * cancellation, and an out-of-range target never used as an index (NaN loss,
+ * zero gradient row).  Without backward its dlogits pass is wasted work, but
+ * it is O(V) per row against 2 C V flops per row in the GEMM (under 1%).
+ * Likewise glibc's scalar expf: measured at about 4% of the forward GEMM's
+ * time per row (C = 768, V = 50257, one core of the 2-core development VM),
+ * so a vectorised exp (1.6x on that pass alone) was not worth its code.
+ * Each chunk's loss comes back as a float (one rounding, relative 6e-8), the
+ * chunks are summed in double and added to *loss_acc once per call.
+ *
+ * Chunk size.  The dwte GEMM reads and writes all of dwte[:V] (V * C floats,
+ * 154 MB for GPT-2 small) once per chunk for 2 * rows_c * V * C flops, so
+ * small chunks make it memory-bound (same VM: 6 GFLOP/s at 16 rows, 12 at
+ * 64, 18 at 256, where the other two GEMMs run at about 20 at any size);
+ * chunks of a few hundred rows keep it compute-bound, at a scratch of
+ * rows_c * V floats (51 MB for 256 rows).  The caller picks the trade-off.
+ */
+#include "taskgrad/kernels_cpu.h"
+
+void tg_cpu_classifier(int n, int C, int V, int chunk,
+                       const float *lnf, int ldl,   // (n, ldl)
+                       const float *wte,            // (Vp, C), rows [0, V) used
+                       const int32_t *targets,      // (n)
+                       float scale, int backward,
+                       float *dlnf, int lddl,       // (n, lddl), written
+                       float *dwte,                 // (Vp, C), rows [0, V) +=
+                       float *loss_acc,             // (1)
+                       float *scratch)              // (chunk, V)
+{
+  if (n <= 0 || chunk <= 0) return;
+  double total = 0.0; /* sum of the chunk losses, already scaled */
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const float *l = lnf + (size_t)r0 * ldl; /* (rows, C) */
+
+    /* logits (rows, V) = lnf_chunk (rows, C) wte[:V]^T */
+    tg_cpu_gemm(0, 1, rows, V, C, 1.0f, l, ldl, wte, C, 0.0f, scratch, V);
+    /* in place: scratch becomes dlogits (rows, V) */
+    float part = 0.0f;
+    tg_cpu_softmax_xent(rows, V, scratch, V, targets + r0, scale, scratch, V,
+                        &part);
+    total += (double)part;
+
+    if (backward) {
+      /* dlnf_chunk (rows, C) = dlogits (rows, V) wte[:V] (V, C) */
+      tg_cpu_gemm(0, 0, rows, C, V, 1.0f, scratch, V, wte, C, 0.0f,
+                  dlnf + (size_t)r0 * lddl, lddl);
+      /* dwte[:V] (V, C) += dlogits^T (V, rows) lnf_chunk (rows, C) */
+      tg_cpu_gemm(1, 0, V, C, rows, 1.0f, scratch, V, l, ldl, 1.0f, dwte, C);
+    }
+  }
+  *loss_acc = (float)((double)*loss_acc + total);
+}

@@ -1,0 +1,168 @@
+/*
+ * LayerNorm over the C features of each row, GPT-2 / llm.c definitions:
+ *   mean = sum x / C,  var = sum (x - mean)^2 / C (biased),
+ *   rstd = 1 / sqrt(var + 1e-5),  norm = (x - mean) * rstd,
+ *   y = norm * w + b,
+ * with mean and rstd kept per row for the backward pass, which is llm.c's
+ * layernorm_backward (dnorm = w * dy):
+ *   db += dy;  dw += norm * dy;
+ *   dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd
+ * all accumulated (+=): dx is the residual stream's gradient and already
+ * holds the skip path's contribution, dw and db sum over the rows.
+ *
+ * Numerics.  The statistics are two-pass with double accumulators, so a row
+ * whose mean is large compared with its spread (x = 1000 + 0.01 u) is
+ * normalised accurately, where the one-pass E[x^2] - E[x]^2 in float loses
+ * every digit.  The same care is needed when the deviations x - mean are
+ * formed in float: the float mean m_hi = (float)mean is off by up to half an
+ * ulp of |mean|, which can be a large fraction of the spread.  The forward
+ * pass therefore subtracts the mean as two floats, (x - m_hi) - m_lo with
+ * m_lo = (float)(mean - m_hi); x - m_hi is exact when x is within a factor 2
+ * of m_hi (Sterbenz), which is precisely the case where cancellation hurts.
+ * The backward pass only has the saved float mean m, so its
+ * norm' = (x - m) * rstd is off by the constant delta = (mean - m) * rstd;
+ * since the true norm sums to zero over the row, delta = mean(norm') and is
+ * removed (one more accumulator in the first sweep, mathematically a no-op).
+ *
+ * The row loops work on blocks of VB floats with a constant trip count and
+ * VB separate accumulators, which GCC 12 at -O2 vectorises (a plain serial
+ * sum would not be, as float addition is not reassociated without
+ * -ffast-math).  Single-threaded: StarPU runs one kernel per core.
+ */
+#include <math.h>
+
+#include "taskgrad/kernels_cpu.h"
+
+enum { VB = 8 };
+
+#define LN_EPS 1e-5
+
+/* sum of the n floats of x, in double */
+static inline double row_sum(int n, const float *x) {
+  double acc[VB] = {0};
+  int c = 0;
+  for (; c + VB <= n; c += VB)
+    for (int j = 0; j < VB; j++) acc[j] += (double)x[c + j];
+  double s = 0.0;
+  for (; c < n; c++) s += (double)x[c];
+  for (int j = 0; j < VB; j++) s += acc[j];
+  return s;
+}
+
+/* sum of ((x - mh) - ml)^2 over the n floats of x, in double */
+static inline double row_sq_dev(int n, const float *x, float mh, float ml) {
+  double acc[VB] = {0};
+  int c = 0;
+  for (; c + VB <= n; c += VB)
+    for (int j = 0; j < VB; j++) {
+      float d = (x[c + j] - mh) - ml;
+      acc[j] += (double)(d * d);
+    }
+  double s = 0.0;
+  for (; c < n; c++) {
+    float d = (x[c] - mh) - ml;
+    s += (double)(d * d);
+  }
+  for (int j = 0; j < VB; j++) s += acc[j];
+  return s;
+}
+
+void tg_cpu_layernorm_fwd(int n, int C,
+                          const float *X, int ldx, // (n, ldx)
+                          const float *w,          // (C)
+                          const float *b,          // (C)
+                          float *Y, int ldy,       // (n, ldy)
+                          float *mean,             // (n)
+                          float *rstd)             // (n)
+{
+  if (C <= 0) return;
+  for (int i = 0; i < n; i++) {
+    const float *x = X + (size_t)i * ldx;
+    float *y = Y + (size_t)i * ldy;
+    double mu = row_sum(C, x) / C;
+    float mh = (float)mu, ml = (float)(mu - (double)mh);
+    double var = row_sq_dev(C, x, mh, ml) / C;
+    float r = (float)(1.0 / sqrt(var + LN_EPS));
+    /* every x is read before y is written: Y may be X (same ld) */
+    int c = 0;
+    for (; c + VB <= C; c += VB) {
+      float t[VB];
+      for (int j = 0; j < VB; j++)
+        t[j] = ((x[c + j] - mh) - ml) * r * w[c + j] + b[c + j];
+      for (int j = 0; j < VB; j++) y[c + j] = t[j];
+    }
+    for (; c < C; c++) y[c] = ((x[c] - mh) - ml) * r * w[c] + b[c];
+    mean[i] = mh;
+    rstd[i] = r;
+  }
+}
+
+void tg_cpu_layernorm_bwd(int n, int C,
+                          const float *dY, int lddy, // (n, lddy)
+                          const float *X, int ldx,   // (n, ldx)
+                          const float *w,            // (C)
+                          const float *mean,         // (n)
+                          const float *rstd,         // (n)
+                          float *dX, int lddx,       // (n, lddx), accumulated
+                          float *dw,                 // (C), accumulated
+                          float *db)                 // (C), accumulated
+{
+  if (C <= 0) return;
+  for (int i = 0; i < n; i++) {
+    const float *x = X + (size_t)i * ldx, *dy = dY + (size_t)i * lddy;
+    float *dx = dX + (size_t)i * lddx;
+    const float m = mean[i], r = rstd[i];
+
+    /* sweep 1: sums of dnorm, dnorm * norm' and norm' */
+    double s_dn[VB] = {0}, s_dnn[VB] = {0}, s_n[VB] = {0};
+    int c = 0;
+    for (; c + VB <= C; c += VB)
+      for (int j = 0; j < VB; j++) {
+        float nr = (x[c + j] - m) * r, dn = w[c + j] * dy[c + j];
+        s_dn[j] += (double)dn;
+        s_dnn[j] += (double)(dn * nr);
+        s_n[j] += (double)nr;
+      }
+    double sdn = 0.0, sdnn = 0.0, sn = 0.0;
+    for (; c < C; c++) {
+      float nr = (x[c] - m) * r, dn = w[c] * dy[c];
+      sdn += (double)dn;
+      sdnn += (double)(dn * nr);
+      sn += (double)nr;
+    }
+    for (int j = 0; j < VB; j++) {
+      sdn += s_dn[j];
+      sdnn += s_dnn[j];
+      sn += s_n[j];
+    }
+    double delta = sn / C;      /* norm = norm' - delta */
+    double dn_mean = sdn / C;   /* mean(dnorm) */
+    /* mean(dnorm * norm) = mean(dnorm * norm') - delta * mean(dnorm) */
+    double dnn_mean = sdnn / C - delta * dn_mean;
+    const float fdelta = (float)delta, fdm = (float)dn_mean,
+                fdnn = (float)dnn_mean;
+
+    /* sweep 2: accumulate db, dw, dx */
+    c = 0;
+    for (; c + VB <= C; c += VB) {
+      float tb[VB], tw[VB], tx[VB];
+      for (int j = 0; j < VB; j++) {
+        float g = dy[c + j];
+        float nr = (x[c + j] - m) * r - fdelta, dn = w[c + j] * g;
+        tb[j] = db[c + j] + g;
+        tw[j] = dw[c + j] + nr * g;
+        tx[j] = dx[c + j] + (dn - fdm - nr * fdnn) * r;
+      }
+      for (int j = 0; j < VB; j++) db[c + j] = tb[j];
+      for (int j = 0; j < VB; j++) dw[c + j] = tw[j];
+      for (int j = 0; j < VB; j++) dx[c + j] = tx[j];
+    }
+    for (; c < C; c++) {
+      float g = dy[c];
+      float nr = (x[c] - m) * r - fdelta, dn = w[c] * g;
+      db[c] += g;
+      dw[c] += nr * g;
+      dx[c] += (dn - fdm - nr * fdnn) * r;
+    }
+  }
+}

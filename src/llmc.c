@@ -1,0 +1,539 @@
+/*
+ * llm.c's file formats (GPT-2 fp32 checkpoints, uint16 token files) and the
+ * GPT-2 parameter layout and initialisation.
+ *
+ * Design notes
+ *
+ * Validation before allocation.  A reader takes the file size from fstat,
+ * reads the 1024-byte header, checks magic, version and the configuration
+ * (tg_gpt_config_check), computes the payload size the header announces with
+ * overflow-safe arithmetic, and compares it with the file size; only then
+ * does it allocate and read.  So a corrupt header can neither make us
+ * allocate absurd amounts nor read past a buffer, and both truncation and
+ * trailing data are reported with the two sizes.  The reserved header words
+ * (8..255 for models, 3..255 for tokens) are written as 0 but not checked,
+ * like llm.c, so that files with extra header fields still load.
+ *
+ * Limits.  maxT, L, NH and C are at most 2^20 each; V and Vp at most 65536
+ * (tokens are uint16); the total parameter count at most 2^34 floats
+ * (64 GiB).  Each tensor size is at most 2^62, so the running sum checked
+ * against 2^34 after every term never overflows a uint64_t.
+ *
+ * Byte order.  The formats are little-endian; this code reads and writes the
+ * host's order and refuses to compile on a big-endian host.
+ *
+ * Atomic writes.  A writer creates <path>.tmp.<pid> next to the target
+ * (O_EXCL: never through a symlink or over someone else's file; a stale
+ * regular file of that name, left by a crashed process that had our pid, is
+ * replaced), writes it with checked fwrite, fflush, fsync, fclose, and
+ * renames it over the target; then it fsyncs the directory (best effort:
+ * the data is already safe, this only makes the rename itself durable).  On
+ * any error the temporary file is removed, the target is untouched, and the
+ * error is -errno with a message naming the target.  A target that exists
+ * but is not a regular file (a device such as /dev/null, a FIFO, a
+ * directory) is refused: the rename would silently replace it.
+ *
+ * Initialisation.  Like llm.c's gpt2_build_from_random: normal(0, 0.02) for
+ * wte, wpe, qkvw and fcw; normal(0, 0.02/sqrt(2L)) for attprojw and fcprojw
+ * (the projections back into the residual stream); LayerNorm weights 1;
+ * biases 0.  Only the V real rows of wte are random: the padded rows
+ * V..Vp-1 are 0, as in llm.c (its C init fills V*C values; its PyTorch
+ * export pads wte with zeros), so the padding never contributes to the
+ * logits that matter.  The normals come from Box-Muller on splitmix64, one
+ * stream per tensor derived from (seed, tensor index): a seed gives the same
+ * wte for every L, and the numbers differ from llm.c's (another generator).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "taskgrad/llmc.h"
+#include "taskgrad/runtime.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "llm.c files are little-endian; this reader supports little-endian hosts only"
+#endif
+
+#define HEADER_INTS 256
+#define HEADER_BYTES (HEADER_INTS * sizeof(int32_t))
+#define MAX_DIM (1 << 20)
+#define MAX_VOCAB 65536
+#define MAX_PARAMS ((uint64_t)1 << 34)
+
+const char *const tg_gpt_param_names[TG_GPT_NPARAMS] = {
+    "wte",  "wpe",     "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b",    "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+
+/* ---- configuration ------------------------------------------------------ */
+
+/* Element counts in uint64_t; 0 with a message in msg when c is invalid. */
+static uint64_t config_sizes(const tg_gpt_config *c, uint64_t sz[TG_GPT_NPARAMS],
+                             char *msg, size_t msglen) {
+  struct {
+    const char *name;
+    int v, max;
+  } dims[] = {
+      {"max_seq_len", c->max_seq_len, MAX_DIM},
+      {"vocab_size", c->vocab_size, MAX_VOCAB},
+      {"num_layers", c->num_layers, MAX_DIM},
+      {"num_heads", c->num_heads, MAX_DIM},
+      {"channels", c->channels, MAX_DIM},
+      {"padded_vocab_size", c->padded_vocab_size, MAX_VOCAB},
+  };
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    if (dims[i].v < 1 || dims[i].v > dims[i].max) {
+      snprintf(msg, msglen, "%s = %d must be between 1 and %d", dims[i].name,
+               dims[i].v, dims[i].max);
+      return 0;
+    }
+  if (c->channels % c->num_heads != 0) {
+    snprintf(msg, msglen, "channels %d is not divisible by num_heads %d",
+             c->channels, c->num_heads);
+    return 0;
+  }
+  if (c->vocab_size > c->padded_vocab_size) {
+    snprintf(msg, msglen, "vocab_size %d is larger than padded_vocab_size %d",
+             c->vocab_size, c->padded_vocab_size);
+    return 0;
+  }
+  const uint64_t L = (uint64_t)c->num_layers, C = (uint64_t)c->channels;
+  const uint64_t maxT = (uint64_t)c->max_seq_len;
+  const uint64_t Vp = (uint64_t)c->padded_vocab_size;
+  const uint64_t s[TG_GPT_NPARAMS] = {
+      Vp * C,        maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+      L * C * C,     L * C,    L * C, L * C, L * 4 * C * C, L * 4 * C,
+      L * C * 4 * C, L * C,    C,     C};
+  uint64_t total = 0;
+  for (int i = 0; i < TG_GPT_NPARAMS; i++) {
+    total += s[i]; /* each term <= 2^62 and total <= 2^34 so far: no wrap */
+    if (total > MAX_PARAMS) {
+      snprintf(msg, msglen, "the model has more than 2^34 parameters "
+               "(limit of this implementation)");
+      return 0;
+    }
+    sz[i] = s[i];
+  }
+  if (total > SIZE_MAX / sizeof(float)) {
+    snprintf(msg, msglen, "%llu parameters do not fit in memory here",
+             (unsigned long long)total);
+    return 0;
+  }
+  return total;
+}
+
+int tg_gpt_config_check(const tg_gpt_config *c) {
+  if (!c) return tg_fail(EINVAL, "tg_gpt_config_check: config is NULL");
+  char msg[256];
+  uint64_t sz[TG_GPT_NPARAMS];
+  if (config_sizes(c, sz, msg, sizeof msg) == 0)
+    return tg_fail(EINVAL, "invalid GPT-2 configuration: %s", msg);
+  return 0;
+}
+
+/* For an invalid configuration every size is 0 (and so is the sum). */
+size_t tg_gpt_param_sizes(const tg_gpt_config *c, size_t sizes[TG_GPT_NPARAMS]) {
+  uint64_t sz[TG_GPT_NPARAMS];
+  char msg[256];
+  uint64_t total = c ? config_sizes(c, sz, msg, sizeof msg) : 0;
+  for (int i = 0; i < TG_GPT_NPARAMS; i++) sizes[i] = total ? (size_t)sz[i] : 0;
+  return (size_t)total;
+}
+
+int tg_gpt_param_per_layer(tg_gpt_param p) {
+  return p >= TG_LN1W && p <= TG_FCPROJB;
+}
+
+void tg_gpt_param_shape(const tg_gpt_config *c, tg_gpt_param p, int *rows,
+                        int *cols) {
+  const int C = c->channels;
+  int r = 1, k = C;
+  switch (p) {
+  case TG_WTE: r = c->padded_vocab_size; break;
+  case TG_WPE: r = c->max_seq_len; break;
+  case TG_QKVW: r = 3 * C; break;
+  case TG_QKVB: k = 3 * C; break;
+  case TG_ATTPROJW: r = C; break;
+  case TG_FCW: r = 4 * C; break;
+  case TG_FCB: k = 4 * C; break;
+  case TG_FCPROJW: r = C; k = 4 * C; break;
+  case TG_LN1W: case TG_LN1B: case TG_ATTPROJB: case TG_LN2W: case TG_LN2B:
+  case TG_FCPROJB: case TG_LNFW: case TG_LNFB: break;
+  }
+  if (rows) *rows = r;
+  if (cols) *cols = k;
+}
+
+/* ---- initialisation ----------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/* n normal(0, std) values by Box-Muller (both values of each pair used). */
+static void fill_normal(float *x, size_t n, float std, uint64_t seed,
+                        int stream) {
+  uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(stream + 1));
+  (void)splitmix64(&s);
+  const double two_pi = 6.283185307179586476925286766559;
+  for (size_t i = 0; i < n; i += 2) {
+    /* u1 in (0, 1] so that log(u1) is finite; u2 in [0, 1) */
+    double u1 = (double)((splitmix64(&s) >> 11) + 1) * 0x1.0p-53;
+    double u2 = (double)(splitmix64(&s) >> 11) * 0x1.0p-53;
+    double r = sqrt(-2.0 * log(u1));
+    x[i] = (float)(std * r * cos(two_pi * u2));
+    if (i + 1 < n) x[i + 1] = (float)(std * r * sin(two_pi * u2));
+  }
+}
+
+static void fill_value(float *x, size_t n, float v) {
+  for (size_t i = 0; i < n; i++) x[i] = v;
+}
+
+void tg_gpt_init_params(const tg_gpt_config *c, uint64_t seed, float *params) {
+  size_t sz[TG_GPT_NPARAMS];
+  if (!c || !params || tg_gpt_param_sizes(c, sz) == 0) return;
+  const float std = 0.02f;
+  const float proj_std = (float)(0.02 / sqrt(2.0 * c->num_layers));
+  float *p = params;
+  for (int i = 0; i < TG_GPT_NPARAMS; i++) {
+    switch ((tg_gpt_param)i) {
+    case TG_WTE: {
+      const size_t real = (size_t)c->vocab_size * (size_t)c->channels;
+      fill_normal(p, real, std, seed, i);
+      fill_value(p + real, sz[i] - real, 0.0f); /* padded rows */
+      break;
+    }
+    case TG_WPE: case TG_QKVW: case TG_FCW:
+      fill_normal(p, sz[i], std, seed, i);
+      break;
+    case TG_ATTPROJW: case TG_FCPROJW:
+      fill_normal(p, sz[i], proj_std, seed, i);
+      break;
+    case TG_LN1W: case TG_LN2W: case TG_LNFW:
+      fill_value(p, sz[i], 1.0f);
+      break;
+    case TG_LN1B: case TG_QKVB: case TG_ATTPROJB: case TG_LN2B: case TG_FCB:
+    case TG_FCPROJB: case TG_LNFB:
+      fill_value(p, sz[i], 0.0f);
+      break;
+    }
+    p += sz[i];
+  }
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Opens path for reading and returns its size (a regular file of at least
+ * the header's size), or NULL after tg_fail (*rc). */
+static FILE *open_for_read(const char *path, off_t *size, int *rc) {
+  FILE *f = fopen(path, "rbe");
+  if (!f) {
+    int e = errno ? errno : EIO;
+    *rc = tg_fail(e, "%s: cannot open: %s", path, strerror(e));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    int e = errno ? errno : EIO;
+    fclose(f);
+    *rc = tg_fail(e, "%s: fstat failed: %s", path, strerror(e));
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fclose(f);
+    *rc = tg_fail(EINVAL, "%s: not a regular file", path);
+    return NULL;
+  }
+  if ((uint64_t)st.st_size < HEADER_BYTES) {
+    fclose(f);
+    *rc = tg_fail(EINVAL, "%s: truncated: %lld bytes, less than the %zu-byte "
+                  "header", path, (long long)st.st_size, HEADER_BYTES);
+    return NULL;
+  }
+  *size = st.st_size;
+  return f;
+}
+
+/* Reads exactly n bytes (the size was checked, so a short read means the
+ * file changed under us or an I/O error). */
+static int read_exact(FILE *f, const char *path, void *buf, size_t n,
+                      const char *what) {
+  errno = 0;
+  size_t got = fread(buf, 1, n, f);
+  if (got == n) return 0;
+  if (ferror(f)) {
+    int e = errno ? errno : EIO;
+    return tg_fail(e, "%s: read error in the %s: %s", path, what, strerror(e));
+  }
+  return tg_fail(EINVAL, "%s: truncated: the %s ends after %zu of %zu bytes "
+                 "(did the file change while it was read?)", path, what, got, n);
+}
+
+static int read_header(FILE *f, const char *path, int32_t h[HEADER_INTS],
+                       int32_t magic, int32_t version) {
+  int rc = read_exact(f, path, h, HEADER_BYTES, "header");
+  if (rc < 0) return rc;
+  if (h[0] != magic)
+    return tg_fail(EINVAL, "%s: bad magic %d (expected %d)", path, (int)h[0],
+                   (int)magic);
+  if (h[1] != version)
+    return tg_fail(EINVAL, "%s: version %d (expected %d)", path, (int)h[1],
+                   (int)version);
+  return 0;
+}
+
+int tg_llmc_model_read(const char *path, tg_gpt_config *cfg, float **params) {
+  if (params) *params = NULL;
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_llmc_model_read: NULL argument");
+  off_t size;
+  int rc = 0;
+  FILE *f = open_for_read(path, &size, &rc);
+  if (!f) return rc;
+  int32_t h[HEADER_INTS];
+  rc = read_header(f, path, h, TG_LLMC_MODEL_MAGIC, TG_LLMC_MODEL_VERSION);
+  if (rc < 0) goto out;
+
+  tg_gpt_config c = {.max_seq_len = h[2], .vocab_size = h[3],
+                     .num_layers = h[4], .num_heads = h[5], .channels = h[6],
+                     .padded_vocab_size = h[7]};
+  char msg[256];
+  uint64_t sz[TG_GPT_NPARAMS];
+  const uint64_t n = config_sizes(&c, sz, msg, sizeof msg);
+  if (n == 0) {
+    rc = tg_fail(EINVAL, "%s: invalid header: %s", path, msg);
+    goto out;
+  }
+  const uint64_t bytes = n * sizeof(float);
+  const uint64_t have = (uint64_t)size - HEADER_BYTES;
+  if (have != bytes) {
+    rc = tg_fail(EINVAL, "%s: header says %llu parameters (%llu bytes) but "
+                 "the file has %llu bytes after the header", path,
+                 (unsigned long long)n, (unsigned long long)bytes,
+                 (unsigned long long)have);
+    goto out;
+  }
+  float *p = malloc((size_t)bytes);
+  if (!p) {
+    rc = tg_fail(ENOMEM, "%s: cannot allocate %llu bytes for the parameters",
+                 path, (unsigned long long)bytes);
+    goto out;
+  }
+  rc = read_exact(f, path, p, (size_t)bytes, "parameters");
+  if (rc < 0) {
+    free(p);
+    goto out;
+  }
+  *cfg = c;
+  *params = p;
+out:
+  if (fclose(f) != 0 && rc == 0) {
+    int e = errno ? errno : EIO;
+    free(*params);
+    *params = NULL;
+    rc = tg_fail(e, "%s: close failed: %s", path, strerror(e));
+  }
+  return rc;
+}
+
+int tg_llmc_tokens_read(const char *path, int vocab_size, uint16_t **tokens,
+                        size_t *ntokens) {
+  if (tokens) *tokens = NULL;
+  if (ntokens) *ntokens = 0;
+  if (!path || !tokens || !ntokens)
+    return tg_fail(EINVAL, "tg_llmc_tokens_read: NULL argument");
+  if (vocab_size < 0)
+    return tg_fail(EINVAL, "%s: vocabulary size %d is negative", path,
+                   vocab_size);
+  off_t size;
+  int rc = 0;
+  FILE *f = open_for_read(path, &size, &rc);
+  if (!f) return rc;
+  int32_t h[HEADER_INTS];
+  uint16_t *t = NULL;
+  uint64_t n = 0;
+  rc = read_header(f, path, h, TG_LLMC_TOKENS_MAGIC, TG_LLMC_TOKENS_VERSION);
+  if (rc < 0) goto out;
+  if (h[2] <= 0) {
+    rc = tg_fail(EINVAL, "%s: header says %d tokens (must be at least 1)",
+                 path, (int)h[2]);
+    goto out;
+  }
+  n = (uint64_t)h[2];
+  const uint64_t bytes = n * sizeof(uint16_t);
+  const uint64_t have = (uint64_t)size - HEADER_BYTES;
+  if (have != bytes) {
+    rc = tg_fail(EINVAL, "%s: header says %llu tokens (%llu bytes) but the "
+                 "file has %llu bytes after the header", path,
+                 (unsigned long long)n, (unsigned long long)bytes,
+                 (unsigned long long)have);
+    goto out;
+  }
+  t = malloc((size_t)bytes);
+  if (!t) {
+    rc = tg_fail(ENOMEM, "%s: cannot allocate %llu bytes for the tokens", path,
+                 (unsigned long long)bytes);
+    goto out;
+  }
+  rc = read_exact(f, path, t, (size_t)bytes, "tokens");
+  if (rc < 0) goto out;
+  if (vocab_size > 0)
+    for (size_t i = 0; i < (size_t)n; i++)
+      if (t[i] >= vocab_size) {
+        rc = tg_fail(EINVAL, "%s: token %zu is %u, not below the vocabulary "
+                     "size %d", path, i, (unsigned)t[i], vocab_size);
+        goto out;
+      }
+out:
+  if (fclose(f) != 0 && rc == 0) {
+    int e = errno ? errno : EIO;
+    rc = tg_fail(e, "%s: close failed: %s", path, strerror(e));
+  }
+  if (rc < 0) {
+    free(t);
+    return rc;
+  }
+  *tokens = t;
+  *ntokens = (size_t)n;
+  return 0;
+}
+
+/* ---- atomic writing ----------------------------------------------------- */
+
+/* fsyncs the directory holding path, so that a rename into it is durable.
+ * Best effort: some file systems refuse fsync on directories. */
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir;
+  if (!slash) dir = strdup(".");
+  else if (slash == path) dir = strdup("/");
+  else dir = strndup(path, (size_t)(slash - path));
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+/* Creates the temporary file exclusively; a stale regular file of the same
+ * name (a crashed writer that had our pid) is removed once. */
+static int create_temp(const char *tmp) {
+  for (int attempt = 0;; attempt++) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST || attempt > 0) return fd;
+    struct stat st;
+    if (lstat(tmp, &st) != 0 || !S_ISREG(st.st_mode) || unlink(tmp) != 0) {
+      errno = EEXIST;
+      return -1;
+    }
+  }
+}
+
+/* Writes header + data to <path>.tmp.<pid>, then renames it over path. */
+static int atomic_write(const char *path, const void *hdr, size_t hdr_len,
+                        const void *data, size_t data_len) {
+  /* rename would replace a device, a FIFO or a directory's entry just as
+   * well as a file: refuse anything but a regular file (or a link to one) */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return tg_fail(EINVAL, "%s: exists and is not a regular file; not "
+                   "replacing it", path);
+  const size_t len = strlen(path) + 32;
+  char *tmp = malloc(len);
+  if (!tmp) return tg_fail(ENOMEM, "%s: out of memory", path);
+  snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+
+  int fd = create_temp(tmp);
+  if (fd < 0) {
+    int e = errno ? errno : EIO;
+    int rc = tg_fail(e, "%s: cannot create the temporary file %s: %s", path,
+                     tmp, strerror(e));
+    free(tmp);
+    return rc;
+  }
+  const char *step = "fdopen";
+  int e = 0;
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    e = errno;
+    close(fd);
+    goto fail;
+  }
+  step = "write";
+  if (fwrite(hdr, 1, hdr_len, f) != hdr_len) goto fail_errno;
+  if (data_len && fwrite(data, 1, data_len, f) != data_len) goto fail_errno;
+  step = "flush";
+  if (fflush(f) != 0) goto fail_errno;
+  step = "fsync";
+  if (fsync(fileno(f)) != 0) goto fail_errno;
+  step = "close";
+  {
+    int c = fclose(f);
+    f = NULL;
+    if (c != 0) goto fail_errno;
+  }
+  step = "rename";
+  if (rename(tmp, path) != 0) goto fail_errno;
+  sync_parent_dir(path);
+  free(tmp);
+  return 0;
+
+fail_errno:
+  e = errno;
+  if (f) fclose(f);
+fail:
+  if (!e) e = EIO;
+  unlink(tmp);
+  {
+    int rc = tg_fail(e, "%s: %s of the temporary file %s failed: %s", path,
+                     step, tmp, strerror(e));
+    free(tmp);
+    return rc;
+  }
+}
+
+int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
+                        const float *params) {
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_llmc_model_write: NULL argument");
+  char msg[256];
+  uint64_t sz[TG_GPT_NPARAMS];
+  const uint64_t n = config_sizes(cfg, sz, msg, sizeof msg);
+  if (n == 0)
+    return tg_fail(EINVAL, "%s: not written: invalid GPT-2 configuration: %s",
+                   path, msg);
+  int32_t h[HEADER_INTS] = {0};
+  h[0] = TG_LLMC_MODEL_MAGIC;
+  h[1] = TG_LLMC_MODEL_VERSION;
+  h[2] = cfg->max_seq_len;
+  h[3] = cfg->vocab_size;
+  h[4] = cfg->num_layers;
+  h[5] = cfg->num_heads;
+  h[6] = cfg->channels;
+  h[7] = cfg->padded_vocab_size;
+  return atomic_write(path, h, sizeof h, params, (size_t)n * sizeof(float));
+}
+
+int tg_llmc_tokens_write(const char *path, const uint16_t *tokens, size_t n) {
+  if (!path || !tokens)
+    return tg_fail(EINVAL, "tg_llmc_tokens_write: NULL argument");
+  if (n == 0 || n > INT32_MAX)
+    return tg_fail(EINVAL, "%s: not written: %zu tokens (a token file holds "
+                   "1 to %d)", path, n, (int)INT32_MAX);
+  int32_t h[HEADER_INTS] = {0};
+  h[0] = TG_LLMC_TOKENS_MAGIC;
+  h[1] = TG_LLMC_TOKENS_VERSION;
+  h[2] = (int32_t)n;
+  return atomic_write(path, h, sizeof h, tokens, n * sizeof(uint16_t));
+}
