@@ -50,10 +50,12 @@ typedef struct tg_progress {
   int last_decile;
   double start;
   const char *label;
+  const char *unit; /* of the rate: "samples/s" unless set after begin */
 } tg_progress;
 void tg_progress_begin(tg_progress *p, const char *label, int total);
+/* acc < 0: no accuracy shown */
 void tg_progress_update(tg_progress *p, int done, double loss, double acc,
-                        double samples_per_s);
+                        double rate);
 void tg_progress_end(tg_progress *p);
 
 int tg_cmd_train_mlp(int argc, char **argv);

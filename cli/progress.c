@@ -14,6 +14,7 @@ void tg_progress_begin(tg_progress *p, const char *label, int total) {
   p->last_decile = -1;
   p->start = tg_cli_now();
   p->label = label;
+  p->unit = "samples/s";
 }
 
 static void tg_format_eta(char *buf, size_t n, double s) {
@@ -25,26 +26,27 @@ static void tg_format_eta(char *buf, size_t n, double s) {
 }
 
 void tg_progress_update(tg_progress *p, int done, double loss, double acc,
-                        double samples_per_s) {
+                        double rate) {
   double frac = (double)done / p->total;
   double elapsed = tg_cli_now() - p->start;
-  char eta[32];
+  char eta[32], accs[32] = "";
+  if (acc >= 0) snprintf(accs, sizeof accs, " acc %.4f", acc);
   tg_format_eta(eta, sizeof eta, done > 0 ? elapsed * (p->total - done) / done : 0);
   if (p->tty) {
     char bar[31];
     int fill = (int)(frac * 30);
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
     bar[30] = 0;
-    fprintf(stderr, "\r%s [%s] %3d%% loss %.4f acc %.4f %.0f samples/s ETA %s \033[K",
-            p->label, bar, (int)(frac * 100), loss, acc, samples_per_s, eta);
+    fprintf(stderr, "\r%s [%s] %3d%% loss %.4f%s %.0f %s ETA %s \033[K", p->label, bar,
+            (int)(frac * 100), loss, accs, rate, p->unit, eta);
     fflush(stderr);
     return;
   }
   int decile = (int)(frac * 10);
   if (decile == p->last_decile) return;
   p->last_decile = decile;
-  fprintf(stderr, "%s %3d%% loss %.4f acc %.4f %.0f samples/s ETA %s\n", p->label,
-          (int)(frac * 100), loss, acc, samples_per_s, eta);
+  fprintf(stderr, "%s %3d%% loss %.4f%s %.0f %s ETA %s\n", p->label, (int)(frac * 100),
+          loss, accs, rate, p->unit, eta);
 }
 
 void tg_progress_end(tg_progress *p) {

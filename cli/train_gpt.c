@@ -304,7 +304,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
           g.run.attn_splits);
 
   tg_progress bar;
-  if (o.demo) tg_progress_begin(&bar, "training", o.steps);
+  if (o.demo) {
+    tg_progress_begin(&bar, "training", o.steps);
+    bar.unit = "tokens/s";
+  }
   double tokens_per_step = (double)o.B * o.T, t_all = tg_cli_now(), last_loss = 0;
   for (int step = 0; step < o.steps; step++) {
     double t0 = tg_cli_now();
@@ -321,7 +324,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
       printf("step %d loss %.6f (%.1f ms, %.0f tokens/s)\n", step + 1, last_loss, dt * 1e3,
              tokens_per_step / dt);
     fflush(stdout);
-    if (o.demo) tg_progress_update(&bar, step + 1, last_loss, 0, tokens_per_step / dt);
+    if (o.demo) tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
     if (vl && o.val_every && (step + 1) % o.val_every == 0)
       printf("step %d val loss %.6f\n", step + 1, validate(&g, vl, o.val_batches));
   }

@@ -268,7 +268,8 @@ def run_one(tool, tmp, model, attention, chunk, micro, splits, files):
           and d["chunk"] == chunk and d["splits"] == splits and d["steps"] == STEPS
           and d["nparams"] == sum(int(np.prod(s)) for s in shapes(cm)),
           f"[{name}] dump header matches the command line and the checkpoint")
-    toks = np.frombuffer(open(tokf, "rb").read(), dtype="<u2", offset=1024)
+    with open(tokf, "rb") as f:
+        toks = np.frombuffer(f.read(), dtype="<u2", offset=1024)
     check(np.array_equal(d["tokens"], toks[:B * T + 1].astype(np.int32)),
           f"[{name}] the batch is the token file's first B*T+1 = {B * T + 1} tokens")
     expect = dict(lr=LR, beta1=0.9, beta2=0.999, eps=1e-8)
@@ -292,14 +293,11 @@ def run_one(tool, tmp, model, attention, chunk, micro, splits, files):
     worst = max(worst, e)
     check(e <= TOL, f"[{name}] logits ({B * T}, {cm['Vp']}) rel err {e:.2e} (tol {TOL:.0e})")
     grads = split_flat(d["grads"], cm)
-    errs = []
     for nm, g, p_ in zip(NAMES, grads, P):
-        errs.append((rel_err(g, p_.grad), nm))
-    bad = [f"{nm} {e:.2e}" for e, nm in errs if not e <= TOL]
-    gmax = max(errs)
-    worst = max(worst, gmax[0])
-    check(not bad, f"[{name}] 16 gradient tensors: max rel err {gmax[0]:.2e} ({gmax[1]}) "
-          f"(tol {TOL:.0e})" + (": " + ", ".join(bad) if bad else ""))
+        e = rel_err(g, p_.grad)
+        worst = max(worst, e)
+        check(e <= TOL, f"[{name}] gradient {nm} {tuple(g.shape)}: rel err {e:.2e} "
+              f"(tol {TOL:.0e})")
     gq = grads[NAMES.index("qkvb")]
     e = np.linalg.norm(gq[:, cm["C"]:2 * cm["C"]]) / np.linalg.norm(gq)
     check(e <= KEYBIAS_TOL, f"[{name}] gradient of the key bias (qkvb[:, C:2C]) negligible: "

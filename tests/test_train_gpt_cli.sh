@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `taskgrad train gpt`: readers refuse bad checkpoints and token files
+# (wrong magic or version, truncation, header/size disagreement, tokens >= V)
+# and bad flags with exit status 2 and one message; a short run prints
+# "step N loss X.XXXXXX" lines, lowers the loss, saves a checkpoint that
+# loads again, and samples.
+set -u
+tg="$TG_BIN/taskgrad"
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+expect_fail() {
+  local what=$1 pattern=$2
+  shift 2
+  "$tg" train gpt "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then
+    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
+  elif ! grep -Eq -e "$pattern" "$work/err"; then
+    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
+  elif [ "$(grep -c 'error' "$work/err")" -ne 1 ]; then
+    bad "$what: expected one error line, got: $(cat "$work/err")"
+  else
+    ok "$what: $(cat "$work/err")"
+  fi
+}
+
+"$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
+  --out "$work/m.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
+# tokens: a learnable sequence (i * 7 mod 61), and a variant with a token >= V
+"$py" - "$work" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def write(name, toks):
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+        f.write(struct.pack(f"<{len(toks)}H", *toks))
+toks = [(i * 7) % 61 for i in range(20000)]
+write("train.bin", toks)
+write("val.bin", toks[:3000])
+write("bigtok.bin", toks[:5000] + [64] + toks[:100])
+with open(f"{d}/train.bin", "rb") as f:
+    data = bytearray(f.read())
+bad = bytearray(data); bad[0] ^= 0xFF
+open(f"{d}/badmagic.bin", "wb").write(bad)
+ver = bytearray(data); ver[4] = 7
+open(f"{d}/badversion.bin", "wb").write(ver)
+open(f"{d}/truncated.bin", "wb").write(data[:-10])
+with open(f"{d}/m.bin", "rb") as f:
+    m = bytearray(f.read())
+open(f"{d}/m_trunc.bin", "wb").write(m[:-4])
+mm = bytearray(m); mm[0] ^= 0x01
+open(f"{d}/m_magic.bin", "wb").write(mm)
+mv = bytearray(m); mv[4] = 2
+open(f"{d}/m_version.bin", "wb").write(mv)
+mh = bytearray(m); mh[6 * 4] = 48   # C = 48 disagrees with the file size
+open(f"{d}/m_header.bin", "wb").write(mh)
+PY
+common=(--batch 4 --seq 16 --steps 3)
+expect_fail "checkpoint with a wrong magic" "m_magic.bin.*magic" --init-from "$work/m_magic.bin" --data "$work/train.bin" "${common[@]}"
+expect_fail "checkpoint with a wrong version" "m_version.bin.*version" --init-from "$work/m_version.bin" --data "$work/train.bin" "${common[@]}"
+expect_fail "truncated checkpoint" "m_trunc.bin" --init-from "$work/m_trunc.bin" --data "$work/train.bin" "${common[@]}"
+expect_fail "checkpoint header disagreeing with its size" "m_header.bin" --init-from "$work/m_header.bin" --data "$work/train.bin" "${common[@]}"
+expect_fail "token file with a wrong magic" "badmagic.bin.*magic" --init-from "$work/m.bin" --data "$work/badmagic.bin" "${common[@]}"
+expect_fail "token file with a wrong version" "badversion.bin.*version" --init-from "$work/m.bin" --data "$work/badversion.bin" "${common[@]}"
+expect_fail "truncated token file" "truncated.bin" --init-from "$work/m.bin" --data "$work/truncated.bin" "${common[@]}"
+expect_fail "token >= V" "bigtok.bin.*64" --init-from "$work/m.bin" --data "$work/bigtok.bin" "${common[@]}"
+expect_fail "missing checkpoint" "nowhere.bin" --init-from "$work/nowhere.bin" --data "$work/train.bin" "${common[@]}"
+expect_fail "T beyond maxT" "--seq 64 exceeds" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 64
+expect_fail "micro-batches not dividing the batch" "does not divide" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --micro-batches 3
+expect_fail "unknown attention" "--attention: 'flash'" --init-from "$work/m.bin" --data "$work/train.bin" --attention flash
+expect_fail "only one of --init-from and --data" "both --init-from and --data" --init-from "$work/m.bin"
+expect_fail "unwritable --save" "--save" --init-from "$work/m.bin" --data "$work/train.bin" --save /nonexistent-dir/x.bin
+
+if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" --val "$work/val.bin" \
+     --batch 4 --seq 16 --steps 40 --lr 3e-3 --micro-batches 2 --save "$work/out.bin" \
+     --sample 20 >"$work/out" 2>"$work/err"; then
+  nsteps=$(grep -cE '^step [0-9]+ loss [0-9]+\.[0-9]{6} \([0-9.]+ ms, [0-9]+ tokens/s\)$' "$work/out")
+  [ "$nsteps" -eq 40 ] && ok "40 step lines of the documented form" || bad "step lines: $nsteps"
+  first=$(sed -nE 's/^step 1 loss ([0-9.]+).*/\1/p' "$work/out")
+  last=$(sed -nE 's/^step 40 loss ([0-9.]+).*/\1/p' "$work/out")
+  awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < 0.8 * a)}' \
+    && ok "loss lowered: $first -> $last" || bad "loss not lowered: $first -> $last"
+  grep -qE '^val loss [0-9.]+$' "$work/out" && ok "validation loss printed" || bad "no val loss"
+  grep -q '^sample:' "$work/out" && ok "sample printed" || bad "no sample"
+  "$tg" train gpt --init-from "$work/out.bin" --data "$work/train.bin" --batch 4 --seq 16 \
+    --steps 1 >"$work/out2" 2>&1 && ok "saved checkpoint loads again" || bad "saved checkpoint: $(tail -2 "$work/out2")"
+else
+  bad "training run failed: $(tail -3 "$work/err")"
+fi
+echo "test_train_gpt_cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]
