@@ -22,6 +22,7 @@ typedef struct gpt_opts {
   const char *init_from, *data, *val, *save;
   int B, T, steps, micro, warmup, chunk, attn_splits, sample, val_every, val_batches;
   int log_every, cosine, shuffled;
+  double temperature;
   tg_attention_kind attention;
   tg_optimizer_config opt;
   uint64_t seed;
@@ -58,6 +59,8 @@ static void gpt_usage(void) {
        "  --seed S             shuffling and sampling seed (default 1)\n"
        "  --save FILE          write the trained model (llm.c format)\n"
        "  --sample N           print N generated tokens (as bytes) at the end\n"
+       "  --temperature X      sampling temperature (default 1; 0.7 in the\n"
+       "                       demonstration)\n"
        "  --val-every N        validation loss every N steps (default: at the end\n"
        "                       when --val is given)\n"
        "  --val-batches N      batches per validation (default 10)\n"
@@ -76,6 +79,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   o->chunk = 64;
   o->val_batches = 10;
   o->log_every = 1;
+  o->temperature = -1;
   o->attention = TG_ATTN_CHUNKED;
   o->opt = tg_optimizer_default(TG_OPT_ADAMW);
   o->opt.lr = 3e-4f;
@@ -120,6 +124,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
       else if (strcmp(v, "sequential")) tg_cli_die("--data-order: '%s' is not sequential or shuffled", v);
     } else if (!strcmp(a, "--seed")) o->seed = tg_cli_u64(a, VAL);
     else if (!strcmp(a, "--sample")) o->sample = (int)tg_cli_int(a, VAL, 0, 1 << 20);
+    else if (!strcmp(a, "--temperature")) o->temperature = tg_cli_double(a, VAL, 0.01, 100);
     else if (!strcmp(a, "--val-every")) o->val_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
     else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tg_cli_int(a, VAL, 1, 1 << 20);
     else if (!strcmp(a, "--log-every")) o->log_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
@@ -145,7 +150,9 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     o->warmup = 50;
     o->log_every = 100;
     if (!o->sample) o->sample = 400;
+    if (o->temperature < 0) o->temperature = 0.7;
   }
+  if (o->temperature < 0) o->temperature = 1.0;
 }
 
 /* An existing file we can read, checked before any work. */
@@ -190,8 +197,8 @@ static double validate(tg_gpt *g, tg_loader *vl, int nbatches) {
 }
 
 /* Samples n tokens after a newline, from the softmax over the first V
- * logits at temperature 1, with a seeded generator. */
-static void sample(tg_gpt *g, int n, int T, uint64_t seed) {
+ * logits divided by the temperature, with a seeded generator. */
+static void sample(tg_gpt *g, int n, int T, double temperature, uint64_t seed) {
   const tg_gpt_config *c = &g->cfg;
   int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + 1));
   float *logits = malloc(sizeof(float) * (size_t)T * c->padded_vocab_size);
@@ -209,12 +216,12 @@ static void sample(tg_gpt *g, int n, int T, uint64_t seed) {
     const float *row = logits + (size_t)(len - 1) * c->padded_vocab_size;
     double mx = row[0], sum = 0;
     for (int v = 1; v < c->vocab_size; v++) mx = row[v] > mx ? row[v] : mx;
-    for (int v = 0; v < c->vocab_size; v++) sum += exp(row[v] - mx);
+    for (int v = 0; v < c->vocab_size; v++) sum += exp((row[v] - mx) / temperature);
     s = s * 6364136223846793005ULL + 1442695040888963407ULL;
     double u = (double)(s >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
     int pick = c->vocab_size - 1;
     for (int v = 0; v < c->vocab_size; v++) {
-      acc += exp(row[v] - mx);
+      acc += exp((row[v] - mx) / temperature);
       if (acc > u) {
         pick = v;
         break;
@@ -343,7 +350,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     free(out);
     fprintf(stderr, "taskgrad: saved %s\n", o.save);
   }
-  if (o.sample) sample(&g, o.sample, o.T, o.seed);
+  if (o.sample) sample(&g, o.sample, o.T, o.temperature, o.seed);
   tg_loader_destroy(ld);
   if (vl) tg_loader_destroy(vl);
   tg_gpt_destroy(&g);

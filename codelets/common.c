@@ -12,19 +12,22 @@
 
 void (*tg_submit_hook)(struct starpu_task *task) = NULL;
 
-/* Scratch handles by size (a handful of sizes per run). */
-#define TG_MAX_SCRATCH 64
-static struct {
+/* Scratch handles by size (a handful of sizes per run), kept until
+ * tg_shutdown: a handle handed out may be in a task about to be submitted,
+ * so none is ever unregistered earlier. */
+static struct tg_scratch_entry {
   size_t bytes;
   starpu_data_handle_t handle;
-} tg_scratches[TG_MAX_SCRATCH];
-static int tg_nscratches = 0;
+} *tg_scratches;
+static int tg_nscratches = 0, tg_scratch_cap = 0;
 static pthread_mutex_t tg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void tg_scratch_release_all(void) {
   pthread_mutex_lock(&tg_scratch_lock);
   for (int i = 0; i < tg_nscratches; i++) starpu_data_unregister(tg_scratches[i].handle);
-  tg_nscratches = 0;
+  free(tg_scratches);
+  tg_scratches = NULL;
+  tg_nscratches = tg_scratch_cap = 0;
   pthread_mutex_unlock(&tg_scratch_lock);
 }
 
@@ -37,11 +40,12 @@ starpu_data_handle_t tg_scratch(size_t bytes) {
   for (int i = 0; i < tg_nscratches && !h; i++)
     if (tg_scratches[i].bytes == bytes) h = tg_scratches[i].handle;
   if (!h) {
-    if (tg_nscratches == TG_MAX_SCRATCH) {
-      /* recycle the oldest size: StarPU unregisters it once its tasks ran */
-      starpu_data_unregister_submit(tg_scratches[0].handle);
-      memmove(tg_scratches, tg_scratches + 1, (TG_MAX_SCRATCH - 1) * sizeof tg_scratches[0]);
-      tg_nscratches--;
+    if (tg_nscratches == tg_scratch_cap) {
+      int cap = tg_scratch_cap ? 2 * tg_scratch_cap : 16;
+      struct tg_scratch_entry *grown = realloc(tg_scratches, cap * sizeof *grown);
+      if (!grown) TG_FATAL("out of memory for scratch handles");
+      tg_scratches = grown;
+      tg_scratch_cap = cap;
     }
     starpu_vector_data_register(&h, -1, 0, (uint32_t)n, sizeof(float));
     tg_scratches[tg_nscratches].bytes = bytes;
