@@ -88,11 +88,7 @@ size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C, i
                                   int chunk) {
   size_t floats;
   if (kind == TG_ATTN_NAIVE) {
-    floats = (size_t)T; /* the CPU backward's row buffer */
-#ifdef TG_HAVE_CUDA
-    size_t cuda = (size_t)b * NH * T;
-    if (cuda > floats) floats = cuda;
-#endif
+    floats = (size_t)T; /* the CPU backward's row buffer; CUDA needs none */
   } else {
     floats = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
 #ifdef TG_HAVE_CUDA

@@ -7,6 +7,7 @@
  * threads of its own: we pin OpenBLAS to one thread before any GEMM runs.
  */
 #include <cblas.h>
+
 #include <errno.h>
 #include <string.h>
 
