@@ -1,32 +1,7 @@
 #!/usr/bin/env bash
 # CLI behaviour: help, bad flags and bad data files exit with status 2 and one
 # message (never a crash), and a short training run lowers the loss.
-set -u
-tg="$TG_BIN/taskgrad"
-py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-
-# expect_fail "description" "message regex" args...
-expect_fail() {
-  local what=$1 pattern=$2
-  shift 2
-  "$tg" "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  if [ $rc -ne 2 ]; then
-    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
-  elif ! grep -Eq -e "$pattern" "$work/err"; then
-    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
-  elif [ "$(grep -c 'error' "$work/err")" -ne 1 ]; then
-    bad "$what: expected one error line, got: $(cat "$work/err")"
-  else
-    ok "$what: $(cat "$work/err")"
-  fi
-}
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
 "$tg" --help >/dev/null && ok "taskgrad --help" || bad "taskgrad --help"
 "$tg" train mlp --help | grep -q -- "--micro-batches" && ok "train mlp --help documents flags" \
@@ -73,5 +48,4 @@ else
   bad "training run failed: $(tail -3 "$work/err")"
 fi
 
-echo "test_cli: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_cli

@@ -4,32 +4,7 @@
 # failing bible program and unwritable output paths exit with status 2 and
 # one message.  The King James part is skipped (with a note) when Debian's
 # bible-kjv is not installed; scripts/install-deps installs it.
-set -u
-tg="$TG_BIN/taskgrad"
-py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-
-# expect_fail "description" "message regex" args...
-expect_fail() {
-  local what=$1 pattern=$2
-  shift 2
-  "$tg" "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  if [ $rc -ne 2 ]; then
-    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
-  elif ! grep -Eq -e "$pattern" "$work/err"; then
-    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
-  elif [ "$(wc -l <"$work/err")" -ne 1 ] || [ "$(grep -c 'taskgrad: error: ' "$work/err")" -ne 1 ]; then
-    bad "$what: expected one error line, got: $(cat "$work/err")"
-  else
-    ok "$what: $(cat "$work/err")"
-  fi
-}
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
 # check_model FILE L C NH T V Vp: header and size of a checkpoint, LayerNorm
 # weights 1, biases 0, std of wte about 0.02
@@ -194,5 +169,4 @@ EOF
   fi
 fi
 
-echo "test_gpt_cli: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_gpt_cli

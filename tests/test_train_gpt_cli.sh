@@ -4,29 +4,13 @@
 # and bad flags with exit status 2 and one message; a short run prints
 # "step N loss X.XXXXXX" lines, lowers the loss, saves a checkpoint that
 # loads again, and samples.
-set -u
-tg="$TG_BIN/taskgrad"
-py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
-expect_fail() {
+# all the refusals below are of `taskgrad train gpt ...`
+gpt_fail() {
   local what=$1 pattern=$2
   shift 2
-  "$tg" train gpt "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  if [ $rc -ne 2 ]; then
-    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
-  elif ! grep -Eq -e "$pattern" "$work/err"; then
-    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
-  elif [ "$(grep -c 'error' "$work/err")" -ne 1 ]; then
-    bad "$what: expected one error line, got: $(cat "$work/err")"
-  else
-    ok "$what: $(cat "$work/err")"
-  fi
+  expect_fail "$what" "$pattern" train gpt "$@"
 }
 
 "$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
@@ -61,20 +45,20 @@ mh = bytearray(m); mh[6 * 4] = 48   # C = 48 disagrees with the file size
 open(f"{d}/m_header.bin", "wb").write(mh)
 PY
 common=(--batch 4 --seq 16 --steps 3)
-expect_fail "checkpoint with a wrong magic" "m_magic.bin.*magic" --init-from "$work/m_magic.bin" --data "$work/train.bin" "${common[@]}"
-expect_fail "checkpoint with a wrong version" "m_version.bin.*version" --init-from "$work/m_version.bin" --data "$work/train.bin" "${common[@]}"
-expect_fail "truncated checkpoint" "m_trunc.bin" --init-from "$work/m_trunc.bin" --data "$work/train.bin" "${common[@]}"
-expect_fail "checkpoint header disagreeing with its size" "m_header.bin" --init-from "$work/m_header.bin" --data "$work/train.bin" "${common[@]}"
-expect_fail "token file with a wrong magic" "badmagic.bin.*magic" --init-from "$work/m.bin" --data "$work/badmagic.bin" "${common[@]}"
-expect_fail "token file with a wrong version" "badversion.bin.*version" --init-from "$work/m.bin" --data "$work/badversion.bin" "${common[@]}"
-expect_fail "truncated token file" "truncated.bin" --init-from "$work/m.bin" --data "$work/truncated.bin" "${common[@]}"
-expect_fail "token >= V" "bigtok.bin.*64" --init-from "$work/m.bin" --data "$work/bigtok.bin" "${common[@]}"
-expect_fail "missing checkpoint" "nowhere.bin" --init-from "$work/nowhere.bin" --data "$work/train.bin" "${common[@]}"
-expect_fail "T beyond maxT" "--seq 64 exceeds" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 64
-expect_fail "micro-batches not dividing the batch" "does not divide" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --micro-batches 3
-expect_fail "unknown attention" "--attention: 'flash'" --init-from "$work/m.bin" --data "$work/train.bin" --attention flash
-expect_fail "only one of --init-from and --data" "both --init-from and --data" --init-from "$work/m.bin"
-expect_fail "unwritable --save" "--save" --init-from "$work/m.bin" --data "$work/train.bin" --save /nonexistent-dir/x.bin
+gpt_fail "checkpoint with a wrong magic" "m_magic.bin.*magic" --init-from "$work/m_magic.bin" --data "$work/train.bin" "${common[@]}"
+gpt_fail "checkpoint with a wrong version" "m_version.bin.*version" --init-from "$work/m_version.bin" --data "$work/train.bin" "${common[@]}"
+gpt_fail "truncated checkpoint" "m_trunc.bin" --init-from "$work/m_trunc.bin" --data "$work/train.bin" "${common[@]}"
+gpt_fail "checkpoint header disagreeing with its size" "m_header.bin" --init-from "$work/m_header.bin" --data "$work/train.bin" "${common[@]}"
+gpt_fail "token file with a wrong magic" "badmagic.bin.*magic" --init-from "$work/m.bin" --data "$work/badmagic.bin" "${common[@]}"
+gpt_fail "token file with a wrong version" "badversion.bin.*version" --init-from "$work/m.bin" --data "$work/badversion.bin" "${common[@]}"
+gpt_fail "truncated token file" "truncated.bin" --init-from "$work/m.bin" --data "$work/truncated.bin" "${common[@]}"
+gpt_fail "token >= V" "bigtok.bin.*64" --init-from "$work/m.bin" --data "$work/bigtok.bin" "${common[@]}"
+gpt_fail "missing checkpoint" "nowhere.bin" --init-from "$work/nowhere.bin" --data "$work/train.bin" "${common[@]}"
+gpt_fail "T beyond maxT" "--seq 64 exceeds" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 64
+gpt_fail "micro-batches not dividing the batch" "does not divide" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --micro-batches 3
+gpt_fail "unknown attention" "--attention: 'flash'" --init-from "$work/m.bin" --data "$work/train.bin" --attention flash
+gpt_fail "only one of --init-from and --data" "both --init-from and --data" --init-from "$work/m.bin"
+gpt_fail "unwritable --save" "--save" --init-from "$work/m.bin" --data "$work/train.bin" --save /nonexistent-dir/x.bin
 
 if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" --val "$work/val.bin" \
      --batch 4 --seq 16 --steps 40 --lr 3e-3 --micro-batches 2 --save "$work/out.bin" \
@@ -92,5 +76,4 @@ if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" --val "$wo
 else
   bad "training run failed: $(tail -3 "$work/err")"
 fi
-echo "test_train_gpt_cli: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_train_gpt_cli

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fast_exp.h"
 #include "taskgrad/kernels_cpu.h"
 
 enum { VB = 8 };
@@ -59,32 +60,12 @@ static inline void relu_bwd_row(int n, const float *x, const float *dy,
   for (; c < n; c++) dx[c] = x[c] > 0.0f ? dy[c] : 0.0f;
 }
 
-/* exp(x) without a libm call, so that GCC vectorises the loops that use it:
- * x = n ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in two so n ln2
- * is exact), exp(r) by Cephes' degree-6 polynomial (relative error about
- * 1e-7 over the range), 2^n assembled in the exponent bits.  n is rounded
- * with the 1.5 * 2^23 trick (no floorf: without SSE4.1 it is a call).
- * Inputs are clamped to [-87, 88], where exp stays a normal float: GELU
- * only needs exp of -2u, which saturates long before. */
+/* e^x clamped to [-87, 88] (GELU only needs e^(-2u), which saturates long
+ * before); see fast_exp.h */
 static inline float exp_approx(float x) {
-  const float magic = 12582912.0f; /* 1.5 * 2^23 */
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
-  float t = x * 1.44269504088896341f + magic;
-  float n = t - magic;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  return tg_exp_core(x);
 }
 
 static inline float gelu(float x) {

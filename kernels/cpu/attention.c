@@ -66,6 +66,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fast_exp.h"
 #include "taskgrad/kernels_cpu.h"
 
 enum { VB = 16 }; /* block of the vectorised loops: one AVX-512 vector */
@@ -201,36 +202,17 @@ size_t tg_attention_chunked_scratch_floats(int T, int C, int NH, int chunk) {
 #define ROW_INLINE static inline
 #endif
 
-typedef union {
-  float f;
-  uint32_t u;
-} fbits;
-
 /* Lower clamp of exp_le0's argument: e^-87 ~ 1.6e-38 is still normal.  It
  * is read through a volatile once per block so that GCC cannot propagate the
  * constant into the clamp: folding `x < -87 ? -87 : x` into the arithmetic
  * that follows leaves a branch, which stops the vectoriser. */
 static const volatile float exp_lo = -87.0f;
 
-/* e^x for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2/2), the argument
- * clamped below at lo (exp_lo): -inf gives ~1.6e-38; NaN stays NaN. */
+/* e^x for x <= 0 (fast_exp.h), the argument clamped below at lo (exp_lo):
+ * -inf gives ~1.6e-38; NaN stays NaN. */
 ROW_INLINE float exp_le0(float x, float lo) {
   x = x < lo ? lo : x;
-  /* round to nearest through the 1.5 * 2^23 trick (no SSE4.1 round) */
-  float fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
-  float r2 = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
-  fbits two_n;
-  two_n.u = (uint32_t)((int32_t)fn + 127) << 23;
-  return p * two_n.f;
+  return tg_exp_core(x);
 }
 
 /* Horizontal reductions of a VB-lane accumulator as a tree of halvings,

@@ -1,0 +1,36 @@
+# Shared helpers of the CLI shell tests (sourced, not run): a scratch
+# directory removed on exit, pass/fail counters, and expect_fail, which runs
+# taskgrad and requires exit status 2 with exactly one "taskgrad: error: "
+# line matching a pattern (never a crash, never a second message).
+set -u
+tg="$TG_BIN/taskgrad"
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# expect_fail "description" "message regex" taskgrad-args...
+expect_fail() {
+  local what=$1 pattern=$2
+  shift 2
+  "$tg" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then
+    bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
+  elif ! grep -Eq -e "$pattern" "$work/err"; then
+    bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
+  elif [ "$(grep -c 'taskgrad: error: ' "$work/err")" -ne 1 ]; then
+    bad "$what: expected one error line, got: $(cat "$work/err")"
+  else
+    ok "$what: $(cat "$work/err")"
+  fi
+}
+
+# finish NAME: the closing line, and the exit status
+finish() {
+  echo "$1: $pass passed, $fail failed"
+  [ "$fail" -eq 0 ]
+}
