@@ -113,6 +113,18 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     rc->calibrate = 1;
     return 1;
   }
+  if (strcmp(argv[*i], "--no-priorities") == 0) {
+    rc->no_priorities = 1;
+    return 1;
+  }
+  if (strcmp(argv[*i], "--trace") == 0) {
+    rc->trace = tg_cli_value(argc, argv, i);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--stats") == 0) {
+    rc->stats = 1;
+    return 1;
+  }
   return 0;
 }
 

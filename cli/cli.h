@@ -34,7 +34,10 @@ void tg_cli_check_sched(const char *name);
   "                       StarPU's default, lws)\n"                            \
   "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores)\n"    \
   "  --ncuda N            CUDA workers (default: STARPU_NCUDA or all GPUs)\n"   \
-  "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"
+  "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"    \
+  "  --no-priorities      give every task priority 0 (for comparisons)\n"      \
+  "  --trace FILE.json    write a Chrome trace-event file (Perfetto)\n"        \
+  "  --stats              print per-codelet and per-worker statistics\n"
 
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */

@@ -7,6 +7,7 @@
  * threads of its own: we pin OpenBLAS to one thread before any GEMM runs.
  */
 #include <cblas.h>
+#include <stdlib.h>
 
 #include <errno.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "hooks.h"
 
 static int tg_started = 0;
+static int tg_use_priorities = 1;
 static void (*tg_shutdown_fns[8])(void);
 static int tg_nshutdown_fns = 0;
 
@@ -34,7 +36,7 @@ void tg_at_shutdown(void (*fn)(void)) {
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
-  tg_runtime_config c = {NULL, -1, -1, -1, 0};
+  tg_runtime_config c = {NULL, -1, -1, -1, 0, 0, NULL, 0};
   return c;
 }
 
@@ -65,6 +67,7 @@ int tg_init(const tg_runtime_config *cfg) {
   if (rc != 0)
     return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
   tg_started = 1;
+  tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 #ifdef TG_HAVE_CUDA
   if (starpu_cuda_worker_get_count() > 0) {
@@ -86,6 +89,19 @@ void tg_shutdown(void) {
   tg_cublas_started = 0;
   starpu_shutdown();
   tg_started = 0;
+}
+
+int tg_priorities_enabled(void) { return tg_use_priorities; }
+
+int tg_priority(int rank, int nranks) {
+  if (!tg_use_priorities || nranks <= 1) return 0;
+  int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+  if (hi <= lo) return 0; /* the scheduler ignores priorities */
+  if (rank < 0) rank = 0;
+  if (rank >= nranks) rank = nranks - 1;
+  /* spread the ranks over [lo, hi]; several ranks share a level when the
+   * range is narrower than nranks */
+  return lo + (int)((long)rank * (hi - lo) / (nranks - 1));
 }
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }

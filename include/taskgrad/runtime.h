@@ -21,6 +21,9 @@ typedef struct tg_runtime_config {
   int ncuda;           /* number of CUDA workers */
   int calibrate;       /* 1: force perfmodel calibration */
   int profiling;       /* 1: enable StarPU's task and worker profiling */
+  int no_priorities;   /* 1: graph builders give every task priority 0 */
+  const char *trace;   /* CLI: Chrome trace-event JSON file to write */
+  int stats;           /* CLI: print per-codelet and per-worker statistics */
 } tg_runtime_config;
 
 /* A config with every field set to "StarPU decides". */
@@ -31,6 +34,14 @@ tg_runtime_config tg_runtime_config_default(void);
 int tg_init(const tg_runtime_config *cfg);
 /* Waits for every submitted task, then stops StarPU. */
 void tg_shutdown(void);
+
+/* Task priorities for graph builders: tg_priority(rank, nranks) maps a rank
+ * in [0, nranks) (higher = more urgent, e.g. closer to the start of the
+ * critical path) onto the scheduler's priority range; 0 for every rank when
+ * priorities are off (tg_runtime_config.no_priorities or TG_NO_PRIORITIES in
+ * the environment). */
+int tg_priority(int rank, int nranks);
+int tg_priorities_enabled(void);
 
 int tg_ncpu_workers(void);
 int tg_ncuda_workers(void);
