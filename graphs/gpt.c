@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph_common.h"
 #include "taskgrad/gpt.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
@@ -175,6 +176,7 @@ typedef struct tg_gpt_layer_acts {
 
 typedef struct tg_gpt_micro {
   int n;                          /* rows: b * T */
+  int micro;                      /* index, for task names */
   starpu_data_handle_t tokens, targets;
   tg_gpt_attn *attn;              /* [layer]: stride nmicro, or temporaries */
   int attn_stride;
@@ -182,41 +184,47 @@ typedef struct tg_gpt_micro {
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
 } tg_gpt_micro;
 
+/* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
+#define TG_GPT_RANKS(L) (3 * (L) + 2)
+#define FWD(l) tg_gopt(&go, 3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
+#define BWD(l) tg_gopt(&go, L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
+#define WGRAD(l) tg_gopt(&go, L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
+
 static int tg_temp(tg_tensor *t, int rows, int cols) {
   return tg_tensor_temp(t, rows, cols, TG_F32);
 }
 
 /* Attention forward of one layer: whole qkv in, whole out valid after. */
-static int tg_gpt_attn_fwd(tg_gpt *g, tg_gpt_attn *a, int S) {
-  const tg_gpt_run_config *r = &g->run;
-  int NH = g->cfg.num_heads;
+static int tg_gpt_attn_fwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
+  const tg_gpt_run_config *r = &gpt->run;
+  int NH = gpt->cfg.num_heads;
   if (S == 1)
     return tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
-                                   a->out.handle, a->state.handle, NULL);
+                                   a->out.handle, a->state.handle, o);
   tg_split_readonly(&a->qkv, &a->qkv_s);
   tg_split_write(&a->out, &a->out_s);
   for (int s = 0; s < S; s++)
     TG_TRY(tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
-                                   a->out_s.parts[s], a->state_s.parts[s], NULL));
+                                   a->out_s.parts[s], a->state_s.parts[s], o));
   tg_split_join(&a->out, &a->out_s);
   return 0;
 }
 
 /* Attention backward: whole dout in, whole dqkv valid after. */
-static int tg_gpt_attn_bwd(tg_gpt *g, tg_gpt_attn *a, int S) {
-  const tg_gpt_run_config *r = &g->run;
-  int NH = g->cfg.num_heads;
+static int tg_gpt_attn_bwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
+  const tg_gpt_run_config *r = &gpt->run;
+  int NH = gpt->cfg.num_heads;
   if (S == 1)
     return tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
                                    a->out.handle, a->state.handle, a->dout.handle,
-                                   a->dqkv.handle, NULL);
+                                   a->dqkv.handle, o);
   tg_split_readonly(&a->dout, &a->dout_s);
   tg_split_readonly(&a->out, &a->out_s);
   tg_split_write(&a->dqkv, &a->dqkv_s);
   for (int s = 0; s < S; s++)
     TG_TRY(tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
                                    a->out_s.parts[s], a->state_s.parts[s],
-                                   a->dout_s.parts[s], a->dqkv_s.parts[s], NULL));
+                                   a->dout_s.parts[s], a->dqkv_s.parts[s], o));
   tg_split_join(&a->dqkv, &a->dqkv_s);
   tg_split_join(&a->dout, &a->dout_s);
   tg_split_join(&a->out, &a->out_s);
@@ -226,11 +234,12 @@ static int tg_gpt_attn_bwd(tg_gpt *g, tg_gpt_attn *a, int S) {
 
 static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   const tg_gpt_config *c = &g->cfg;
-  int n = mb->n, C = c->channels;
+  int n = mb->n, C = c->channels, L = c->num_layers;
+  tg_gopts go;
   tg_tensor x;
   TG_TRY(tg_temp(&x, n, C));
   TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
-                                 x.handle, NULL));
+                                 x.handle, tg_gopt(&go, 3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
   for (int l = 0; l < c->num_layers; l++) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
@@ -239,31 +248,31 @@ static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     TG_TRY(tg_temp(&A->mean1, n, 1));
     TG_TRY(tg_temp(&A->rstd1, n, 1));
     TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
-                                   A->ln1.handle, A->mean1.handle, A->rstd1.handle, NULL));
+                                   A->ln1.handle, A->mean1.handle, A->rstd1.handle, FWD(l)));
     TG_TRY(tg_linear_fwd_insert(A->ln1.handle, W(g, TG_QKVW, l), W(g, TG_QKVB, l),
-                                TG_ACT_NONE, at->qkv.handle, NULL, NULL));
-    TG_TRY(tg_gpt_attn_fwd(g, at, S));
+                                TG_ACT_NONE, at->qkv.handle, NULL, FWD(l)));
+    TG_TRY(tg_gpt_attn_fwd(g, at, S, FWD(l)));
     tg_tensor proj;
     TG_TRY(tg_temp(&proj, n, C));
     TG_TRY(tg_linear_fwd_insert(at->out.handle, W(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
-                                TG_ACT_NONE, proj.handle, NULL, NULL));
+                                TG_ACT_NONE, proj.handle, NULL, FWD(l)));
     TG_TRY(tg_temp(&A->x2, n, C));
-    TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, NULL));
+    TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, FWD(l)));
     tg_tensor_release(&proj);
     TG_TRY(tg_temp(&A->ln2, n, C));
     TG_TRY(tg_temp(&A->mean2, n, 1));
     TG_TRY(tg_temp(&A->rstd2, n, 1));
     TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
-                                   A->ln2.handle, A->mean2.handle, A->rstd2.handle, NULL));
+                                   A->ln2.handle, A->mean2.handle, A->rstd2.handle, FWD(l)));
     TG_TRY(tg_temp(&A->fch, n, 4 * C));
     TG_TRY(tg_temp(&A->fchg, n, 4 * C));
     TG_TRY(tg_linear_fwd_insert(A->ln2.handle, W(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
-                                A->fch.handle, A->fchg.handle, NULL));
+                                A->fch.handle, A->fchg.handle, FWD(l)));
     TG_TRY(tg_temp(&proj, n, C));
     TG_TRY(tg_linear_fwd_insert(A->fchg.handle, W(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
-                                TG_ACT_NONE, proj.handle, NULL, NULL));
+                                TG_ACT_NONE, proj.handle, NULL, FWD(l)));
     TG_TRY(tg_temp(&x, n, C));
-    TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x.handle, NULL));
+    TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x.handle, FWD(l)));
     tg_tensor_release(&proj);
   }
   mb->xL = x;
@@ -271,7 +280,8 @@ static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   TG_TRY(tg_temp(&mb->meanf, n, 1));
   TG_TRY(tg_temp(&mb->rstdf, n, 1));
   return tg_layernorm_fwd_insert(x.handle, W(g, TG_LNFW, 0), W(g, TG_LNFB, 0),
-                                 mb->lnf.handle, mb->meanf.handle, mb->rstdf.handle, NULL);
+                                 mb->lnf.handle, mb->meanf.handle, mb->rstdf.handle,
+                                 tg_gopt(&go, 2 * L, TG_GPT_RANKS(L), "m%d.head", mb->micro));
 }
 
 /* Releases what a forward-only pass left registered. */
@@ -290,13 +300,14 @@ static void tg_gpt_release_forward(tg_gpt *g, tg_gpt_micro *mb) {
 
 static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   const tg_gpt_config *c = &g->cfg;
-  int n = mb->n, C = c->channels;
+  int n = mb->n, C = c->channels, L = c->num_layers;
+  tg_gopts go;
   tg_tensor dres, tmp;
   TG_TRY(tg_temp(&dres, n, C));
-  TG_TRY(tg_fill_insert(dres.handle, 0.0f, NULL));
+  TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
-                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), TG_REDUCE, NULL));
+                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), TG_REDUCE, BWD(L)));
   tg_tensor *fin[] = {&mb->dlnf, &mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
   for (int l = c->num_layers - 1; l >= 0; l--) {
@@ -304,49 +315,50 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     /* MLP block: dres holds dL/d(x2 + fcproj) */
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, A->fchg.handle, 1.0f,
-                          G(g, TG_FCPROJW, l), TG_REDUCE, NULL));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), TG_REDUCE, NULL));
+                          G(g, TG_FCPROJW, l), TG_REDUCE, WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), TG_REDUCE, WGRAD(l)));
     TG_TRY(tg_temp(&tmp, n, 4 * C)); /* dL/dfch */
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_FCPROJW, l), TG_ACT_GELU,
-                                     A->fch.handle, tmp.handle, NULL));
+                                     A->fch.handle, tmp.handle, BWD(l)));
     tg_tensor_release(&A->fchg);
     tg_tensor_release(&A->fch);
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, tmp.handle, A->ln2.handle, 1.0f, G(g, TG_FCW, l),
-                          TG_REDUCE, NULL));
-    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), TG_REDUCE, NULL));
+                          TG_REDUCE, WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), TG_REDUCE, WGRAD(l)));
     tg_tensor dln;
     TG_TRY(tg_temp(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(tmp.handle, W(g, TG_FCW, l), TG_ACT_NONE, NULL,
-                                     dln.handle, NULL));
+                                     dln.handle, BWD(l)));
     tg_tensor_release(&tmp);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
                                    A->mean2.handle, A->rstd2.handle, dres.handle,
-                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), TG_REDUCE, NULL));
+                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), TG_REDUCE, BWD(l)));
     tg_tensor_release(&dln);
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, at->out.handle, 1.0f,
-                          G(g, TG_ATTPROJW, l), TG_REDUCE, NULL));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), TG_REDUCE, NULL));
+                          G(g, TG_ATTPROJW, l), TG_REDUCE, WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), TG_REDUCE, WGRAD(l)));
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
-                                     at->dout.handle, NULL));
-    TG_TRY(tg_gpt_attn_bwd(g, at, S));
+                                     at->dout.handle, BWD(l)));
+    TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, at->dqkv.handle, A->ln1.handle, 1.0f,
-                          G(g, TG_QKVW, l), TG_REDUCE, NULL));
-    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), TG_REDUCE, NULL));
+                          G(g, TG_QKVW, l), TG_REDUCE, WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), TG_REDUCE, WGRAD(l)));
     TG_TRY(tg_temp(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, W(g, TG_QKVW, l), TG_ACT_NONE, NULL,
-                                     dln.handle, NULL));
+                                     dln.handle, BWD(l)));
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
-                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), TG_REDUCE, NULL));
+                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), TG_REDUCE, BWD(l)));
     tg_tensor_release(&dln);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
   }
   TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
-                                 G(g, TG_WPE, 0), TG_REDUCE, NULL));
+                                 G(g, TG_WPE, 0), TG_REDUCE,
+                                 tg_gopt(&go, L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
   tg_tensor_release(&dres);
   return 0;
 }
@@ -369,10 +381,12 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
         TG_TRY(tg_fill_insert(g->g[p][l].handle, 0.0f, NULL));
   float scale = 1.0f / (float)(g->run.B * g->run.T);
   int M = g->run.nmicro;
+  tg_gopts go;
   for (int i = 0; i < M; i++) {
     tg_gpt_micro *mb = calloc(1, sizeof *mb);
     if (!mb) return tg_fail(ENOMEM, "GPT: out of memory");
     mb->n = batch->rows / M;
+    mb->micro = i;
     mb->tokens = batch->x[i];
     mb->targets = batch->y[i];
     mb->attn = &g->attn[i];
@@ -383,7 +397,9 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
       rc = tg_lm_classifier_insert(c->vocab_size, g->run.classifier_chunk, scale,
                                    mb->lnf.handle, W(g, TG_WTE, 0), mb->targets,
                                    backward ? mb->dlnf.handle : NULL, G(g, TG_WTE, 0),
-                                   TG_REDUCE, g->loss.handle, TG_REDUCE, NULL);
+                                   TG_REDUCE, g->loss.handle, TG_REDUCE,
+                                   tg_gopt(&go, 2 * c->num_layers, TG_GPT_RANKS(c->num_layers),
+                                           "m%d.classifier", i));
     if (rc == 0 && backward)
       rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
     else if (rc == 0)
@@ -402,10 +418,19 @@ int tg_gpt_update(tg_gpt *g, float lr) {
   g->step++;
   const tg_optimizer_config *o = &g->opt;
   tg_adamw_hyper h = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, g->step};
+  int L = g->cfg.num_layers;
+  tg_gopts go;
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      /* layer l's parameters gate the next step's layer l; the embeddings
+       * its very start, the final LayerNorm its end */
+      int rank = !tg_gpt_param_per_layer((tg_gpt_param)p) ? (p == TG_LNFW || p == TG_LNFB ? 0 : L)
+                                                           : L - l;
       TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
-                             g->v[p][l].handle, &h, NULL));
+                             g->v[p][l].handle, &h,
+                             tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.opt",
+                                     tg_gpt_param_names[p], l)));
+    }
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph_common.h"
 #include "taskgrad/mlp.h"
 
 tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
@@ -111,9 +112,14 @@ void tg_mlp_destroy(tg_mlp *m) {
 
 /* Forward of one micro-batch.  Z[l] and H[l] (l < L-1) are left registered
  * for the backward; returns the logits in Z[L-1]. */
+/* critical-path ranks (graph_common.h) */
+#define TG_MLP_RANKS(L) (3 * (L) + 1)
+
 static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
-                                tg_tensor *Z, tg_tensor *H) {
+                                tg_tensor *Z, tg_tensor *H, int micro) {
   const tg_mlp_config *c = &m->cfg;
+  int L = c->nlayers;
+  tg_gopts g;
   starpu_data_handle_t in = x;
   for (int l = 0; l < c->nlayers; l++) {
     int last = l + 1 == c->nlayers;
@@ -121,26 +127,31 @@ static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
     if (!last) TG_TRY(tg_tensor_temp(&H[l], rows, c->widths[l + 1], TG_F32));
     TG_TRY(tg_linear_fwd_insert(in, m->w[l].handle, m->b[l].handle,
                                 last ? TG_ACT_NONE : c->act, Z[l].handle,
-                                last ? NULL : H[l].handle, NULL));
+                                last ? NULL : H[l].handle,
+                                tg_gopt(&g, 3 * L - l, TG_MLP_RANKS(L), "L%d.m%d.fwd", l, micro)));
     if (!last) in = H[l].handle;
   }
   return 0;
 }
 
 static int tg_mlp_backward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
-                                 tg_tensor *Z, tg_tensor *H, tg_tensor *dZ) {
+                                 tg_tensor *Z, tg_tensor *H, tg_tensor *dZ, int micro) {
   const tg_mlp_config *c = &m->cfg;
+  int L = c->nlayers, R = TG_MLP_RANKS(L);
+  tg_gopts g;
   tg_tensor cur = *dZ; /* gradient of the current layer's pre-activation */
   for (int l = c->nlayers - 1; l >= 0; l--) {
     starpu_data_handle_t in = l > 0 ? H[l - 1].handle : x;
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, m->dw[l].handle,
-                          TG_REDUCE, NULL));
-    TG_TRY(tg_bias_grad_insert(cur.handle, m->db[l].handle, TG_REDUCE, NULL));
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, m->dw[l].handle, TG_REDUCE,
+                          tg_gopt(&g, L - l, R, "L%d.m%d.dW", l, micro)));
+    TG_TRY(tg_bias_grad_insert(cur.handle, m->db[l].handle, TG_REDUCE,
+                               tg_gopt(&g, L - l, R, "L%d.m%d.db", l, micro)));
     if (l == 0) break;
     tg_tensor dprev;
     TG_TRY(tg_tensor_temp(&dprev, rows, c->widths[l], TG_F32));
     TG_TRY(tg_linear_bwd_data_insert(cur.handle, m->w[l].handle, c->act,
-                                     Z[l - 1].handle, dprev.handle, NULL));
+                                     Z[l - 1].handle, dprev.handle,
+                                     tg_gopt(&g, L + l, R, "L%d.m%d.bwd", l, micro)));
     tg_tensor_release(&cur);
     tg_tensor_release(&H[l - 1]);
     tg_tensor_release(&Z[l - 1]);
@@ -183,16 +194,19 @@ static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
   for (int i = 0; i < batch->nmicro; i++) {
     int rows = (int)starpu_matrix_get_ny(batch->x[i]);
     tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits;
-    TG_TRY(tg_mlp_forward_micro(m, batch->x[i], rows, Z, H));
+    TG_TRY(tg_mlp_forward_micro(m, batch->x[i], rows, Z, H, i));
     tg_tensor *logits = &Z[c->nlayers - 1];
     TG_TRY(tg_tensor_temp(&dlogits, rows, c->widths[c->nlayers], TG_F32));
+    tg_gopts g;
+    int L = c->nlayers;
     TG_TRY(tg_softmax_xent_insert(logits->handle, batch->y[i], scale, dlogits.handle,
-                                  m->loss.handle, TG_REDUCE, NULL));
+                                  m->loss.handle, TG_REDUCE,
+                                  tg_gopt(&g, 2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
     TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], m->correct.handle,
                               TG_REDUCE, NULL));
     tg_tensor_release(logits);
     if (backward) {
-      TG_TRY(tg_mlp_backward_micro(m, batch->x[i], rows, Z, H, &dlogits));
+      TG_TRY(tg_mlp_backward_micro(m, batch->x[i], rows, Z, H, &dlogits, i));
     } else {
       tg_tensor_release(&dlogits);
       for (int l = 0; l < c->nlayers; l++) {
@@ -215,17 +229,20 @@ int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch) { return tg_mlp_run(m, bat
 int tg_mlp_update(tg_mlp *m) {
   m->step++;
   const tg_optimizer_config *o = &m->opt;
-  for (int l = 0; l < m->cfg.nlayers; l++) {
+  int L = m->cfg.nlayers;
+  tg_gopts g;
+  for (int l = 0; l < L; l++) {
+    const tg_task_opts *ow = tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt", l);
     if (o->kind == TG_OPT_SGD) {
       tg_sgd_hyper h = {o->lr, o->momentum, o->weight_decay, 1.0f};
-      TG_TRY(tg_sgd_insert(m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle, &h, NULL));
-      TG_TRY(tg_sgd_insert(m->b[l].handle, m->db[l].handle, m->state1_b[l].handle, &h, NULL));
+      TG_TRY(tg_sgd_insert(m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle, &h, ow));
+      TG_TRY(tg_sgd_insert(m->b[l].handle, m->db[l].handle, m->state1_b[l].handle, &h, ow));
     } else {
       tg_adamw_hyper h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, m->step};
       TG_TRY(tg_adamw_insert(m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle,
-                             m->state2_w[l].handle, &h, NULL));
+                             m->state2_w[l].handle, &h, ow));
       TG_TRY(tg_adamw_insert(m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
-                             m->state2_b[l].handle, &h, NULL));
+                             m->state2_b[l].handle, &h, ow));
     }
   }
   return 0;

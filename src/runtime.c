@@ -95,13 +95,18 @@ int tg_priorities_enabled(void) { return tg_use_priorities; }
 
 int tg_priority(int rank, int nranks) {
   if (!tg_use_priorities || nranks <= 1) return 0;
-  int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+  long long lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
   if (hi <= lo) return 0; /* the scheduler ignores priorities */
   if (rank < 0) rank = 0;
   if (rank >= nranks) rank = nranks - 1;
-  /* spread the ranks over [lo, hi]; several ranks share a level when the
-   * range is narrower than nranks */
-  return lo + (int)((long)rank * (hi - lo) / (nranks - 1));
+  /* a wide range (prio, dmdas, lws advertise all of int): the ranks
+   * themselves, from 0 when the range allows it */
+  if (hi - lo + 1 >= nranks) {
+    long long base = lo > 0 ? lo : (hi < nranks - 1 ? hi - (nranks - 1) : 0);
+    return (int)(base + rank);
+  }
+  /* a narrow range: spread the ranks over it, several sharing a level */
+  return (int)(lo + (long long)rank * (hi - lo) / (nranks - 1));
 }
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }

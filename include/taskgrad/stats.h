@@ -17,6 +17,7 @@ extern "C" {
 
 #define TG_STATS_MAX_CODELETS 32
 #define TG_STATS_MAX_WORKERS 64
+#define TG_STATS_MAX_BUSES 256
 
 typedef struct tg_codelet_stats {
   const char *name;   /* codelet name, e.g. "tg_gemm" */
@@ -41,14 +42,22 @@ typedef struct tg_stats {
   tg_codelet_stats codelets[TG_STATS_MAX_CODELETS];
   int nworkers;
   tg_worker_stats workers[TG_STATS_MAX_WORKERS];
+  long long bytes_moved; /* between memory nodes (all buses) in the window */
+  long transfers;        /* number of those transfers */
 } tg_stats;
 
 int tg_stats_begin(void);
 int tg_stats_end(tg_stats *out);
 /* Time of the codelets whose name is `name` (0 if none ran). */
 double tg_stats_codelet_us(const tg_stats *s, const char *name);
-/* A per-codelet and per-worker table. */
+/* A per-codelet and per-worker table, and a "bytes moved" line. */
 void tg_stats_print(const tg_stats *s, FILE *f);
+/* Running totals per bus (StarPU bus id) since StarPU started, while
+ * profiling is on: bytes[b] and transfers[b] (either may be NULL) for the
+ * first `max` buses.  Returns the number of buses.  StarPU's own
+ * starpu_bus_get_profiling_info() resets its counters on each read: read them
+ * through this function only, so that the plugins agree. */
+int tg_stats_bus_totals(long long *bytes, long *transfers, int max);
 
 #ifdef __cplusplus
 }

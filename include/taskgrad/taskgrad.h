@@ -1,7 +1,7 @@
 /*
  * taskgrad: neural-network training steps as StarPU task graphs.
  * Umbrella header: the runtime, tensors, codelets (insert wrappers), CPU
- * kernels, data pipeline, MLP graph and statistics plugin.  The CUDA kernels
+ * kernels, data pipeline, MLP graph, statistics and trace plugins.  The CUDA kernels
  * (kernels_cuda.h) are included when taskgrad was built with CUDA.
  */
 #ifndef TASKGRAD_TASKGRAD_H
@@ -14,6 +14,7 @@
 #include "taskgrad/data.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/stats.h"
+#include "taskgrad/trace.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda.h"
 #endif

@@ -1,0 +1,41 @@
+/*
+ * Task options for the graph builders: a priority from the task's rank on
+ * the step's critical path, and a name "L<layer>.m<micro>.<what>" for
+ * traces.  tg_submit copies the name, so one buffer serves every task.
+ *
+ * Ranks are remaining path lengths in layer units, up to the next step's
+ * forward pass (a step of L layers: forward of layer l, 3L - l; backward
+ * chain at layer l, L + l; weight gradients and the optimizer of layer l,
+ * L - l, since layer 0's parameters gate the start of the next step).
+ */
+#ifndef TASKGRAD_GRAPH_COMMON_H
+#define TASKGRAD_GRAPH_COMMON_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "taskgrad/codelets.h"
+#include "taskgrad/runtime.h"
+
+typedef struct tg_gopts {
+  tg_task_opts opts;
+  char name[48];
+} tg_gopts;
+
+static inline const tg_task_opts *tg_gopt(tg_gopts *g, int rank, int nranks,
+                                          const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static inline const tg_task_opts *tg_gopt(tg_gopts *g, int rank, int nranks,
+                                          const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->name, sizeof g->name, fmt, ap);
+  va_end(ap);
+  g->opts.priority = tg_priority(rank, nranks);
+  g->opts.worker = -1;
+  g->opts.name = g->name;
+  return &g->opts;
+}
+
+#endif
