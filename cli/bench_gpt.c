@@ -108,6 +108,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   }
   if (B % micro) tg_cli_die("--micro-batches %d does not divide --batch %d", micro, B);
   if (cfg.padded_vocab_size < cfg.vocab_size) cfg.padded_vocab_size = cfg.vocab_size;
+  tg_cli_instrument_check(&rt);
   float *params = NULL;
   size_t sizes[TG_GPT_NPARAMS], nparams;
   if (init_from) {
@@ -134,6 +135,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
 
   rt.profiling = 1;
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_instrument_begin_bench(&rt);
   int threads = tg_ncpu_workers();
   tg_gpt_run_config run = tg_gpt_run_default(B, T);
   run.nmicro = micro;
@@ -184,6 +186,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   free(ms);
   tg_loader_destroy(ld);
   tg_gpt_destroy(&g);
+  tg_cli_instrument_end(&rt);
   tg_shutdown();
 
   int rc = 0;

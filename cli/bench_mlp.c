@@ -64,9 +64,11 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   }
   if (micro > batch) tg_cli_die("--micro-batches %d is larger than --batch %d", micro, batch);
   cfg.widths[cfg.nlayers] = 10;
+  tg_cli_instrument_check(&rt);
 
   rt.profiling = 1;
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_instrument_begin_bench(&rt);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   tg_mlp m;
   if (tg_mlp_create(&m, &cfg, &opt, 1) < 0) tg_cli_die_last("creating the model");
@@ -132,6 +134,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   tg_tensor_free(&x);
   tg_tensor_free(&y);
   tg_mlp_destroy(&m);
+  tg_cli_instrument_end(&rt);
   tg_shutdown();
   return 0;
 }

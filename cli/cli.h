@@ -61,11 +61,27 @@ void tg_progress_update(tg_progress *p, int done, double loss, double acc,
                         double rate);
 void tg_progress_end(tg_progress *p);
 
+/* --trace and --stats (cli/instrument.c).  tg_cli_instrument_check, right
+ * after parsing and before any work: exit 2 unless the --trace file's
+ * directory exists and is writable; turns profiling on (rc->profiling) when
+ * either flag is given.  tg_cli_instrument_begin, right after tg_init: starts
+ * the trace and, with --stats, a statistics window.
+ * tg_cli_instrument_begin_bench: the same for commands that open their own
+ * statistics window (bench: their table, with its bytes-moved line, is what
+ * --stats shows), trace only.  tg_cli_instrument_end, right before
+ * tg_shutdown: writes the trace, prints the statistics to stderr. */
+void tg_cli_instrument_check(tg_runtime_config *rc);
+void tg_cli_instrument_begin(const tg_runtime_config *rc);
+void tg_cli_instrument_begin_bench(const tg_runtime_config *rc);
+void tg_cli_instrument_end(const tg_runtime_config *rc);
+
 int tg_cmd_train_mlp(int argc, char **argv);
 int tg_cmd_bench_mlp(int argc, char **argv);
 int tg_cmd_init_gpt(int argc, char **argv);
 int tg_cmd_prepare_kjv(int argc, char **argv);
 int tg_cmd_train_gpt(int argc, char **argv);
 int tg_cmd_bench_gpt(int argc, char **argv);
+/* bench sched: the step under each scheduling policy (cli/bench_sched.c) */
+int tg_cmd_bench_sched(int argc, char **argv);
 
 #endif

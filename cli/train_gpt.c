@@ -257,6 +257,7 @@ static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
 int tg_cmd_train_gpt(int argc, char **argv) {
   gpt_opts o;
   parse(argc, argv, &o);
+  tg_cli_instrument_check(&o.rt);
   char train_path[4096], val_path[4096];
   tg_gpt_config cfg;
   float *params = NULL;
@@ -290,6 +291,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     tg_cli_die("--val: %zu tokens, fewer than one batch needs (%zu)", nvtok, need);
 
   if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_instrument_begin(&o.rt);
   tg_gpt_run_config run = tg_gpt_run_default(o.B, o.T);
   run.nmicro = o.micro;
   run.attention = o.attention;
@@ -354,6 +356,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   tg_loader_destroy(ld);
   if (vl) tg_loader_destroy(vl);
   tg_gpt_destroy(&g);
+  tg_cli_instrument_end(&o.rt);
   tg_shutdown();
   free(tokens);
   free(vtokens);

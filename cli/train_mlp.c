@@ -139,6 +139,7 @@ static void run_epoch(tg_mlp *m, tg_loader *ld, int train, tg_progress *bar,
 int tg_cmd_train_mlp(int argc, char **argv) {
   train_opts o;
   parse(argc, argv, &o);
+  tg_cli_instrument_check(&o.rt);
   struct stat st;
   if (stat(o.data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
     tg_cli_die("--data-dir: directory '%s' does not exist (install Debian's "
@@ -151,6 +152,7 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   o.model.widths[0] = train.features;
 
   if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_instrument_begin(&o.rt);
   fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA workers, "
           "scheduler %s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
           o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"));
@@ -184,6 +186,7 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   }
   tg_loader_destroy(ld);
   tg_mlp_destroy(&m);
+  tg_cli_instrument_end(&o.rt);
   tg_shutdown();
   tg_dataset_free(&train);
   tg_dataset_free(&test);

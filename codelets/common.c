@@ -77,9 +77,15 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
               const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes, const void *args,
               size_t argsize, double flops, const tg_task_opts *opts) {
-  void *copy = malloc(argsize);
+  /* The task name, when given, is copied after the arguments (the caller's
+   * string may be a stack buffer): StarPU frees that block with the task
+   * (cl_arg_free), and cl_arg_size stays the arguments' size. */
+  const char *name = opts ? opts->name : NULL;
+  size_t namelen = name ? strlen(name) + 1 : 0;
+  char *copy = malloc((argsize + namelen) ? argsize + namelen : 1);
   if (!copy) return tg_fail(ENOMEM, "%s: out of memory for task arguments", cl->name);
-  memcpy(copy, args, argsize);
+  if (argsize) memcpy(copy, args, argsize);
+  if (name) memcpy(copy + argsize, name, namelen);
   struct starpu_task *task = starpu_task_create();
   if (!task) {
     free(copy);
@@ -110,7 +116,7 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
       task->execute_on_a_specific_worker = 1;
       task->workerid = (unsigned)opts->worker;
     }
-    if (opts->name) task->name = opts->name;
+    if (name) task->name = copy + argsize; /* unnamed: StarPU uses cl->name */
   }
   if (tg_submit_hook) tg_submit_hook(task);
   int rc = starpu_task_submit(task);

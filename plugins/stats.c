@@ -5,6 +5,13 @@
  * table.  Per-worker times come from starpu_profiling_worker_get_info, which
  * resets its counters on each read, so tg_stats_begin() reads once to start
  * the window.
+ *
+ * The stats and trace plugins share StarPU's single per-task completion
+ * callback and tg_submit_hook: a small dispatcher here (tg_plugins_*) gives
+ * every task submitted while either plugin is active one callback that calls
+ * each active plugin, so their windows may nest or overlap in any order.
+ * StarPU's bus counters reset on each read too; tg_stats_bus_totals() keeps
+ * running totals so that several readers see consistent numbers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +27,75 @@
 static pthread_mutex_t tg_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static tg_stats tg_cur;
 static double tg_window_start_us;
+static long long tg_window_start_bytes;
+static long tg_window_start_transfers;
+
+/* ---- dispatcher shared with plugins/trace.c ---------------------------- */
+
+/* The trace plugin's completion function (NULL while no trace records). */
+void (*tg_plugins_trace_done)(struct starpu_task *task) = NULL;
+static volatile int tg_stats_active = 0;
+void tg_plugins_update_hook(void);
+
+static void tg_stats_task_done(struct starpu_task *task);
+
+static void tg_plugins_task_done(void *arg) {
+  struct starpu_task *task = arg;
+  if (!task || !task->cl || !task->profiling_info) return;
+  if (tg_stats_active) tg_stats_task_done(task);
+  void (*trace)(struct starpu_task *) = tg_plugins_trace_done;
+  if (trace) trace(task);
+}
+
+static void tg_plugins_attach(struct starpu_task *task) {
+  task->callback_func = tg_plugins_task_done;
+  task->callback_arg = task;
+}
+
+/* Installs the dispatcher while a plugin is active, removes it otherwise. */
+void tg_plugins_update_hook(void) {
+  tg_submit_hook = (tg_stats_active || tg_plugins_trace_done) ? tg_plugins_attach : NULL;
+}
+
+/* ---- bus counters -------------------------------------------------------- */
+
+static pthread_mutex_t tg_bus_lock = PTHREAD_MUTEX_INITIALIZER;
+static long long tg_bus_bytes_acc[TG_STATS_MAX_BUSES];
+static long tg_bus_count_acc[TG_STATS_MAX_BUSES];
+
+int tg_stats_bus_totals(long long *bytes, long *transfers, int max) {
+  int n = starpu_bus_get_count();
+  if (n < 0) n = 0;
+  if (n > TG_STATS_MAX_BUSES) n = TG_STATS_MAX_BUSES;
+  pthread_mutex_lock(&tg_bus_lock);
+  for (int b = 0; b < n; b++) {
+    struct starpu_profiling_bus_info info;
+    if (starpu_bus_get_profiling_info(b, &info) == 0) {
+      tg_bus_bytes_acc[b] += info.transferred_bytes;
+      tg_bus_count_acc[b] += info.transfer_count;
+    }
+    if (b < max) {
+      if (bytes) bytes[b] = tg_bus_bytes_acc[b];
+      if (transfers) transfers[b] = tg_bus_count_acc[b];
+    }
+  }
+  pthread_mutex_unlock(&tg_bus_lock);
+  return n;
+}
+
+static void tg_bus_sum(long long *bytes, long *transfers) {
+  long long b[TG_STATS_MAX_BUSES];
+  long t[TG_STATS_MAX_BUSES];
+  int n = tg_stats_bus_totals(b, t, TG_STATS_MAX_BUSES);
+  *bytes = 0;
+  *transfers = 0;
+  for (int i = 0; i < n; i++) {
+    *bytes += b[i];
+    *transfers += t[i];
+  }
+}
+
+/* ---- statistics ----------------------------------------------------------- */
 
 static double tg_ts_us(const struct timespec *t) {
   return t->tv_sec * 1e6 + t->tv_nsec * 1e-3;
@@ -31,9 +107,7 @@ static double tg_now_us(void) {
   return tg_ts_us(&t);
 }
 
-static void tg_stats_task_done(void *arg) {
-  struct starpu_task *task = starpu_task_get_current();
-  if (!task || !task->cl || !task->profiling_info) return;
+static void tg_stats_task_done(struct starpu_task *task) {
   struct starpu_profiling_task_info *pi = task->profiling_info;
   double us = tg_ts_us(&pi->end_time) - tg_ts_us(&pi->start_time);
   pthread_mutex_lock(&tg_stats_lock);
@@ -53,10 +127,6 @@ static void tg_stats_task_done(void *arg) {
   pthread_mutex_unlock(&tg_stats_lock);
 }
 
-static void tg_stats_attach(struct starpu_task *task) {
-  task->callback_func = tg_stats_task_done;
-}
-
 int tg_stats_begin(void) {
   if (starpu_profiling_status_get() != STARPU_PROFILING_ENABLE)
     return tg_fail(EINVAL, "statistics need StarPU profiling (tg_runtime_config.profiling = 1)");
@@ -67,19 +137,27 @@ int tg_stats_begin(void) {
   pthread_mutex_lock(&tg_stats_lock);
   memset(&tg_cur, 0, sizeof tg_cur);
   pthread_mutex_unlock(&tg_stats_lock);
+  tg_bus_sum(&tg_window_start_bytes, &tg_window_start_transfers);
   tg_window_start_us = tg_now_us();
-  tg_submit_hook = tg_stats_attach;
+  tg_stats_active = 1;
+  tg_plugins_update_hook();
   return 0;
 }
 
 int tg_stats_end(tg_stats *out) {
   starpu_task_wait_for_all();
   double wall = tg_now_us() - tg_window_start_us;
-  tg_submit_hook = NULL;
+  tg_stats_active = 0;
+  tg_plugins_update_hook();
   pthread_mutex_lock(&tg_stats_lock);
   *out = tg_cur;
   pthread_mutex_unlock(&tg_stats_lock);
   out->wall_us = wall;
+  long long bytes;
+  long transfers;
+  tg_bus_sum(&bytes, &transfers);
+  out->bytes_moved = bytes - tg_window_start_bytes;
+  out->transfers = transfers - tg_window_start_transfers;
   unsigned n = starpu_worker_get_count();
   out->nworkers = n < TG_STATS_MAX_WORKERS ? (int)n : TG_STATS_MAX_WORKERS;
   for (int w = 0; w < out->nworkers; w++) {
@@ -123,4 +201,6 @@ void tg_stats_print(const tg_stats *s, FILE *f) {
             100 * ws->executing_us / t, 100 * ws->sleeping_us / t,
             100 * ws->overhead_us / t);
   }
+  fprintf(f, "bytes moved:      %lld bytes (%.1f MiB) in %ld transfers between memory nodes\n",
+          s->bytes_moved, s->bytes_moved / 1048576.0, s->transfers);
 }

@@ -45,8 +45,8 @@ typedef enum tg_activation {
 typedef struct tg_task_opts {
   int priority;          /* STARPU_PRIORITY */
   int worker;            /* >= 0: run on this worker; -1: scheduler decides */
-  const char *name;      /* task name for traces, or NULL (copied nowhere:
-                            must outlive the task, e.g. a string literal) */
+  const char *name;      /* task name for traces, or NULL (the codelet's
+                            name); copied at submission */
 } tg_task_opts;
 
 /* C = alpha op(A) op(B) + beta C (see tg_cpu_gemm). */

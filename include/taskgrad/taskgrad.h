@@ -14,6 +14,7 @@
 #include "taskgrad/data.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/stats.h"
+#include "taskgrad/sched.h"
 #include "taskgrad/trace.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda.h"

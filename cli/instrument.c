@@ -1,0 +1,73 @@
+/*
+ * --trace FILE.json and --stats for every command: the path is checked
+ * before any work starts, the trace and statistics windows span the whole
+ * run between tg_init and tg_shutdown.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "taskgrad/stats.h"
+#include "taskgrad/trace.h"
+
+/* 1 when tg_cli_instrument_begin opened the statistics window */
+static int tg_instr_stats;
+
+void tg_cli_instrument_check(tg_runtime_config *rc) {
+  if (rc->trace || rc->stats) rc->profiling = 1;
+  if (!rc->trace) return;
+  const char *path = rc->trace;
+  if (!*path) tg_cli_die("--trace: empty file name");
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    tg_cli_die("--trace: '%s' is a directory, not a file name", path);
+  /* the directory must exist and be writable: the trace is written there
+   * (a temporary file renamed over the path) */
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) >= sizeof dir) tg_cli_die("--trace: path too long");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    tg_cli_die("--trace: directory '%s' of '%s' does not exist", dir, path);
+  if (access(dir, W_OK | X_OK) != 0)
+    tg_cli_die("--trace: directory '%s' is not writable (%s)", dir, strerror(errno));
+}
+
+static void tg_instrument_start(const tg_runtime_config *rc, int stats) {
+  if (rc->trace && tg_trace_begin() < 0) tg_cli_die_last("--trace");
+  tg_instr_stats = 0;
+  if (stats) {
+    if (tg_stats_begin() < 0) tg_cli_die_last("--stats");
+    tg_instr_stats = 1;
+  }
+}
+
+void tg_cli_instrument_begin(const tg_runtime_config *rc) {
+  tg_instrument_start(rc, rc->stats);
+}
+
+void tg_cli_instrument_begin_bench(const tg_runtime_config *rc) {
+  tg_instrument_start(rc, 0);
+}
+
+void tg_cli_instrument_end(const tg_runtime_config *rc) {
+  if (rc->trace) {
+    long n = tg_trace_ntasks();
+    if (tg_trace_end(rc->trace) < 0) tg_cli_die_last("--trace");
+    fprintf(stderr, "taskgrad: trace of %ld tasks written to %s\n", n, rc->trace);
+  }
+  if (tg_instr_stats) {
+    tg_stats st;
+    if (tg_stats_end(&st) < 0) tg_cli_die_last("--stats");
+    tg_instr_stats = 0;
+    fprintf(stderr, "taskgrad: statistics of the run (%ld tasks, %.2f s):\n", st.tasks,
+            st.wall_us * 1e-6);
+    tg_stats_print(&st, stderr);
+  }
+}

@@ -1,0 +1,37 @@
+/*
+ * taskgrad's own StarPU scheduling policies (plugins/sched_*.c).
+ *
+ *   tg-critpath   one central ready queue ordered by task priority (the
+ *                 graph builders derive priorities from the critical path);
+ *                 among the top-priority ready tasks a worker takes the one
+ *                 whose input data already lies on its memory node.
+ *   tg-memaware   priority order, but when the worker's memory node is
+ *                 nearly full it takes the ready task that allocates the
+ *                 least new memory there (see plugins/sched_memaware.c).
+ *
+ * StarPU does not know these names: tg_init() hands the policy object to
+ * starpu_init() (starpu_conf.sched_policy) when tg_runtime_config.sched, or
+ * else STARPU_SCHED, names one of them.  Both policies support a single
+ * scheduling context (taskgrad's), any mix of CPU and CUDA workers.
+ */
+#ifndef TASKGRAD_SCHED_H
+#define TASKGRAD_SCHED_H
+
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern struct starpu_sched_policy tg_sched_critpath_policy;
+extern struct starpu_sched_policy tg_sched_memaware_policy;
+
+/* The policy called `name`, or NULL when name is NULL or not one of ours. */
+struct starpu_sched_policy *tg_sched_policy_find(const char *name);
+/* Our policies' names, NULL-terminated. */
+const char *const *tg_sched_policy_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
