@@ -13,6 +13,7 @@
 #include <starpu.h>
 
 #include "cli.h"
+#include "taskgrad/sched.h"
 
 noreturn void tg_cli_die(const char *fmt, ...) {
   va_list ap;
@@ -86,10 +87,12 @@ int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long 
 }
 
 void tg_cli_check_sched(const char *name) {
+  if (tg_sched_policy_find(name)) return; /* taskgrad's own policies */
   struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
   for (int i = 0; all[i]; i++)
     if (strcmp(all[i]->policy_name, name) == 0) return;
   fprintf(stderr, "taskgrad: error: --sched: unknown scheduling policy '%s'; known:", name);
+  for (const char *const *p = tg_sched_policy_names(); *p; p++) fprintf(stderr, " %s", *p);
   for (int i = 0; all[i]; i++) fprintf(stderr, " %s", all[i]->policy_name);
   fputc('\n', stderr);
   exit(TG_EXIT_USAGE);
@@ -126,6 +129,11 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     return 1;
   }
   return 0;
+}
+
+int tg_cli_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
 }
 
 double tg_cli_now(void) {

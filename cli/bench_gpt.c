@@ -35,11 +35,6 @@ static void bench_gpt_usage(void) {
        "  --quiet              no per-codelet table\n" TG_CLI_RUNTIME_HELP);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Runs the PyTorch reference; returns its median step time in ms or -1. */
 static double torch_step_ms(const char *model, const char *tokens, int B, int T, int steps,
                             int warmup, int threads) {
@@ -169,7 +164,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   t_all = tg_cli_now() - t_all;
   tg_stats st;
   if (tg_stats_end(&st) < 0) tg_cli_die_last("statistics");
-  qsort(ms, steps, sizeof *ms, cmp_double);
+  qsort(ms, steps, sizeof *ms, tg_cli_cmp_double);
   double med = ms[steps / 2];
   double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "

@@ -28,11 +28,14 @@ static void bench_usage(void) {
        "  --warmup N           unmeasured steps first, which also calibrate\n"
        "                       the perfmodels (default 5)\n"
        TG_CLI_RUNTIME_HELP
+       "  --per-step           wait for each step and print the median, min and\n"
+       "                       max step time (as bench gpt does); without it the\n"
+       "                       steps are pipelined and the mean is printed\n"
        "  --quiet              no per-codelet table\n");
 }
 
 int tg_cmd_bench_mlp(int argc, char **argv) {
-  int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0;
+  int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0, per_step = 0;
   tg_mlp_config cfg = {3, {784, 512, 256, 10}, TG_ACT_RELU};
   tg_runtime_config rt = tg_runtime_config_default();
   for (int i = 1; i < argc; i++) {
@@ -58,6 +61,8 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
       else tg_cli_die("--activation: '%s' is not relu or gelu", v);
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
+    } else if (!strcmp(a, "--per-step")) {
+      per_step = 1;
     } else if (!tg_cli_runtime_flag(argc, argv, &i, &rt)) {
       tg_cli_die("unknown flag '%s' for 'bench mlp' (see --help)", a);
     }
@@ -98,9 +103,18 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
 
   for (int k = 0; k < warmup; k++)
     if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("warm-up step");
+  double *ms = malloc(sizeof(double) * steps);
+  if (!ms) tg_cli_die("out of memory");
   if (tg_stats_begin() < 0) tg_cli_die_last("statistics");
-  for (int k = 0; k < steps; k++)
+  for (int k = 0; k < steps; k++) {
+    double t0 = tg_cli_now();
     if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("training step");
+    /* reading the loss waits for the step's forward; the next step's
+     * forward waits for this step's optimizer, so in steady state each
+     * interval is one whole step */
+    if (per_step && tg_mlp_metrics(&m, NULL, NULL, 1) < 0) tg_cli_die_last("loss");
+    ms[k] = (tg_cli_now() - t0) * 1e3;
+  }
   tg_stats st;
   if (tg_stats_end(&st) < 0) tg_cli_die_last("statistics");
 
@@ -119,6 +133,12 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s\n", batch,
          micro, steps, st.nworkers, starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("step time:        %.2f ms\n", st.wall_us / steps * 1e-3);
+  if (per_step) {
+    qsort(ms, steps, sizeof *ms, tg_cli_cmp_double);
+    printf("taskgrad median step ms: %.2f (min %.2f, max %.2f)\n", ms[steps / 2], ms[0],
+           ms[steps - 1]);
+  }
+  free(ms);
   printf("samples/s:        %.0f\n", (double)batch * steps / wall_s);
   printf("GFLOP/s:          %.1f\n", flops / wall_s * 1e-9);
   printf("GEMM share:       %.1f%% of worker time (GEMM and fused linear tasks)\n",

@@ -26,11 +26,12 @@ uint64_t tg_cli_u64(const char *flag, const char *text);
 /* "512,256" -> widths; returns the count (exit 2 on a bad list). */
 int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long min,
                     long max_value);
-/* exit 2 unless name is one of StarPU's scheduling policies */
+/* exit 2 unless name is a StarPU scheduling policy or one of ours */
 void tg_cli_check_sched(const char *name);
 /* Help text of the runtime flags shared by every command. */
 #define TG_CLI_RUNTIME_HELP                                                   \
-  "  --sched NAME         StarPU scheduling policy (default: STARPU_SCHED or\n" \
+  "  --sched NAME         scheduling policy: StarPU's or tg-critpath,\n"                \
+  "                       tg-memaware (default: STARPU_SCHED or\n" \
   "                       StarPU's default, lws)\n"                            \
   "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores)\n"    \
   "  --ncuda N            CUDA workers (default: STARPU_NCUDA or all GPUs)\n"   \
@@ -42,6 +43,8 @@ void tg_cli_check_sched(const char *name);
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */
 int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
+/* qsort comparison of doubles, ascending */
+int tg_cli_cmp_double(const void *a, const void *b);
 /* Monotonic seconds. */
 double tg_cli_now(void);
 

@@ -21,6 +21,8 @@ static void tg_usage(FILE *f) {
         "                KJV demonstration that ends with a text sample\n"
         "  bench gpt     measure the GPT training step (tokens/s, GFLOP/s),\n"
         "                optionally side by side with PyTorch\n"
+        "  bench sched   compare StarPU scheduling policies on the mlp or gpt\n"
+        "                step (CSV, PNG chart, Markdown table)\n"
         "  init gpt      write a randomly initialised GPT-2 checkpoint (llm.c\n"
         "                format)\n"
         "  prepare kjv   the King James Bible as byte-level llm.c token files\n"
@@ -62,8 +64,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
-    if (argc < 3) tg_cli_die("'taskgrad %s' needs a model: mlp or gpt", cmd);
+    if (argc < 3)
+      tg_cli_die("'taskgrad %s' needs a model: mlp or gpt%s", cmd,
+                 !strcmp(cmd, "bench") ? " (or sched)" : "");
     const char *model = argv[2];
+    if (!strcmp(cmd, "bench") && !strcmp(model, "sched"))
+      return tg_cmd_bench_sched(argc - 2, argv + 2);
     if (!strcmp(model, "mlp"))
       return !strcmp(cmd, "train") ? tg_cmd_train_mlp(argc - 2, argv + 2)
                                    : tg_cmd_bench_mlp(argc - 2, argv + 2);

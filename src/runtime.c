@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "taskgrad/runtime.h"
+#include "taskgrad/sched.h"
 
 #include "hooks.h"
 
@@ -54,6 +55,32 @@ int tg_init(const tg_runtime_config *cfg) {
   struct starpu_conf conf;
   TG_STARPU(starpu_conf_init(&conf));
   if (c.sched) conf.sched_policy_name = c.sched;
+  /* taskgrad's own policies (include/taskgrad/sched.h), by name from the
+   * config or else STARPU_SCHED: StarPU does not know their names, so we
+   * hand it the policy object (conf.sched_policy).  StarPU 1.3 looks the
+   * policy up by name first, and starpu_init() itself copies STARPU_SCHED
+   * over conf.sched_policy_name (_starpu_conf_check_environment): with
+   * STARPU_SCHED=tg-... it would print "scheduling policy not found" before
+   * falling back to conf.sched_policy.  So the variable is removed from the
+   * environment for the duration of starpu_init() and put back afterwards
+   * (children and re-executions still see it).  tg_init() is meant to run
+   * before the program starts threads of its own; setenv/unsetenv are not
+   * thread-safe. */
+  const char *env_sched = getenv("STARPU_SCHED");
+  const char *sched_name = c.sched ? c.sched : env_sched;
+  struct starpu_sched_policy *tg_policy = tg_sched_policy_find(sched_name);
+  char *saved_sched = NULL; /* STARPU_SCHED to restore after starpu_init */
+  if (tg_policy) {
+    conf.sched_policy = tg_policy;
+    conf.sched_policy_name = NULL;
+  }
+  /* the same hiding makes a policy named in the config win over
+   * STARPU_SCHED for StarPU's own policies too, as documented in runtime.h */
+  if (env_sched && (tg_policy || c.sched)) {
+    saved_sched = strdup(env_sched);
+    if (!saved_sched) return tg_fail(ENOMEM, "tg_init: out of memory");
+    unsetenv("STARPU_SCHED");
+  }
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
@@ -62,6 +89,10 @@ int tg_init(const tg_runtime_config *cfg) {
 
   openblas_set_num_threads(1);
   int rc = starpu_init(&conf);
+  if (saved_sched) {
+    setenv("STARPU_SCHED", saved_sched, 1);
+    free(saved_sched);
+  }
   if (rc == -ENODEV)
     return tg_fail(ENODEV, "starpu_init: no worker available (check STARPU_NCPU/STARPU_NCUDA)");
   if (rc != 0)
