@@ -6,8 +6,8 @@
 #   DATE-sched-mlp.csv/.png, DATE-sched-gpt.csv/.png, DATE-sched-cpu.md
 # Run it on a quiet machine: timings taken under load are worthless.
 #   bench/sched-sweep.sh [BUILD_DIR]
-# Environment (for a reduced run): STEPS (5), WARMUP (2), SCHEDULERS (the
-# default list), MODELS ("mlp gpt"), MLP_FLAGS ("--batch 2048"), GPT_FLAGS
+# Environment (for a reduced run): STEPS (5), WARMUP (2), ROUNDS (3),
+# SCHEDULERS (the default list plus NAME+nopri variants), MODELS ("mlp gpt"), MLP_FLAGS ("--batch 2048"), GPT_FLAGS
 # (""), RESULTS (bench/results), DATE (today).
 set -euo pipefail
 build=${1:-build}
@@ -19,8 +19,11 @@ date=${DATE:-$(date +%F)}
 steps=${STEPS:-5}
 warmup=${WARMUP:-2}
 models=${MODELS:-mlp gpt}
-sched_flag=()
-[ -n "${SCHEDULERS:-}" ] && sched_flag=(--schedulers "$SCHEDULERS")
+rounds=${ROUNDS:-3}
+# the default list, plus the priority-aware ones without the graph's
+# priorities (NAME+nopri) for comparison
+schedulers=${SCHEDULERS:-eager+nopri,eager,prio+nopri,prio,ws,lws+nopri,lws,dm,dmda,dmdar,dmdas+nopri,dmdas,heteroprio,tg-critpath+nopri,tg-critpath,tg-memaware}
+sched_flag=(--schedulers "$schedulers" --rounds "$rounds")
 export STARPU_SILENT=1
 mkdir -p "$results"
 tmp=$(mktemp -d)
@@ -33,9 +36,10 @@ md="$results/$date-sched-cpu.md"
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//');"
   echo "StarPU $(pkg-config --modversion starpu-1.3 2>/dev/null || echo '?'), $(uname -sr)."
   echo "Each row: \`taskgrad bench sched\`, perfmodels calibrated first (dmda,"
-  echo "STARPU_CALIBRATE=1) in $build/sched-perfmodels; $steps measured steps after"
-  echo "$warmup warm-up steps.  gpt: median/min/max of the steps of one run; mlp:"
-  echo "$steps runs of one measured step each (bench mlp prints only a mean)."
+  echo "STARPU_CALIBRATE=1) in $build/sched-perfmodels; $rounds interleaved rounds over"
+  echo "the scheduler list, each run $steps measured steps after $warmup warm-up steps"
+  echo "(bench gpt; bench mlp --per-step): median of the rounds' medians, min and"
+  echo "max over all steps.  NAME+nopri: NAME with the graph's priorities off."
 } >"$md"
 for model in $models; do
   case $model in
@@ -52,7 +56,7 @@ for model in $models; do
     echo
     echo "## $model"
     echo
-    echo "Command: \`taskgrad bench sched --model $model --steps $steps --warmup $warmup ${flags[*]}\`"
+    echo "Command: \`taskgrad bench sched --model $model --steps $steps --warmup $warmup --rounds $rounds --schedulers $schedulers ${flags[*]}\`"
     echo "(chart: $date-sched-$model.png)"
     echo
     grep '^|' "$tmp/$model.md"

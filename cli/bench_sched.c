@@ -59,6 +59,11 @@ static void bench_sched_usage(void) {
          "                       %s)\n"
          "  --steps N            measured steps, at least 5 (default 5)\n"
          "  --warmup N           unmeasured steps first (default 2)\n"
+         "  --schedulers LIST accepts NAME+nopri: NAME with --no-priorities\n"
+         "  --rounds R           passes over the scheduler list, interleaved so that\n"
+         "                       a slow spell of the machine does not fall on one\n"
+         "                       scheduler (default 3); a row's median is the\n"
+         "                       median of its rounds' medians, min and max over all\n"
          "  --out-dir DIR        where the CSV and PNG go (default: .)\n"
          "  --perfmodel-dir DIR  STARPU_HOME of the runs (default: <dir of the\n"
          "                       taskgrad binary>/../sched-perfmodels)\n"
@@ -374,8 +379,9 @@ static int split_schedulers(const char *text, char names[][SCHED_NAME_MAX]) {
     if (len >= SCHED_NAME_MAX) tg_cli_die("--schedulers: name too long in '%s'", text);
     if (n == SCHED_MAX) tg_cli_die("--schedulers: at most %d names", SCHED_MAX);
     for (size_t i = 0; i < len; i++)
-      if (!isalnum((unsigned char)p[i]) && p[i] != '-' && p[i] != '_')
-        tg_cli_die("--schedulers: bad name '%.*s' (letters, digits, - and _)", (int)len, p);
+      if (!isalnum((unsigned char)p[i]) && p[i] != '-' && p[i] != '_' && p[i] != '+')
+        tg_cli_die("--schedulers: bad name '%.*s' (letters, digits, -, _ and +nopri)",
+                   (int)len, p);
     memcpy(names[n], p, len);
     names[n][len] = 0;
     n++;
@@ -465,8 +471,14 @@ static void measure(sched_row *row, const char *model, char **pass, int npass, i
   argv[a++] = "/proc/self/exe";
   argv[a++] = "bench";
   argv[a++] = (char *)model;
+  /* "NAME+nopri": the scheduler NAME with the graph's priorities off */
+  char sched[128];
+  snprintf(sched, sizeof sched, "%s", row->name);
+  char *plus = strstr(sched, "+nopri");
+  if (plus && plus[6] == 0) *plus = 0;
   argv[a++] = "--sched";
-  argv[a++] = (char *)row->name;
+  argv[a++] = sched;
+  if (plus) argv[a++] = "--no-priorities";
   argv[a++] = "--steps";
   argv[a++] = steps_s;
   argv[a++] = "--warmup";
@@ -612,7 +624,7 @@ static int write_chart(const char *path, const char *model, int steps, const sch
   fprintf(f,
           "\n"
           "set title 'taskgrad bench sched: %s training step by scheduling policy "
-          "(median of %d steps; bars: min to max)'\n"
+          "(median of per-run medians of %d steps; bars: min to max)'\n"
           "set ylabel 'step time (ms)'\n"
           "set style fill solid 0.6 border -1\n"
           "set boxwidth 0.6\n"
@@ -665,7 +677,7 @@ static int write_chart(const char *path, const char *model, int steps, const sch
 int tg_cmd_bench_sched(int argc, char **argv) {
   const char *model = NULL, *sched_list = default_scheds, *out_dir = ".";
   const char *perf_dir_flag = NULL;
-  int steps = 5, warmup = 2, calib_steps = 10, timeout_s = 600;
+  int steps = 5, warmup = 2, calib_steps = 10, timeout_s = 600, rounds = 3;
   char *pass[PASS_MAX];
   int npass = 0;
   for (int i = 1; i < argc; i++) {
@@ -679,6 +691,8 @@ int tg_cmd_bench_sched(int argc, char **argv) {
       sched_list = tg_cli_value(argc, argv, &i);
     } else if (!strcmp(a, "--steps")) {
       steps = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 5, 4096);
+    } else if (!strcmp(a, "--rounds")) {
+      rounds = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 50);
     } else if (!strcmp(a, "--warmup")) {
       warmup = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 0, 1000000);
     } else if (!strcmp(a, "--calibration-steps")) {
@@ -778,21 +792,46 @@ int tg_cmd_bench_sched(int argc, char **argv) {
   }
   child_result_free(&r);
 
+  /* rounds outer, schedulers inner: the machine's slow spells spread over
+   * every scheduler instead of falling on the ones measured last */
   sched_row rows[SCHED_MAX];
+  static double medians[SCHED_MAX][50];
+  for (int i = 0; i < nsched; i++) {
+    memset(&rows[i], 0, sizeof rows[i]);
+    rows[i].name = names[i];
+    rows[i].ok = 1;
+    rows[i].min_ms = 1e300;
+  }
+  for (int round = 0; round < rounds; round++)
+    for (int i = 0; i < nsched; i++) {
+      sched_row *row = &rows[i], one;
+      if (!row->ok) continue;
+      memset(&one, 0, sizeof one);
+      one.name = names[i];
+      fprintf(stderr, "bench sched: round %d/%d, %s (%d/%d)...", round + 1, rounds, one.name,
+              i + 1, nsched);
+      double t0 = tg_cli_now();
+      measure(&one, model, pass, npass, steps, warmup, perf_dir, timeout_s);
+      if (!one.ok) {
+        fprintf(stderr, " failed: %s\n", one.why);
+        row->ok = 0;
+        memcpy(row->why, one.why, sizeof row->why);
+        continue;
+      }
+      fprintf(stderr, " median %.2f ms (%.1f s)\n", one.median_ms, tg_cli_now() - t0);
+      medians[i][round] = one.median_ms;
+      if (one.min_ms < row->min_ms) row->min_ms = one.min_ms;
+      if (one.max_ms > row->max_ms) row->max_ms = one.max_ms;
+      if (one.idle_pct >= 0) row->idle_pct += one.idle_pct / rounds;
+      row->tasks += one.tasks;
+      row->bytes += one.bytes;
+    }
   int nok = 0;
   for (int i = 0; i < nsched; i++) {
-    sched_row *row = &rows[i];
-    memset(row, 0, sizeof *row);
-    row->name = names[i];
-    fprintf(stderr, "bench sched: %s (%d/%d)...", row->name, i + 1, nsched);
-    double t0 = tg_cli_now();
-    measure(row, model, pass, npass, steps, warmup, perf_dir, timeout_s);
-    if (row->ok) {
-      nok++;
-      fprintf(stderr, " median %.2f ms (%.1f s)\n", row->median_ms, tg_cli_now() - t0);
-    } else {
-      fprintf(stderr, " failed: %s\n", row->why);
-    }
+    if (!rows[i].ok) continue;
+    nok++;
+    qsort(medians[i], rounds, sizeof medians[i][0], tg_cli_cmp_double);
+    rows[i].median_ms = medians[i][rounds / 2];
   }
 
   if (write_csv(csv, rows, nsched) < 0)
