@@ -8,7 +8,9 @@
  * token files are prepared if missing, a small model is initialised and
  * trained for a few minutes with a progress bar, and a sample is printed.
  */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +18,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "taskgrad/checkpoint.h"
 #include "taskgrad/gpt.h"
 
 typedef struct gpt_opts {
-  const char *init_from, *data, *val, *save;
+  const char *init_from, *data, *val, *save, *checkpoint, *resume;
   int B, T, steps, micro, warmup, chunk, attn_splits, sample, val_every, val_batches;
-  int log_every, cosine, shuffled;
+  int log_every, cosine, shuffled, checkpoint_every;
+  int order_given, seed_given, shape_given[2];
   double temperature;
   tg_attention_kind attention;
   tg_optimizer_config opt;
@@ -58,6 +62,15 @@ static void gpt_usage(void) {
        "  --data-order NAME    sequential or shuffled (default sequential)\n"
        "  --seed S             shuffling and sampling seed (default 1)\n"
        "  --save FILE          write the trained model (llm.c format)\n"
+       "  --checkpoint DIR     write DIR/checkpoint.bin (model, AdamW state, data\n"
+       "                       position, seeds) every --checkpoint-every steps, at\n"
+       "                       the end and on SIGINT/SIGTERM; DIR is created\n"
+       "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
+       "                       end and on a signal)\n"
+       "  --resume DIR         continue the run saved in DIR/checkpoint.bin (instead\n"
+       "                       of --init-from): model, AdamW state and step, data\n"
+       "                       position, order and seed; --steps counts the whole\n"
+       "                       run, so it stops where an uninterrupted run would\n"
        "  --sample N           print N generated tokens (as bytes) at the end\n"
        "  --temperature X      sampling temperature (default 1; 0.7 in the\n"
        "                       demonstration)\n"
@@ -66,6 +79,10 @@ static void gpt_usage(void) {
        "  --val-batches N      batches per validation (default 10)\n"
        "  --log-every N        print every N-th step line (default 1)\n" TG_CLI_RUNTIME_HELP
        "  -h, --help           this text\n"
+       "\n"
+       "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
+       "--checkpoint is given, and the exit status is 130/143.  A non-finite loss\n"
+       "stops the run (exit status 2) without writing a checkpoint.\n"
        "\n"
        "Bad flags or files: one message on stderr, exit status 2.");
 }
@@ -97,8 +114,14 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--data")) o->data = VAL;
     else if (!strcmp(a, "--val")) o->val = VAL;
     else if (!strcmp(a, "--save")) o->save = VAL;
-    else if (!strcmp(a, "--batch")) o->B = (int)tg_cli_int(a, VAL, 1, 1 << 16), given_shape = 1;
-    else if (!strcmp(a, "--seq")) o->T = (int)tg_cli_int(a, VAL, 1, 1 << 20), given_shape = 1;
+    else if (!strcmp(a, "--checkpoint")) o->checkpoint = VAL;
+    else if (!strcmp(a, "--checkpoint-every"))
+      o->checkpoint_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
+    else if (!strcmp(a, "--resume")) o->resume = VAL;
+    else if (!strcmp(a, "--batch"))
+      o->B = (int)tg_cli_int(a, VAL, 1, 1 << 16), given_shape = 1, o->shape_given[0] = 1;
+    else if (!strcmp(a, "--seq"))
+      o->T = (int)tg_cli_int(a, VAL, 1, 1 << 20), given_shape = 1, o->shape_given[1] = 1;
     else if (!strcmp(a, "--steps")) o->steps = (int)tg_cli_int(a, VAL, 0, 1 << 30), given_shape = 1;
     else if (!strcmp(a, "--micro-batches")) o->micro = (int)tg_cli_int(a, VAL, 1, 1 << 16);
     else if (!strcmp(a, "--lr")) o->opt.lr = (float)tg_cli_double(a, VAL, 0, 10);
@@ -120,9 +143,10 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--attn-splits")) o->attn_splits = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
     else if (!strcmp(a, "--data-order")) {
       const char *v = VAL;
+      o->order_given = 1;
       if (!strcmp(v, "shuffled")) o->shuffled = 1;
       else if (strcmp(v, "sequential")) tg_cli_die("--data-order: '%s' is not sequential or shuffled", v);
-    } else if (!strcmp(a, "--seed")) o->seed = tg_cli_u64(a, VAL);
+    } else if (!strcmp(a, "--seed")) o->seed = tg_cli_u64(a, VAL), o->seed_given = 1;
     else if (!strcmp(a, "--sample")) o->sample = (int)tg_cli_int(a, VAL, 0, 1 << 20);
     else if (!strcmp(a, "--temperature")) o->temperature = tg_cli_double(a, VAL, 0.01, 100);
     else if (!strcmp(a, "--val-every")) o->val_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
@@ -137,9 +161,15 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
     tg_cli_die("--attn-splits %d does not divide the %d sequences of a micro-batch",
                o->attn_splits, o->B / o->micro);
-  if (!o->init_from != !o->data)
-    tg_cli_die("give both --init-from and --data (or neither, for the KJV demonstration)");
-  o->demo = !o->init_from;
+  if (o->init_from && o->resume)
+    tg_cli_die("give --init-from or --resume, not both (a resumed run's model is the "
+               "checkpoint's)");
+  if (!(o->init_from || o->resume) != !o->data)
+    tg_cli_die("give both --init-from and --data (or --resume and --data, or neither, for the "
+               "KJV demonstration)");
+  if (o->checkpoint_every && !o->checkpoint)
+    tg_cli_die("--checkpoint-every needs --checkpoint DIR");
+  o->demo = !o->init_from && !o->resume;
   if (o->demo && !given_shape) {
     /* a small byte-level model that learns English-looking words in minutes */
     o->B = 16;
@@ -172,6 +202,58 @@ static void need_writable_dir(const char *flag, const char *path) {
   else if (slash == dir) dir[1] = 0;
   else *slash = 0;
   if (access(dir, W_OK) != 0) tg_cli_die("%s: cannot write into directory '%s'", flag, dir);
+}
+
+/* Creates the checkpoint directory (and its parents) if missing, and
+ * requires that we can write into it, before any training. */
+static void need_checkpoint_dir(const char *dir) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+    tg_cli_die("--checkpoint: path too long");
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+      tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+    tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
+  struct stat st;
+  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+    tg_cli_die("--checkpoint: '%s' is not a directory", dir);
+  if (access(buf, W_OK | X_OK) != 0)
+    tg_cli_die("--checkpoint: cannot write into directory '%s'", dir);
+}
+
+static volatile sig_atomic_t got_signal = 0;
+static void on_signal(int sig) { got_signal = sig; }
+
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Writes the training state after `batches` training batches. */
+static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
+  tg_checkpoint c;
+  if (tg_checkpoint_alloc(&c, &g->cfg) < 0) tg_cli_die_last("--checkpoint");
+  int step = 0;
+  if (tg_gpt_read_state(g, c.params, c.m, c.v, &step) < 0) tg_cli_die_last("--checkpoint");
+  c.step = step;
+  c.batches = batches;
+  c.B = o->B;
+  c.T = o->T;
+  c.data_order = o->shuffled;
+  c.data_seed = o->seed;
+  c.rng_seed = o->seed;
+  if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
+  tg_checkpoint_free(&c);
 }
 
 static float lr_at(const gpt_opts *o, int step) {
@@ -261,6 +343,9 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   char train_path[4096], val_path[4096];
   tg_gpt_config cfg;
   float *params = NULL;
+  tg_checkpoint ck;
+  int have_ck = 0;
+  memset(&ck, 0, sizeof ck);
   if (o.demo) {
     demo_prepare(&o, train_path, val_path, sizeof train_path);
     cfg = (tg_gpt_config){256, 256, 4, 4, 128, 256};
@@ -270,6 +355,32 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     tg_gpt_init_params(&cfg, o.seed, params);
     fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
             "of %d x %d tokens\n", cfg.num_layers, cfg.channels, cfg.num_heads, o.steps, o.B, o.T);
+  } else if (o.resume) {
+    need_file("--data", o.data);
+    if (o.val) need_file("--val", o.val);
+    if (tg_checkpoint_load(o.resume, &ck) < 0) tg_cli_die_last("--resume");
+    have_ck = 1;
+    cfg = ck.cfg;
+    /* the data sequence continues only with the same shape, order and seed */
+    if (o.shape_given[0] && o.B != ck.B)
+      tg_cli_die("--batch %d disagrees with the checkpoint's %d", o.B, ck.B);
+    if (o.shape_given[1] && o.T != ck.T)
+      tg_cli_die("--seq %d disagrees with the checkpoint's %d", o.T, ck.T);
+    if (o.order_given && o.shuffled != ck.data_order)
+      tg_cli_die("--data-order %s disagrees with the checkpoint's %s",
+                 o.shuffled ? "shuffled" : "sequential", ck.data_order ? "shuffled" : "sequential");
+    if (o.seed_given && o.seed != ck.data_seed)
+      tg_cli_die("--seed %llu disagrees with the checkpoint's %llu", (unsigned long long)o.seed,
+                 (unsigned long long)ck.data_seed);
+    if (ck.step > o.steps)
+      tg_cli_die("--steps %d: the checkpoint is already at step %lld", o.steps, ck.step);
+    o.B = ck.B;
+    o.T = ck.T;
+    o.shuffled = ck.data_order;
+    o.seed = ck.data_seed;
+    if (o.B % o.micro)
+      tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o.micro, o.B);
+    params = ck.params;
   } else {
     need_file("--init-from", o.init_from);
     need_file("--data", o.data);
@@ -277,6 +388,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (tg_llmc_model_read(o.init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
   }
   if (o.save) need_writable_dir("--save", o.save);
+  if (o.checkpoint) need_checkpoint_dir(o.checkpoint);
   if (o.T > cfg.max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o.T, cfg.max_seq_len);
   uint16_t *tokens = NULL, *vtokens = NULL;
@@ -299,11 +411,24 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   run.attn_splits = o.attn_splits;
   tg_gpt g;
   if (tg_gpt_create(&g, &cfg, params, &run, &o.opt) < 0) tg_cli_die_last("building the model");
-  free(params);
-  tg_token_loader_config lc = {o.B, o.T, o.micro, 2, o.shuffled, o.seed};
+  int start = 0;
+  long long start_batch = 0;
+  if (have_ck) {
+    if (tg_gpt_write_state(&g, NULL, ck.m, ck.v, (int)ck.step) < 0)
+      tg_cli_die_last("--resume");
+    start = (int)ck.step;
+    start_batch = ck.batches;
+    tg_checkpoint_free(&ck);
+    fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
+            start_batch);
+  } else {
+    free(params);
+  }
+  params = NULL;
+  tg_token_loader_config lc = {o.B, o.T, o.micro, 2, o.shuffled, o.seed, start_batch};
   tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
   if (!ld) tg_cli_die_last("training data");
-  tg_token_loader_config vc = {o.B, o.T, o.micro, 2, 0, 0};
+  tg_token_loader_config vc = {o.B, o.T, o.micro, 2, 0, 0, 0};
   tg_loader *vl = o.val ? tg_token_loader_create(vtokens, nvtok, &vc) : NULL;
   if (o.val && !vl) tg_cli_die_last("validation data");
   fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers, "
@@ -318,10 +443,15 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     bar.unit = "tokens/s";
   }
   double tokens_per_step = (double)o.B * o.T, t_all = tg_cli_now(), last_loss = 0;
-  for (int step = 0; step < o.steps; step++) {
+  /* after StarPU's own handlers (tg_init), which would end the process */
+  catch_signals();
+  long long batches = start_batch;
+  int step = start, stopped = 0;
+  for (; step < o.steps; step++) {
     double t0 = tg_cli_now();
     tg_batch b;
     if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("training data");
+    batches++;
     if (tg_gpt_step(&g, &b, lr_at(&o, step)) < 0) tg_cli_die_last("training step");
     if (tg_gpt_loss(&g, &last_loss, 1) < 0) tg_cli_die_last("reading the loss");
     double dt = tg_cli_now() - t0;
@@ -336,13 +466,38 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (o.demo) tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
     if (vl && o.val_every && (step + 1) % o.val_every == 0)
       printf("step %d val loss %.6f\n", step + 1, validate(&g, vl, o.val_batches));
+    if (o.checkpoint && o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 &&
+        step + 1 < o.steps && !got_signal)
+      save_checkpoint(&g, &o, batches);
+    if (got_signal) {
+      stopped = got_signal;
+      step++;
+      break;
+    }
   }
+  if (stopped) {
+    if (o.demo) tg_progress_end(&bar);
+    if (o.checkpoint) save_checkpoint(&g, &o, batches);
+    fprintf(stderr, "taskgrad: %s: stopped after step %d%s%s\n",
+            stopped == SIGINT ? "SIGINT" : "SIGTERM", step,
+            o.checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
+            o.checkpoint ? o.checkpoint : "");
+    tg_loader_destroy(ld);
+    if (vl) tg_loader_destroy(vl);
+    tg_gpt_destroy(&g);
+    tg_cli_instrument_end(&o.rt);
+    tg_shutdown();
+    free(tokens);
+    free(vtokens);
+    return 128 + stopped;
+  }
+  if (o.checkpoint) save_checkpoint(&g, &o, batches);
   if (o.demo) tg_progress_end(&bar);
   double t_train = tg_cli_now() - t_all;
   if (vl && (!o.val_every || o.steps % o.val_every))
     printf("val loss %.6f\n", validate(&g, vl, o.val_batches));
-  fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps, t_train,
-          o.steps * tokens_per_step / (t_train > 0 ? t_train : 1));
+  fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
+          (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
   if (o.save) {
     size_t sizes[TG_GPT_NPARAMS];
     float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));

@@ -463,6 +463,34 @@ static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], float *
 int tg_gpt_read_params(tg_gpt *g, float *params) { return tg_gpt_read(g, g->w, params); }
 int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, g->g, grads); }
 
+int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step) {
+  if (params) TG_TRY(tg_gpt_read(g, g->w, params));
+  if (m) TG_TRY(tg_gpt_read(g, g->m, m));
+  if (v) TG_TRY(tg_gpt_read(g, g->v, v));
+  if (step) *step = g->step;
+  return 0;
+}
+
+/* Overwrites every slice of `which` from src (llm.c layout). */
+static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], const float *src) {
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      TG_TRY(tg_tensor_write(&which[p][l], src));
+      src += tg_tensor_numel(&which[p][l]);
+    }
+  return 0;
+}
+
+int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
+                       int step) {
+  if (step < 0) return tg_fail(EINVAL, "GPT: optimizer step %d must be >= 0", step);
+  if (params) TG_TRY(tg_gpt_write(g, g->w, params));
+  if (m) TG_TRY(tg_gpt_write(g, g->m, m));
+  if (v) TG_TRY(tg_gpt_write(g, g->v, v));
+  g->step = step;
+  return 0;
+}
+
 int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   const tg_gpt_config *c = &g->cfg;
   int n = tokens->rows;

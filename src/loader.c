@@ -105,6 +105,7 @@ typedef struct loader_source {
   void (*fill)(void *ctx, int b, int r0, int nrows, void *x, size_t xld,
                int32_t *y, size_t yld);
   void (*free_ctx)(void *ctx);
+  long long start_seq; /* global number of the first batch handed out */
 } loader_source;
 
 /* ---- core --------------------------------------------------------------- */
@@ -338,7 +339,7 @@ static void *loader_main(void *arg) {
   tg_loader *ld = arg;
   const int bpe = ld->src.bpe;
   long long cur_epoch = -1;
-  for (long long seq = 0;; seq++) {
+  for (long long seq = ld->src.start_seq;; seq++) {
     const long long epoch = seq / bpe;
     const int b = (int)(seq % bpe);
     const int partial = ld->src.partial_rows > 0 && b == bpe - 1;
@@ -430,6 +431,7 @@ static tg_loader *loader_start(const loader_source *src, int nmicro,
   ld->nmicro = nmicro;
   ld->prefetch = prefetch;
   ld->inuse = -1;
+  ld->take_seq = src->start_seq;
 
   int e = pthread_mutex_init(&ld->mu, NULL);
   if (e) {
@@ -729,6 +731,11 @@ tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
     return NULL;
   }
   if (check_prefetch(cfg->prefetch) < 0) return NULL;
+  if (cfg->start_batch < 0) {
+    tg_fail(EINVAL, "token loader: start batch %lld must be >= 0",
+            cfg->start_batch);
+    return NULL;
+  }
   const size_t BT = (size_t)cfg->B * (size_t)cfg->T;
   if (ntokens < BT + 1) {
     tg_fail(EINVAL, "token loader: %zu tokens are too few for one batch of "
@@ -771,5 +778,6 @@ tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
   src.begin_epoch = token_begin_epoch;
   src.fill = token_fill;
   src.free_ctx = token_free;
+  src.start_seq = cfg->start_batch;
   return loader_start(&src, cfg->nmicro, cfg->prefetch);
 }

@@ -96,6 +96,10 @@ typedef struct tg_token_loader_config {
   int prefetch;    /* batches prepared ahead, >= 1 */
   int shuffled;    /* 0: sequential, 1: shuffled windows */
   uint64_t seed;
+  long long start_batch; /* >= 0: the first batch handed out is batch
+                            start_batch of the run (epoch start_batch / bpe),
+                            the same as after consuming start_batch batches
+                            (resuming from a checkpoint); 0 = from the start */
 } tg_token_loader_config;
 tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
                                   const tg_token_loader_config *cfg);

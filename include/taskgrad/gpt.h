@@ -90,6 +90,14 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits);
 /* Copies parameters or gradients out in llm.c's layout (waits). */
 int tg_gpt_read_params(tg_gpt *g, float *params);
 int tg_gpt_read_grads(tg_gpt *g, float *grads);
+/* The training state: parameters, AdamW first and second moments (each
+ * tg_gpt_param_sizes() floats in llm.c's layout; NULL skips one) and the
+ * optimizer step counter (bias correction).  Reading waits for the tasks
+ * writing them; writing waits for those reading them, and the next update
+ * continues from `step` (checkpoint/resume). */
+int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step);
+int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
+                       int step);
 
 /* llm.c's FLOP count per token: 6 N + 6 L C T (N parameters). */
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T);

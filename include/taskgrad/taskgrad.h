@@ -16,6 +16,7 @@
 #include "taskgrad/stats.h"
 #include "taskgrad/sched.h"
 #include "taskgrad/trace.h"
+#include "taskgrad/checkpoint.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda.h"
 #endif

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# `taskgrad train gpt --checkpoint / --resume`: with one CPU worker and one
+# micro-batch a run is deterministic, so
+#  - 20 steps in one run and 10 steps + a resumed run to step 20 print the
+#    same 20 losses (textually) and save bitwise identical models, with
+#    sequential and with shuffled data;
+#  - a corrupted checkpoint, --init-from with --resume, and an unusable
+#    --checkpoint directory are refused with exit status 2 and one message;
+#  - SIGTERM (SIGINT) during a run finishes the step, writes a checkpoint and
+#    exits with 143 (130); the run resumed from it continues with the losses
+#    an uninterrupted run has;
+#  - a non-finite loss (--lr 10 --weight-decay 10 makes the weights grow
+#    about 99x per step) stops with exit status 2 and leaves the previous
+#    checkpoint byte for byte as it was.
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
+export STARPU_NCPU=1 STARPU_NCUDA=0
+
+"$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
+  --out "$work/m.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
+"$py" - "$work" <<'PY'
+import struct, sys
+toks = [(i * 7 + i // 13) % 61 for i in range(6000)]
+with open(f"{sys.argv[1]}/train.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack(f"<{len(toks)}H", *toks))
+PY
+common=(--data "$work/train.bin" --batch 4 --seq 16 --micro-batches 1 --lr 3e-3)
+
+# losses: "step N loss X" -> "N X", one line per step
+losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
+
+for order in sequential shuffled; do
+  d="$work/$order"
+  mkdir -p "$d"
+  if "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --data-order $order --steps 20 \
+       --save "$d/full.bin" >"$d/full.out" 2>"$d/full.err" &&
+     "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --data-order $order --steps 10 \
+       --checkpoint "$d/ck" --checkpoint-every 4 >"$d/a.out" 2>"$d/a.err" &&
+     "$tg" train gpt --resume "$d/ck" "${common[@]}" --data-order $order --steps 20 \
+       --checkpoint "$d/ck" --save "$d/resumed.bin" >"$d/b.out" 2>"$d/b.err"; then
+    losses "$d/full.out" >"$d/l1"
+    losses "$d/a.out" "$d/b.out" >"$d/l2"
+    if [ "$(wc -l <"$d/l1")" -eq 20 ] && cmp -s "$d/l1" "$d/l2"; then
+      ok "$order: 20 losses of one run = 10 + 10 resumed"
+    else
+      bad "$order: losses differ: $(diff "$d/l1" "$d/l2" | head -4 | tr '\n' ' ')"
+    fi
+    cmp -s "$d/full.bin" "$d/resumed.bin" && ok "$order: final parameters bitwise identical" \
+      || bad "$order: final parameters differ"
+    grep -q 'resuming .* at step 10 (batch 10)' "$d/b.err" && ok "$order: resumed at step 10" \
+      || bad "$order: resume message: $(cat "$d/b.err")"
+  else
+    bad "$order: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
+  fi
+done
+
+# refusals
+cp -r "$work/sequential/ck" "$work/corrupt"
+"$py" - "$work/corrupt/checkpoint.bin" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0x04
+open(p, "wb").write(b)
+PY
+expect_fail "corrupted checkpoint" "checkpoint.bin.*CRC mismatch" train gpt \
+  --resume "$work/corrupt" "${common[@]}" --steps 20
+head -c 1000 "$work/sequential/ck/checkpoint.bin" >"$work/corrupt/checkpoint.bin"
+expect_fail "truncated checkpoint" "checkpoint.bin.*truncated" train gpt \
+  --resume "$work/corrupt" "${common[@]}" --steps 20
+expect_fail "missing checkpoint" "nowhere/checkpoint.bin" train gpt \
+  --resume "$work/nowhere" "${common[@]}" --steps 20
+expect_fail "--init-from with --resume" "not both" train gpt --init-from "$work/m.bin" \
+  --resume "$work/sequential/ck" "${common[@]}"
+expect_fail "--resume with another data order" "--data-order shuffled disagrees" train gpt \
+  --resume "$work/sequential/ck" "${common[@]}" --data-order shuffled --steps 20
+touch "$work/afile"
+expect_fail "unusable --checkpoint directory" "--checkpoint: cannot create" train gpt \
+  --init-from "$work/m.bin" "${common[@]}" --steps 2 --checkpoint "$work/afile/sub"
+expect_fail "--checkpoint-every without --checkpoint" "--checkpoint-every needs" train gpt \
+  --init-from "$work/m.bin" "${common[@]}" --checkpoint-every 2
+
+# a signal during a long run: exit 128 + signal, a checkpoint that resumes
+signal_run() {
+  local sig=$1 want=$2 d="$work/sig$1"
+  "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --steps 1000000 \
+    --checkpoint "$d" >"$work/sig.out" 2>"$work/sig.err" &
+  local pid=$! i
+  for i in $(seq 1 200); do  # up to 20 s for the first step
+    grep -q '^step 1 loss' "$work/sig.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 0.3
+  kill -"$sig" "$pid"
+  wait "$pid"
+  local rc=$?
+  local n
+  n=$(sed -nE "s/.*SIG$sig: stopped after step ([0-9]+); checkpoint written.*/\1/p" "$work/sig.err")
+  if [ "$rc" -ne "$want" ] || [ -z "$n" ]; then
+    bad "SIG$sig: exit status $rc (expected $want), message: $(tail -2 "$work/sig.err")"
+    return
+  fi
+  ok "SIG$sig: exit status $rc after step $n"
+  local last
+  last=$(losses "$work/sig.out" | tail -1)
+  [ "${last%% *}" = "$n" ] \
+    && ok "SIG$sig: the step in progress finished (last printed step $n)" \
+    || bad "SIG$sig: last printed step '$last', stopped after $n"
+  # resume for 2 more steps; an uninterrupted run to the same step agrees
+  if "$tg" train gpt --resume "$d" "${common[@]}" --steps $((n + 2)) >"$work/r.out" 2>"$work/r.err" &&
+     "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --steps $((n + 2)) \
+       >"$work/u.out" 2>"$work/u.err"; then
+    if [ "$(losses "$work/r.out")" = "$(losses "$work/u.out" | tail -2)" ] &&
+       [ "$(losses "$work/r.out" | wc -l)" -eq 2 ]; then
+      ok "SIG$sig: resumed run continues with the uninterrupted losses"
+    else
+      bad "SIG$sig: resumed losses '$(losses "$work/r.out" | tr '\n' ' ')' vs" \
+          "'$(losses "$work/u.out" | tail -2 | tr '\n' ' ')'"
+    fi
+  else
+    bad "SIG$sig: resume failed: $(tail -2 "$work/r.err" "$work/u.err")"
+  fi
+}
+signal_run TERM 143
+signal_run INT 130
+
+# non-finite loss: the checkpoint of the last good step stays untouched
+nan=(--init-from "$work/m.bin" "${common[@]}" --lr 10 --weight-decay 10)
+"$tg" train gpt "${nan[@]}" --steps 30 >"$work/nan0.out" 2>"$work/nan0.err"
+nrc=$?
+bad_step=$(sed -nE 's/.*loss is not finite at step ([0-9]+).*/\1/p' "$work/nan0.err")
+if [ "$nrc" -ne 2 ] || [ -z "$bad_step" ] || [ "$bad_step" -lt 2 ]; then
+  echo "SKIP non-finite loss: --lr 10 --weight-decay 10 gave exit $nrc, no non-finite loss" \
+       "after a good step ($(tail -1 "$work/nan0.err"))"
+else
+  good=$((bad_step - 1))
+  "$tg" train gpt "${nan[@]}" --steps $good --checkpoint "$work/nanck" >/dev/null 2>&1
+  cp "$work/nanck/checkpoint.bin" "$work/nan_before.bin"
+  "$tg" train gpt --resume "$work/nanck" "${common[@]}" --lr 10 --weight-decay 10 --steps 30 \
+    --checkpoint "$work/nanck" --checkpoint-every 1 >"$work/nan.out" 2>"$work/nan.err"
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "not finite at step $bad_step" "$work/nan.err"; then
+    ok "non-finite loss at step $bad_step: exit status 2"
+  else
+    bad "non-finite loss: exit status $rc, $(tail -1 "$work/nan.err")"
+  fi
+  cmp -s "$work/nanck/checkpoint.bin" "$work/nan_before.bin" \
+    && ok "checkpoint of step $good untouched by the non-finite step" \
+    || bad "the checkpoint changed after a non-finite loss"
+  ls "$work/nanck" | grep -q tmp && bad "temporary file left in the checkpoint directory" \
+    || ok "no temporary file left"
+fi
+finish test_resume
