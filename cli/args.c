@@ -131,6 +131,25 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
   return 0;
 }
 
+void tg_cli_check_memory_limit(size_t needed, const char *what) {
+  const char *env = getenv("STARPU_LIMIT_CPU_MEM");
+  if (!env || !*env) return;
+  char *end;
+  errno = 0;
+  long long mib = strtoll(env, &end, 10);
+  if (errno || end == env || *end || mib < 0) {
+    tg_shutdown();
+    tg_cli_die("STARPU_LIMIT_CPU_MEM='%s' is not a number of MiB", env);
+  }
+  size_t need_mib = (needed + (1u << 20) - 1) >> 20;
+  if ((unsigned long long)mib < need_mib) {
+    tg_shutdown();
+    tg_cli_die("STARPU_LIMIT_CPU_MEM=%lld MiB is below the %zu MiB that %s needs in "
+               "StarPU-managed memory (activations in flight and reduction buffers); "
+               "raise the limit or lower --batch", mib, need_mib, what);
+  }
+}
+
 int tg_cli_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;

@@ -75,6 +75,9 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
   tg_cli_instrument_begin_bench(&rt);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  tg_cli_check_memory_limit(
+      tg_mlp_managed_bytes(&cfg, batch, tg_ncpu_workers() + tg_ncuda_workers()),
+      "this MLP and batch");
   tg_mlp m;
   if (tg_mlp_create(&m, &cfg, &opt, 1) < 0) tg_cli_die_last("creating the model");
   tg_tensor x, y;

@@ -43,6 +43,11 @@ void tg_cli_check_sched(const char *name);
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */
 int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
+/* Exits 2 (after tg_shutdown) when STARPU_LIMIT_CPU_MEM (MiB) is set below
+ * `needed` bytes: StarPU 1.3 would wait forever for memory instead of
+ * failing.  `what` names the configuration for the message. */
+void tg_cli_check_memory_limit(size_t needed, const char *what);
+
 /* qsort comparison of doubles, ascending */
 int tg_cli_cmp_double(const void *a, const void *b);
 /* Monotonic seconds. */

@@ -10,6 +10,10 @@
  * allocated or written, and the file is written atomically (temporary file,
  * fsync, rename), so a failed run never leaves a partial checkpoint.  No
  * StarPU here: the initialisation is a host loop.
+ *
+ * --safetensors FILE also writes the same parameters as a safetensors file
+ * with Hugging Face's GPT-2 names and layouts (taskgrad/safetensors.h), after
+ * the checkpoint; both writes are atomic.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@
 
 #include "cli.h"
 #include "taskgrad/llmc.h"
+#include "taskgrad/safetensors.h"
 
 static void init_gpt_usage(void) {
   puts("usage: taskgrad init gpt --layers L --channels C --heads NH --max-seq T\n"
@@ -39,6 +44,10 @@ static void init_gpt_usage(void) {
        "  --seed N             initialisation seed (default 1)\n"
        "  --out FILE           the checkpoint to write (required); replaced\n"
        "                       atomically if it exists\n"
+       "  --safetensors FILE   also write the model as safetensors with Hugging\n"
+       "                       Face's GPT-2 names (GPT2LMHeadModel: Conv1D\n"
+       "                       weights transposed, wte's first V rows, lm_head\n"
+       "                       tied so omitted); replaced atomically\n"
        "  -h, --help           this text\n"
        "\n"
        "Bad flags or an invalid model: one message on stderr, exit status 2.");
@@ -48,7 +57,7 @@ int tg_cmd_init_gpt(int argc, char **argv) {
   tg_gpt_config c = {0};
   int padded = 0;
   uint64_t seed = 1;
-  const char *out = NULL;
+  const char *out = NULL, *st_out = NULL;
   const long max_dim = 1L << 20;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -72,6 +81,9 @@ int tg_cmd_init_gpt(int argc, char **argv) {
     } else if (!strcmp(a, "--out")) {
       out = tg_cli_value(argc, argv, &i);
       if (!*out) tg_cli_die("--out: empty file name");
+    } else if (!strcmp(a, "--safetensors")) {
+      st_out = tg_cli_value(argc, argv, &i);
+      if (!*st_out) tg_cli_die("--safetensors: empty file name");
     } else {
       tg_cli_die("unknown flag '%s' for 'init gpt' (see --help)", a);
     }
@@ -98,10 +110,14 @@ int tg_cmd_init_gpt(int argc, char **argv) {
                n * sizeof(float) / 1048576.0);
   tg_gpt_init_params(&c, seed, params);
   if (tg_llmc_model_write(out, &c, params) < 0) tg_cli_die_last("init gpt");
+  if (st_out && tg_safetensors_write_gpt2(st_out, &c, params) < 0)
+    tg_cli_die_last("init gpt");
   free(params);
   printf("wrote %s: GPT-2 L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters "
          "(%.1f MiB), seed %llu\n", out, c.num_layers, c.channels, c.num_heads,
          c.max_seq_len, c.vocab_size, c.padded_vocab_size, n,
          n * sizeof(float) / 1048576.0, (unsigned long long)seed);
+  if (st_out) printf("wrote %s: the same model as safetensors (Hugging Face "
+                     "GPT-2 names)\n", st_out);
   return 0;
 }

@@ -156,6 +156,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA workers, "
           "scheduler %s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
           o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"));
+  tg_cli_check_memory_limit(
+      tg_mlp_managed_bytes(&o.model, o.batch, tg_ncpu_workers() + tg_ncuda_workers()),
+      "this MLP and batch");
   tg_mlp m;
   if (tg_mlp_create(&m, &o.model, &o.opt, o.seed) < 0) tg_cli_die_last("creating the model");
   tg_loader_config lc = {o.batch, o.micro, o.prefetch, 1, 0, o.seed};

@@ -268,6 +268,17 @@ int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset) {
   return 0;
 }
 
+size_t tg_mlp_managed_bytes(const tg_mlp_config *cfg, int rows, int nworkers) {
+  size_t act = 0, grads = 0;
+  for (int l = 0; l < cfg->nlayers; l++) {
+    size_t out = (size_t)cfg->widths[l + 1];
+    act += 3 * out;                                  /* Z, H, dZ */
+    grads += (size_t)cfg->widths[l] * out + out;     /* dW, db */
+  }
+  act += (size_t)cfg->widths[cfg->nlayers];          /* dlogits */
+  return sizeof(float) * (act * (size_t)rows + grads * (size_t)(nworkers > 0 ? nworkers : 1));
+}
+
 double tg_mlp_step_flops(const tg_mlp_config *cfg, int rows) {
   double weights = 0;
   for (int l = 0; l < cfg->nlayers; l++)

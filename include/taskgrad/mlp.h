@@ -88,6 +88,15 @@ int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch);
  * accumulation (asynchronously). */
 int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset);
 
+/* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
+ * during a step on `rows` samples with `nworkers` workers, at most: every
+ * micro-batch's activations and their gradients in flight at once, plus one
+ * reduction copy of the gradients per worker.  The parameters, optimizer
+ * state and batches are the application's pinned memory, not counted.
+ * StarPU 1.3 waits forever for memory that a limit below this never frees,
+ * so callers refuse such a limit up front. */
+size_t tg_mlp_managed_bytes(const tg_mlp_config *cfg, int rows, int nworkers);
+
 /* Floating-point operations of one training step on `rows` samples
  * (GEMMs only: 6 per weight per sample). */
 double tg_mlp_step_flops(const tg_mlp_config *cfg, int rows);

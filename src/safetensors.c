@@ -1,0 +1,300 @@
+/*
+ * GPT-2 parameters as a safetensors file with Hugging Face's names and
+ * layouts (see taskgrad/safetensors.h for the mapping).
+ *
+ * Design notes
+ *
+ * Header.  Built with jansson (one object per tensor, in llm.c's order:
+ * wte, wpe, then layer by layer, then ln_f), serialised compactly with
+ * insertion order preserved, then padded with spaces so that 8 + N is a
+ * multiple of 8 (the data section starts aligned, as the safetensors
+ * writers do).  The tensors are written in the header's order, back to
+ * back, so the data_offsets cover the data section without holes or
+ * overlaps, which safetensors' readers verify.
+ *
+ * Transposes.  Conv1D weights are written transposed (llm.c: (out, in);
+ * Hugging Face: (in, out)) through a buffer of at most TBLOCK output rows:
+ * for each source row the TBLOCK consecutive floats that belong to this
+ * block are read, so both sides are walked in runs, and the extra memory
+ * is TBLOCK * out floats whatever the model size.
+ *
+ * Atomic write.  As src/llmc.c: <path>.tmp.<pid> created with O_EXCL (a
+ * stale regular file of that name is replaced once), every fwrite checked,
+ * fflush, fsync, fclose, rename over the target, best-effort fsync of the
+ * directory; on any error the temporary file is removed and the message
+ * names the target, the step and the temporary file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "taskgrad/llmc.h"
+#include "taskgrad/runtime.h"
+#include "taskgrad/safetensors.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors files are little-endian; this writer supports little-endian hosts only"
+#endif
+
+#define TBLOCK 64
+#define NAME_LEN 96
+
+typedef struct st_entry {
+  char name[NAME_LEN];
+  int rank;
+  size_t shape[2];   /* Hugging Face's shape */
+  const float *src;  /* llm.c data: shape, or (shape[1], shape[0]) if transposed */
+  int transpose;
+} st_entry;
+
+static size_t entry_count(const st_entry *e) {
+  return e->rank == 1 ? e->shape[0] : e->shape[0] * e->shape[1];
+}
+
+/* ---- the header --------------------------------------------------------- */
+
+/* The JSON header, padded; NULL (out of memory) or a malloc'd string of
+ * *len bytes (a multiple of 8). */
+static char *build_header(const st_entry *es, size_t n, size_t *len) {
+  json_t *root = json_object();
+  if (!root) return NULL;
+  json_t *meta = json_pack("{s:s}", "format", "pt");
+  if (!meta || json_object_set_new(root, "__metadata__", meta) != 0) goto fail;
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t bytes = (uint64_t)entry_count(&es[i]) * sizeof(float);
+    json_t *shape = json_array();
+    if (!shape) goto fail;
+    for (int d = 0; d < es[i].rank; d++)
+      if (json_array_append_new(shape, json_integer((json_int_t)es[i].shape[d])) != 0) {
+        json_decref(shape);
+        goto fail;
+      }
+    json_t *t = json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
+                          "data_offsets", (json_int_t)off,
+                          (json_int_t)(off + bytes));
+    /* json_pack's "o" steals shape, even on failure */
+    if (!t || json_object_set_new(root, es[i].name, t) != 0) goto fail;
+    off += bytes;
+  }
+  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (!s) return NULL;
+  const size_t raw = strlen(s), padded = (raw + 7) / 8 * 8;
+  char *h = realloc(s, padded + 1);
+  if (!h) {
+    free(s);
+    return NULL;
+  }
+  memset(h + raw, ' ', padded - raw);
+  h[padded] = '\0';
+  *len = padded;
+  return h;
+
+fail:
+  json_decref(root);
+  return NULL;
+}
+
+/* ---- the tensors -------------------------------------------------------- */
+
+static void add(st_entry *es, size_t *n, const float *src, int transpose,
+               int rank, size_t d0, size_t d1, const char *fmt, int layer) {
+  st_entry *e = &es[(*n)++];
+  snprintf(e->name, sizeof e->name, fmt, layer);
+  e->rank = rank;
+  e->shape[0] = d0;
+  e->shape[1] = rank == 2 ? d1 : 1;
+  e->src = src;
+  e->transpose = transpose;
+}
+
+/* The 4 + 12 L entries in file order. */
+static st_entry *make_entries(const tg_gpt_config *c, const float *params,
+                              size_t *count) {
+  size_t sizes[TG_GPT_NPARAMS];
+  tg_gpt_param_sizes(c, sizes);
+  const float *p[TG_GPT_NPARAMS];
+  const float *q = params;
+  for (int k = 0; k < TG_GPT_NPARAMS; k++) {
+    p[k] = q;
+    q += sizes[k];
+  }
+  const size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
+  st_entry *es = calloc(4 + 12 * L, sizeof *es);
+  if (!es) return NULL;
+  size_t n = 0;
+  add(es, &n, p[TG_WTE], 0, 2, (size_t)c->vocab_size, C,
+      "transformer.wte.weight", 0);
+  add(es, &n, p[TG_WPE], 0, 2, (size_t)c->max_seq_len, C,
+      "transformer.wpe.weight", 0);
+  for (size_t l = 0; l < L; l++) {
+    const int i = (int)l;
+    add(es, &n, p[TG_LN1W] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_1.weight", i);
+    add(es, &n, p[TG_LN1B] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_1.bias", i);
+    add(es, &n, p[TG_QKVW] + l * 3 * C * C, 1, 2, C, 3 * C,
+        "transformer.h.%d.attn.c_attn.weight", i);
+    add(es, &n, p[TG_QKVB] + l * 3 * C, 0, 1, 3 * C, 0,
+        "transformer.h.%d.attn.c_attn.bias", i);
+    add(es, &n, p[TG_ATTPROJW] + l * C * C, 1, 2, C, C,
+        "transformer.h.%d.attn.c_proj.weight", i);
+    add(es, &n, p[TG_ATTPROJB] + l * C, 0, 1, C, 0,
+        "transformer.h.%d.attn.c_proj.bias", i);
+    add(es, &n, p[TG_LN2W] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_2.weight", i);
+    add(es, &n, p[TG_LN2B] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_2.bias", i);
+    add(es, &n, p[TG_FCW] + l * 4 * C * C, 1, 2, C, 4 * C,
+        "transformer.h.%d.mlp.c_fc.weight", i);
+    add(es, &n, p[TG_FCB] + l * 4 * C, 0, 1, 4 * C, 0,
+        "transformer.h.%d.mlp.c_fc.bias", i);
+    add(es, &n, p[TG_FCPROJW] + l * 4 * C * C, 1, 2, 4 * C, C,
+        "transformer.h.%d.mlp.c_proj.weight", i);
+    add(es, &n, p[TG_FCPROJB] + l * C, 0, 1, C, 0,
+        "transformer.h.%d.mlp.c_proj.bias", i);
+  }
+  add(es, &n, p[TG_LNFW], 0, 1, C, 0, "transformer.ln_f.weight", 0);
+  add(es, &n, p[TG_LNFB], 0, 1, C, 0, "transformer.ln_f.bias", 0);
+  *count = n;
+  return es;
+}
+
+/* Writes one tensor; 0 or -1 with errno set. */
+static int write_entry(FILE *f, const st_entry *e, float *buf) {
+  if (!e->transpose) {
+    const size_t n = entry_count(e);
+    return fwrite(e->src, sizeof(float), n, f) == n ? 0 : -1;
+  }
+  /* output (R, K) = transpose of the source (K, R) */
+  const size_t R = e->shape[0], K = e->shape[1];
+  for (size_t r0 = 0; r0 < R; r0 += TBLOCK) {
+    const size_t nr = R - r0 < TBLOCK ? R - r0 : TBLOCK;
+    for (size_t k = 0; k < K; k++) {
+      const float *s = e->src + k * R + r0;
+      for (size_t r = 0; r < nr; r++) buf[r * K + k] = s[r];
+    }
+    if (fwrite(buf, sizeof(float), nr * K, f) != nr * K) return -1;
+  }
+  return 0;
+}
+
+/* ---- atomic writing (as src/llmc.c) ------------------------------------- */
+
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir;
+  if (!slash) dir = strdup(".");
+  else if (slash == path) dir = strdup("/");
+  else dir = strndup(path, (size_t)(slash - path));
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+static int create_temp(const char *tmp) {
+  for (int attempt = 0;; attempt++) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST || attempt > 0) return fd;
+    struct stat st;
+    if (lstat(tmp, &st) != 0 || !S_ISREG(st.st_mode) || unlink(tmp) != 0) {
+      errno = EEXIST;
+      return -1;
+    }
+  }
+}
+
+int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
+                              const float *params) {
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_safetensors_write_gpt2: NULL argument");
+  if (tg_gpt_config_check(cfg) < 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tg_last_error());
+    return tg_fail(EINVAL, "%s: not written: %s", path, msg);
+  }
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return tg_fail(EINVAL, "%s: exists and is not a regular file; not "
+                   "replacing it", path);
+
+  size_t n = 0, hlen = 0;
+  st_entry *es = make_entries(cfg, params, &n);
+  char *hdr = es ? build_header(es, n, &hlen) : NULL;
+  const size_t C = (size_t)cfg->channels;
+  float *buf = hdr ? malloc(TBLOCK * 4 * C * sizeof *buf) : NULL;
+  const size_t tlen = strlen(path) + 32;
+  char *tmp = buf ? malloc(tlen) : NULL;
+  if (!tmp) {
+    free(buf);
+    free(hdr);
+    free(es);
+    return tg_fail(ENOMEM, "%s: out of memory building the safetensors file",
+                   path);
+  }
+  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+
+  int rc = 0, e = 0;
+  const char *step = "create";
+  FILE *f = NULL;
+  int fd = create_temp(tmp);
+  if (fd < 0) {
+    e = errno ? errno : EIO;
+    rc = tg_fail(e, "%s: cannot create the temporary file %s: %s", path, tmp,
+                 strerror(e));
+    goto out;
+  }
+  step = "fdopen";
+  f = fdopen(fd, "wb");
+  if (!f) {
+    e = errno;
+    close(fd);
+    goto fail;
+  }
+  step = "write";
+  {
+    uint8_t len8[8];
+    for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)hlen >> (8 * b));
+    if (fwrite(len8, 1, 8, f) != 8) goto fail_errno;
+    if (fwrite(hdr, 1, hlen, f) != hlen) goto fail_errno;
+    for (size_t i = 0; i < n; i++)
+      if (write_entry(f, &es[i], buf) != 0) goto fail_errno;
+  }
+  step = "flush";
+  if (fflush(f) != 0) goto fail_errno;
+  step = "fsync";
+  if (fsync(fileno(f)) != 0) goto fail_errno;
+  step = "close";
+  {
+    int c = fclose(f);
+    f = NULL;
+    if (c != 0) goto fail_errno;
+  }
+  step = "rename";
+  if (rename(tmp, path) != 0) goto fail_errno;
+  sync_parent_dir(path);
+  goto out;
+
+fail_errno:
+  e = errno;
+  if (f) fclose(f);
+fail:
+  if (!e) e = EIO;
+  unlink(tmp);
+  rc = tg_fail(e, "%s: %s of the temporary file %s failed: %s", path, step,
+               tmp, strerror(e));
+out:
+  free(tmp);
+  free(buf);
+  free(hdr);
+  free(es);
+  return rc;
+}
