@@ -157,13 +157,27 @@ int tg_idx_read_expect(const char *path, int expect_ndims, const char *what,
     dims[d] = (int)v;
   }
 
-  data = malloc(total);
-  if (!data) {
-    rc = tg_fail(ENOMEM, "%s: cannot allocate %zu bytes", path, total);
-    goto done;
+  /* The buffer grows as data really arrives (doubling from 16 MiB), so a
+   * short, corrupt file whose header announces gigabytes costs no more than
+   * its own size. */
+  size_t cap = 0;
+  got = 0;
+  for (;;) {
+    size_t next = cap ? 2 * cap : ((size_t)16 << 20);
+    if (next > total) next = total;
+    uint8_t *grown = realloc(data, next ? next : 1);
+    if (!grown) {
+      rc = tg_fail(ENOMEM, "%s: cannot allocate %zu bytes", path, next);
+      goto done;
+    }
+    data = grown;
+    size_t chunk_got;
+    rc = read_full(gz, path, data + cap, next - cap, &chunk_got, "data");
+    if (rc < 0) goto done;
+    got = cap + chunk_got;
+    cap = next;
+    if (got < cap || cap == total) break;
   }
-  rc = read_full(gz, path, data, total, &got, "data");
-  if (rc < 0) goto done;
   if (got < total) {
     rc = tg_fail(EINVAL, "%s: truncated: expected %zu bytes of data, got %zu",
                  path, total, got);

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets under tests/fuzz/corpus/.
+
+usage: /usr/bin/python3 tests/fuzz/make_corpus.py [OUTDIR]
+
+Small valid files plus a few broken ones (truncated, bad magic, bad version,
+trailing data, lying headers) per reader; deterministic, so re-running it
+reproduces the committed files byte for byte.  The fuzz_checkpoint seeds
+come from the real writer instead: see make_checkpoint_seeds.c.
+"""
+import gzip, os, struct, sys
+
+def gz(raw):
+    # mtime=0: deterministic output
+    return gzip.compress(raw, compresslevel=9, mtime=0)
+
+def idx(magic, dims, data):
+    return struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + data
+
+def idx_files():
+    labels = idx(0x801, [6], bytes([0, 1, 2, 9, 3, 4]))
+    images = idx(0x803, [2, 3, 4], bytes(range(24)))
+    return {
+        "labels_ok": labels,
+        "images_ok": images,
+        "labels_ok.gz": gz(labels),
+        "images_ok.gz": gz(images),
+        "images_truncated": images[:-5],
+        "images_truncated.gz": gz(images[:-5]),
+        "gz_stream_cut": gz(images)[:-6],
+        "trailing_data": labels + b"\x00\x01",
+        "bad_magic": idx(0x1234, [6], bytes(6)),
+        "two_dims": idx(0x802, [2, 3], bytes(6)),
+        "zero_dim": idx(0x803, [0, 28, 28], b""),
+        "huge_dims": idx(0x803, [100000000, 100000000, 1], b"\x00" * 8),
+        "header_cut": idx(0x803, [2, 3, 4], b"")[:9],
+        "empty": b"",
+    }
+
+MODEL_MAGIC, MODEL_VERSION = 20240326, 3
+TOKENS_MAGIC, TOKENS_VERSION = 20240520, 1
+
+def header(words):
+    h = list(words) + [0] * (256 - len(words))
+    return struct.pack("<256i", *h)
+
+def nparams(maxT, V, L, NH, C, Vp):
+    return (Vp * C + maxT * C + L * C * 2 + L * 3 * C * C + L * 3 * C +
+            L * C * C + L * C * 3 + L * 4 * C * C + L * 4 * C +
+            L * C * 4 * C + L * C + 2 * C)
+
+def model(cfg, magic=MODEL_MAGIC, version=MODEL_VERSION, extra=0):
+    n = max(nparams(*cfg) + extra, 0)
+    body = struct.pack("<%df" % n, *[(i % 7) * 0.25 - 0.5 for i in range(n)])
+    return header([magic, version] + list(cfg)) + body
+
+def model_files():
+    tiny = (1, 1, 1, 1, 1, 1)
+    small = (4, 5, 1, 2, 4, 8)
+    return {
+        "tiny_ok": model(tiny),
+        "small_ok": model(small),
+        "truncated": model(small, extra=-3),
+        "trailing": model(tiny, extra=2),
+        "bad_magic": model(tiny, magic=1234),
+        "bad_version": model(tiny, version=2),
+        "heads_not_dividing": model((4, 5, 1, 3, 4, 8)),
+        "vocab_gt_padded": model((4, 9, 1, 2, 4, 8)),
+        "negative_dim": header([MODEL_MAGIC, MODEL_VERSION, -1, 5, 1, 2, 4, 8]),
+        "huge_config": header([MODEL_MAGIC, MODEL_VERSION, 1 << 20, 65536,
+                               1 << 20, 1, 1 << 20, 65536]),
+        "header_only_cut": header([MODEL_MAGIC, MODEL_VERSION])[:100],
+    }
+
+def tokens(toks, count=None, magic=TOKENS_MAGIC, version=TOKENS_VERSION):
+    n = len(toks) if count is None else count
+    return header([magic, version, n]) + struct.pack("<%dH" % len(toks), *toks)
+
+def tokens_files():
+    toks = [0, 1, 2, 3, 4, 5, 6, 50256, 6, 5]
+    return {
+        "ok": tokens(toks),
+        "small_vocab_ok": tokens([0, 1, 2, 3, 4, 5, 6]),
+        "one_token": tokens([42]),
+        "count_too_big": tokens(toks, count=11),
+        "count_too_small": tokens(toks, count=9),
+        "count_zero": tokens([], count=0),
+        "count_negative": tokens([1, 2], count=-2),
+        "bad_magic": tokens(toks, magic=7),
+        "bad_version": tokens(toks, version=2),
+        "odd_size": tokens(toks) + b"\x01",
+        "header_cut": tokens(toks)[:1000],
+    }
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "corpus")
+    sets = {"fuzz_idx": idx_files(), "fuzz_llmc_model": model_files(),
+            "fuzz_llmc_tokens": tokens_files()}
+    for target, files in sets.items():
+        d = os.path.join(root, target)
+        os.makedirs(d, exist_ok=True)
+        for name, data in files.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+    total = sum(len(v) for files in sets.values() for v in files.values())
+    print("make_corpus: %d files, %d bytes under %s" %
+          (sum(len(f) for f in sets.values()), total, root))
+
+if __name__ == "__main__":
+    main()
