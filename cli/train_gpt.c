@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/gpt.h"
+#include "taskgrad/safetensors.h"
 
 typedef struct gpt_opts {
   const char *init_from, *data, *val, *save, *checkpoint, *resume;
@@ -61,7 +62,8 @@ static void gpt_usage(void) {
        "                       worker, dividing B/M)\n"
        "  --data-order NAME    sequential or shuffled (default sequential)\n"
        "  --seed S             shuffling and sampling seed (default 1)\n"
-       "  --save FILE          write the trained model (llm.c format)\n"
+       "  --save FILE          write the trained model (llm.c format; a name\n"
+       "                       ending in .safetensors: Hugging Face GPT-2 names)\n"
        "  --checkpoint DIR     write DIR/checkpoint.bin (model, AdamW state, data\n"
        "                       position, seeds) every --checkpoint-every steps, at\n"
        "                       the end and on SIGINT/SIGTERM; DIR is created\n"
@@ -503,7 +505,11 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
     if (!out) tg_cli_die("out of memory for --save");
     if (tg_gpt_read_params(&g, out) < 0) tg_cli_die_last("--save");
-    if (tg_llmc_model_write(o.save, &cfg, out) < 0) tg_cli_die_last("--save");
+    /* FILE.safetensors: Hugging Face GPT-2 names; anything else: llm.c */
+    size_t len = strlen(o.save);
+    int st = len > 12 && !strcmp(o.save + len - 12, ".safetensors");
+    if ((st ? tg_safetensors_write_gpt2(o.save, &cfg, out) : tg_llmc_model_write(o.save, &cfg, out)) < 0)
+      tg_cli_die_last("--save");
     free(out);
     fprintf(stderr, "taskgrad: saved %s\n", o.save);
   }

@@ -71,6 +71,17 @@ if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" --val "$wo
     && ok "loss lowered: $first -> $last" || bad "loss not lowered: $first -> $last"
   grep -qE '^val loss [0-9.]+$' "$work/out" && ok "validation loss printed" || bad "no val loss"
   grep -q '^sample:' "$work/out" && ok "sample printed" || bad "no sample"
+  if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 16 \
+       --steps 2 --save "$work/out.safetensors" >/dev/null 2>&1 &&
+     "$py" - "$work/out.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+assert h["transformer.h.1.attn.c_attn.weight"]["shape"] == [32, 96], h
+assert "transformer.ln_f.bias" in h
+PY
+  then ok "--save FILE.safetensors writes Hugging Face names"; else bad "--save .safetensors"; fi
   "$tg" train gpt --init-from "$work/out.bin" --data "$work/train.bin" --batch 4 --seq 16 \
     --steps 1 >"$work/out2" 2>&1 && ok "saved checkpoint loads again" || bad "saved checkpoint: $(tail -2 "$work/out2")"
 else
