@@ -18,6 +18,7 @@
 #include "check.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/stats.h"
+#include "atomic_file.h"
 #include "taskgrad/trace.h"
 
 /* The plugins' dispatcher (plugins/stats.c). */
@@ -214,28 +215,16 @@ int tg_trace_end(const char *path) {
   tg_recording = 0;
   if (tg_trace_oom) return tg_fail(ENOMEM, "trace: out of memory while recording tasks");
 
-  size_t len = strlen(path) + 32;
-  char *tmp = malloc(len);
-  if (!tmp) return tg_fail(ENOMEM, "trace: out of memory");
-  snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-  tg_out o = {fopen(tmp, "w"), 0, NULL};
-  if (!o.f) {
-    int e = errno;
-    free(tmp);
-    return tg_fail(e, "cannot write the trace %s: %s", path, strerror(e));
-  }
+  tg_atomic_file af;
+  int rc = tg_atomic_open(&af, path);
+  if (rc < 0) return rc;
+  tg_out o = {af.f, 0, NULL};
   pthread_mutex_lock(&tg_trace_lock);
   tg_write_events(&o, end_us);
   pthread_mutex_unlock(&tg_trace_lock);
-  if (!o.err && fflush(o.f) != 0) o.err = errno, o.what = "write";
-  if (!o.err && fsync(fileno(o.f)) != 0) o.err = errno, o.what = "fsync";
-  if (fclose(o.f) != 0 && !o.err) o.err = errno, o.what = "close";
-  if (!o.err && rename(tmp, path) != 0) o.err = errno, o.what = "rename";
   if (o.err) {
-    unlink(tmp);
-    free(tmp);
+    tg_atomic_abort(&af);
     return tg_fail(o.err, "cannot write the trace %s (%s: %s)", path, o.what, strerror(o.err));
   }
-  free(tmp);
-  return 0;
+  return tg_atomic_commit(&af);
 }

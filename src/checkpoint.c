@@ -58,6 +58,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "atomic_file.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/runtime.h"
 
@@ -142,65 +143,24 @@ static void encode_header(unsigned char h[HDR], const tg_checkpoint *c) {
 
 /* ---- saving ------------------------------------------------------------- */
 
-static int create_temp(const char *tmp) {
-  for (int attempt = 0;; attempt++) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST || attempt > 0) return fd;
-    struct stat st;
-    if (lstat(tmp, &st) != 0 || !S_ISREG(st.st_mode) || unlink(tmp) != 0) {
-      errno = EEXIST;
-      return -1;
-    }
-  }
-}
-
 int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
   if (!dir || !c || !c->params || !c->m || !c->v)
     return tg_fail(EINVAL, "tg_checkpoint_save: NULL argument or array");
   int rc = tg_gpt_config_check(&c->cfg);
   if (rc < 0) return rc;
   char *path = join(dir, TG_CHECKPOINT_FILE);
-  size_t tlen = strlen(dir) + strlen(TG_CHECKPOINT_FILE) + 40;
-  char *tmp = malloc(tlen);
-  if (!path || !tmp) {
-    free(path);
-    free(tmp);
-    return tg_fail(ENOMEM, "checkpoint: out of memory");
-  }
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  struct stat st;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    rc = tg_fail(EINVAL, "%s: exists and is not a regular file; not replacing it", path);
-    free(path);
-    free(tmp);
-    return rc;
-  }
-  int fd = create_temp(tmp);
-  if (fd < 0) {
-    int e = errno ? errno : EIO;
-    rc = tg_fail(e, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(e));
-    free(path);
-    free(tmp);
-    return rc;
-  }
-  const char *what = "fdopen";
-  int e = 0;
-  FILE *f = fdopen(fd, "wb");
-  if (!f) {
-    e = errno;
-    close(fd);
-    goto fail;
-  }
+  if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
+  tg_atomic_file af;
+  rc = tg_atomic_open(&af, path);
   unsigned char h[HDR];
   encode_header(h, c);
-  what = "write";
-  if (fwrite(h, 1, HDR, f) != HDR) goto fail_errno;
+  if (rc == 0) rc = tg_atomic_write(&af, h, HDR);
   size_t sizes[TG_GPT_NPARAMS];
   tg_gpt_param_sizes(&c->cfg, sizes);
   const float *arrays[3] = {c->params, c->m, c->v};
   size_t off = 0;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
-    for (int k = 0; k < 3; k++) {
+  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
+    for (int k = 0; k < 3 && rc == 0; k++) {
       const float *data = arrays[k] + off;
       size_t bytes = sizes[p] * sizeof(float);
       unsigned char r[REC] = {0};
@@ -210,42 +170,14 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
       put(r, 0, idx, 8);
       put(r, 8, &count, 8);
       put(r, 16, &crc, 4);
-      if (fwrite(r, 1, REC, f) != REC) goto fail_errno;
-      if (bytes && fwrite(data, 1, bytes, f) != bytes) goto fail_errno;
+      rc = tg_atomic_write(&af, r, REC);
+      if (rc == 0) rc = tg_atomic_write(&af, data, bytes);
     }
     off += sizes[p];
   }
-  what = "flush";
-  if (fflush(f) != 0) goto fail_errno;
-  what = "fsync";
-  if (fsync(fileno(f)) != 0) goto fail_errno;
-  what = "close";
-  {
-    int cl = fclose(f);
-    f = NULL;
-    if (cl != 0) goto fail_errno;
-  }
-  what = "rename";
-  if (rename(tmp, path) != 0) goto fail_errno;
-  /* make the rename durable (best effort: some file systems refuse) */
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)fsync(dfd);
-    close(dfd);
-  }
+  if (rc == 0) rc = tg_atomic_commit(&af);
+  else tg_atomic_abort(&af);
   free(path);
-  free(tmp);
-  return 0;
-
-fail_errno:
-  e = errno;
-  if (f) fclose(f);
-fail:
-  if (!e) e = EIO;
-  unlink(tmp);
-  rc = tg_fail(e, "%s: %s of the temporary file %s failed: %s", path, what, tmp, strerror(e));
-  free(path);
-  free(tmp);
   return rc;
 }
 

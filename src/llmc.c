@@ -53,6 +53,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/runtime.h"
 
@@ -407,100 +408,18 @@ out:
   return 0;
 }
 
-/* ---- atomic writing ----------------------------------------------------- */
+/* ---- atomic writing (atomic_file.h) ------------------------------------- */
 
-/* fsyncs the directory holding path, so that a rename into it is durable.
- * Best effort: some file systems refuse fsync on directories. */
-static void sync_parent_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir;
-  if (!slash) dir = strdup(".");
-  else if (slash == path) dir = strdup("/");
-  else dir = strndup(path, (size_t)(slash - path));
-  if (!dir) return;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
-/* Creates the temporary file exclusively; a stale regular file of the same
- * name (a crashed writer that had our pid) is removed once. */
-static int create_temp(const char *tmp) {
-  for (int attempt = 0;; attempt++) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST || attempt > 0) return fd;
-    struct stat st;
-    if (lstat(tmp, &st) != 0 || !S_ISREG(st.st_mode) || unlink(tmp) != 0) {
-      errno = EEXIST;
-      return -1;
-    }
-  }
-}
-
-/* Writes header + data to <path>.tmp.<pid>, then renames it over path. */
+/* Writes header + data crash-safely. */
 static int atomic_write(const char *path, const void *hdr, size_t hdr_len,
                         const void *data, size_t data_len) {
-  /* rename would replace a device, a FIFO or a directory's entry just as
-   * well as a file: refuse anything but a regular file (or a link to one) */
-  struct stat st;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-    return tg_fail(EINVAL, "%s: exists and is not a regular file; not "
-                   "replacing it", path);
-  const size_t len = strlen(path) + 32;
-  char *tmp = malloc(len);
-  if (!tmp) return tg_fail(ENOMEM, "%s: out of memory", path);
-  snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-
-  int fd = create_temp(tmp);
-  if (fd < 0) {
-    int e = errno ? errno : EIO;
-    int rc = tg_fail(e, "%s: cannot create the temporary file %s: %s", path,
-                     tmp, strerror(e));
-    free(tmp);
-    return rc;
-  }
-  const char *step = "fdopen";
-  int e = 0;
-  FILE *f = fdopen(fd, "wb");
-  if (!f) {
-    e = errno;
-    close(fd);
-    goto fail;
-  }
-  step = "write";
-  if (fwrite(hdr, 1, hdr_len, f) != hdr_len) goto fail_errno;
-  if (data_len && fwrite(data, 1, data_len, f) != data_len) goto fail_errno;
-  step = "flush";
-  if (fflush(f) != 0) goto fail_errno;
-  step = "fsync";
-  if (fsync(fileno(f)) != 0) goto fail_errno;
-  step = "close";
-  {
-    int c = fclose(f);
-    f = NULL;
-    if (c != 0) goto fail_errno;
-  }
-  step = "rename";
-  if (rename(tmp, path) != 0) goto fail_errno;
-  sync_parent_dir(path);
-  free(tmp);
-  return 0;
-
-fail_errno:
-  e = errno;
-  if (f) fclose(f);
-fail:
-  if (!e) e = EIO;
-  unlink(tmp);
-  {
-    int rc = tg_fail(e, "%s: %s of the temporary file %s failed: %s", path,
-                     step, tmp, strerror(e));
-    free(tmp);
-    return rc;
-  }
+  tg_atomic_file af;
+  int rc = tg_atomic_open(&af, path);
+  if (rc == 0) rc = tg_atomic_write(&af, hdr, hdr_len);
+  if (rc == 0) rc = tg_atomic_write(&af, data, data_len);
+  if (rc == 0) return tg_atomic_commit(&af);
+  tg_atomic_abort(&af);
+  return rc;
 }
 
 int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,

@@ -37,6 +37,7 @@
 
 #include "taskgrad/llmc.h"
 #include "taskgrad/runtime.h"
+#include "atomic_file.h"
 #include "taskgrad/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -165,11 +166,8 @@ static st_entry *make_entries(const tg_gpt_config *c, const float *params,
 }
 
 /* Writes one tensor; 0 or -1 with errno set. */
-static int write_entry(FILE *f, const st_entry *e, float *buf) {
-  if (!e->transpose) {
-    const size_t n = entry_count(e);
-    return fwrite(e->src, sizeof(float), n, f) == n ? 0 : -1;
-  }
+static int write_entry(tg_atomic_file *af, const st_entry *e, float *buf) {
+  if (!e->transpose) return tg_atomic_write(af, e->src, sizeof(float) * entry_count(e));
   /* output (R, K) = transpose of the source (K, R) */
   const size_t R = e->shape[0], K = e->shape[1];
   for (size_t r0 = 0; r0 < R; r0 += TBLOCK) {
@@ -178,38 +176,10 @@ static int write_entry(FILE *f, const st_entry *e, float *buf) {
       const float *s = e->src + k * R + r0;
       for (size_t r = 0; r < nr; r++) buf[r * K + k] = s[r];
     }
-    if (fwrite(buf, sizeof(float), nr * K, f) != nr * K) return -1;
+    int rc = tg_atomic_write(af, buf, sizeof(float) * nr * K);
+    if (rc < 0) return rc;
   }
   return 0;
-}
-
-/* ---- atomic writing (as src/llmc.c) ------------------------------------- */
-
-static void sync_parent_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir;
-  if (!slash) dir = strdup(".");
-  else if (slash == path) dir = strdup("/");
-  else dir = strndup(path, (size_t)(slash - path));
-  if (!dir) return;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
-static int create_temp(const char *tmp) {
-  for (int attempt = 0;; attempt++) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST || attempt > 0) return fd;
-    struct stat st;
-    if (lstat(tmp, &st) != 0 || !S_ISREG(st.st_mode) || unlink(tmp) != 0) {
-      errno = EEXIST;
-      return -1;
-    }
-  }
 }
 
 int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
@@ -221,78 +191,25 @@ int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
     snprintf(msg, sizeof msg, "%s", tg_last_error());
     return tg_fail(EINVAL, "%s: not written: %s", path, msg);
   }
-  struct stat st;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-    return tg_fail(EINVAL, "%s: exists and is not a regular file; not "
-                   "replacing it", path);
-
   size_t n = 0, hlen = 0;
   st_entry *es = make_entries(cfg, params, &n);
   char *hdr = es ? build_header(es, n, &hlen) : NULL;
   const size_t C = (size_t)cfg->channels;
   float *buf = hdr ? malloc(TBLOCK * 4 * C * sizeof *buf) : NULL;
-  const size_t tlen = strlen(path) + 32;
-  char *tmp = buf ? malloc(tlen) : NULL;
-  if (!tmp) {
-    free(buf);
+  if (!buf) {
     free(hdr);
     free(es);
-    return tg_fail(ENOMEM, "%s: out of memory building the safetensors file",
-                   path);
+    return tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
   }
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-
-  int rc = 0, e = 0;
-  const char *step = "create";
-  FILE *f = NULL;
-  int fd = create_temp(tmp);
-  if (fd < 0) {
-    e = errno ? errno : EIO;
-    rc = tg_fail(e, "%s: cannot create the temporary file %s: %s", path, tmp,
-                 strerror(e));
-    goto out;
-  }
-  step = "fdopen";
-  f = fdopen(fd, "wb");
-  if (!f) {
-    e = errno;
-    close(fd);
-    goto fail;
-  }
-  step = "write";
-  {
-    uint8_t len8[8];
-    for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)hlen >> (8 * b));
-    if (fwrite(len8, 1, 8, f) != 8) goto fail_errno;
-    if (fwrite(hdr, 1, hlen, f) != hlen) goto fail_errno;
-    for (size_t i = 0; i < n; i++)
-      if (write_entry(f, &es[i], buf) != 0) goto fail_errno;
-  }
-  step = "flush";
-  if (fflush(f) != 0) goto fail_errno;
-  step = "fsync";
-  if (fsync(fileno(f)) != 0) goto fail_errno;
-  step = "close";
-  {
-    int c = fclose(f);
-    f = NULL;
-    if (c != 0) goto fail_errno;
-  }
-  step = "rename";
-  if (rename(tmp, path) != 0) goto fail_errno;
-  sync_parent_dir(path);
-  goto out;
-
-fail_errno:
-  e = errno;
-  if (f) fclose(f);
-fail:
-  if (!e) e = EIO;
-  unlink(tmp);
-  rc = tg_fail(e, "%s: %s of the temporary file %s failed: %s", path, step,
-               tmp, strerror(e));
-out:
-  free(tmp);
+  tg_atomic_file af;
+  int rc = tg_atomic_open(&af, path);
+  uint8_t len8[8];
+  for (int b8 = 0; b8 < 8; b8++) len8[b8] = (uint8_t)((uint64_t)hlen >> (8 * b8));
+  if (rc == 0) rc = tg_atomic_write(&af, len8, 8);
+  if (rc == 0) rc = tg_atomic_write(&af, hdr, hlen);
+  for (size_t i = 0; i < n && rc == 0; i++) rc = write_entry(&af, &es[i], buf);
+  if (rc == 0) rc = tg_atomic_commit(&af);
+  else tg_atomic_abort(&af);
   free(buf);
   free(hdr);
   free(es);
