@@ -412,6 +412,8 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   run.chunk = o.chunk;
   run.attn_splits = o.attn_splits;
   tg_gpt g;
+  tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
+                            "this GPT model and batch");
   if (tg_gpt_create(&g, &cfg, params, &run, &o.opt) < 0) tg_cli_die_last("building the model");
   int start = 0;
   long long start_batch = 0;

@@ -32,6 +32,23 @@ tg_gpt_run_config tg_gpt_run_default(int B, int T) {
   return r;
 }
 
+size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,
+                            int nworkers) {
+  size_t sizes[TG_GPT_NPARAMS];
+  size_t N = tg_gpt_param_sizes(cfg, sizes), C = (size_t)cfg->channels;
+  size_t rows = (size_t)run->B * run->T, L = (size_t)cfg->num_layers;
+  size_t w = nworkers > 0 ? (size_t)nworkers : 1;
+  /* kept per layer: x, ln1, x2, ln2 (C each), fch, fchg (4C each), mean and
+   * rstd twice; the final x, lnf, dlnf and the backward's transients (dres,
+   * 4C, C) */
+  size_t acts = rows * (L * (12 * C + 4) + 9 * C + 2);
+  int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
+  size_t scratch = (size_t)chunk * cfg->vocab_size * sizeof(float) +
+                   tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
+                                              cfg->channels, cfg->num_heads, run->chunk);
+  return sizeof(float) * (acts + N * w) + scratch * w;
+}
+
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
   size_t sizes[TG_GPT_NPARAMS];
   double N = (double)tg_gpt_param_sizes(cfg, sizes);

@@ -87,4 +87,22 @@ PY
 else
   bad "training run failed: $(tail -3 "$work/err")"
 fi
+# Memory limit: below what StarPU must manage, StarPU 1.3 would wait
+# forever; the CLI refuses up front, and at the figure it names training runs.
+if STARPU_LIMIT_CPU_MEM=1 "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" \
+     --batch 32 --seq 32 --steps 2 >"$work/out" 2>"$work/err"; then
+  bad "STARPU_LIMIT_CPU_MEM=1: accepted"
+else
+  need=$(sed -nE 's/.*below the ([0-9]+) MiB.*/\1/p' "$work/err")
+  if [ -n "$need" ] && [ "$(grep -c 'taskgrad: error: STARPU_LIMIT_CPU_MEM' "$work/err")" -eq 1 ]; then
+    ok "STARPU_LIMIT_CPU_MEM=1 refused: needs $need MiB"
+    STARPU_LIMIT_CPU_MEM=$need timeout 120 "$tg" train gpt --init-from "$work/m.bin" \
+      --data "$work/train.bin" --batch 32 --seq 32 --steps 2 >"$work/out" 2>"$work/err" \
+      && ok "STARPU_LIMIT_CPU_MEM=$need: trains" \
+      || bad "STARPU_LIMIT_CPU_MEM=$need: status $? $(tail -2 "$work/err")"
+  else
+    bad "STARPU_LIMIT_CPU_MEM=1: $(cat "$work/err")"
+  fi
+fi
+
 finish test_train_gpt_cli

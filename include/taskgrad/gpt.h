@@ -99,6 +99,15 @@ int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step);
 int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
                        int step);
 
+/* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
+ * during a step, at most: every micro-batch's activation temporaries in
+ * flight, the backward's transient ones, one gradient reduction copy per
+ * worker, and each worker's attention and classifier scratch.  The
+ * parameters, optimizer state, batches and attention buffers are the
+ * application's memory, not counted.  See tg_mlp_managed_bytes. */
+size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,
+                            int nworkers);
+
 /* llm.c's FLOP count per token: 6 N + 6 L C T (N parameters). */
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T);
 
