@@ -48,61 +48,20 @@ static const float OUT_PAD = -12345.5f; /* sentinel in output padding */
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(2);
-  }
-  return p;
-}
-
-/* (rows, ld) float matrix: random entries in [-scale, scale), `pad` in the
- * ld - cols padding floats of every row. */
-static float *rand_mat(tg_rng *rng, int rows, int cols, int ld, float scale,
-                       float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++)
-      m[(size_t)r * ld + c] = c < cols ? scale * tg_rng_uniform(rng) : pad;
-  return m;
-}
-
 /* qkv (n, ld): q and k in [-qk, qk), v in [-1, 1), NaN padding */
 static float *rand_qkv(tg_rng *rng, int n, int C, int ld, float qk) {
-  float *m = rand_mat(rng, n, 3 * C, ld, 1.0f, NAN);
+  float *m = tg_rand_mat(rng, n, 3 * C, ld, 1.0f, NAN);
   for (int r = 0; r < n; r++)
     for (int c = 0; c < 2 * C; c++) m[(size_t)r * ld + c] *= qk;
   return m;
 }
 
-static float *const_mat(int rows, int cols, int ld, float value, float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++) m[(size_t)r * ld + c] = c < cols ? value : pad;
-  return m;
-}
-
-static float *copy_f(const float *m, size_t n) {
-  float *c = xmalloc(sizeof(float) * n);
-  memcpy(c, m, sizeof(float) * n);
-  return c;
-}
-
 /* compact float copy of the column block [c0, c0 + cols) of a padded matrix */
 static float *cols_f32(const float *m, int rows, int c0, int cols, int ld) {
-  float *c = xmalloc(sizeof(float) * ((size_t)rows * cols + 1));
+  float *c = tg_test_malloc(sizeof(float) * ((size_t)rows * cols + 1));
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < cols; j++)
       c[(size_t)r * cols + j] = m[(size_t)r * ld + c0 + j];
-  return c;
-}
-
-static double *compact_f64(const float *m, int rows, int cols, int ld) {
-  double *c = xmalloc(sizeof(double) * ((size_t)rows * cols + 1));
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < cols; j++)
-      c[(size_t)r * cols + j] = m[(size_t)r * ld + j];
   return c;
 }
 
@@ -153,7 +112,7 @@ static int all_finite(const float *a, int r0, int r1, int cols, int ld) {
 
 /* scratch of `floats` NaNs followed by GUARD sentinels */
 static float *new_scratch(size_t floats) {
-  float *s = xmalloc(sizeof(float) * (floats + GUARD));
+  float *s = tg_test_malloc(sizeof(float) * (floats + GUARD));
   for (size_t i = 0; i < floats; i++) s[i] = NAN;
   for (size_t i = floats; i < floats + GUARD; i++) s[i] = OUT_PAD;
   return s;
@@ -172,7 +131,7 @@ static void ref_attention(int b, int T, int C, int NH, const double *qkv,
                           double *out, double *att, double *lse) {
   int hs = C / NH;
   double scale = 1.0 / sqrt((double)hs);
-  double *p = xmalloc(sizeof(double) * T);
+  double *p = tg_test_malloc(sizeof(double) * T);
   for (int s = 0; s < b; s++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
@@ -218,14 +177,14 @@ static void test_naive_fwd(tg_rng *rng) {
         int ldqkv = 3 * C + 3, ldo = C + 2;
         float *qkv = rand_qkv(rng, n, C, ldqkv, 2.0f);
         size_t natt = (size_t)b * NH * T * T;
-        float *att = xmalloc(sizeof(float) * natt);
+        float *att = tg_test_malloc(sizeof(float) * natt);
         for (size_t i = 0; i < natt; i++) att[i] = NAN;
-        float *out = const_mat(n, C, ldo, NAN, OUT_PAD);
+        float *out = tg_const_mat(n, C, ldo, NAN, OUT_PAD);
         tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldqkv, att, out, ldo);
 
-        double *x = compact_f64(qkv, n, 3 * C, ldqkv);
-        double *ro = xmalloc(sizeof(double) * n * C);
-        double *ra = xmalloc(sizeof(double) * natt);
+        double *x = tg_compact_f64(qkv, n, 3 * C, ldqkv);
+        double *ro = tg_test_malloc(sizeof(double) * n * C);
+        double *ra = tg_test_malloc(sizeof(double) * natt);
         ref_attention(b, T, C, NH, x, ro, ra, NULL);
         float *o = cols_f32(out, n, 0, C, ldo);
         double eo = tg_rel_err_f64(o, ro, (size_t)n * C);
@@ -257,7 +216,7 @@ typedef struct {
 /* L = sum(G .* out(qkv)) */
 static double fd_loss(const double *qkv, const fd_ctx *cx) {
   size_t no = (size_t)cx->b * cx->T * cx->C;
-  double *o = xmalloc(sizeof(double) * no);
+  double *o = tg_test_malloc(sizeof(double) * no);
   ref_attention(cx->b, cx->T, cx->C, cx->NH, qkv, o, NULL, NULL);
   double L = 0;
   for (size_t i = 0; i < no; i++) L += cx->G[i] * o[i];
@@ -276,20 +235,20 @@ static void test_naive_bwd(tg_rng *rng) {
     int b = CASES[ic][0], T = CASES[ic][1], C = CASES[ic][2], NH = CASES[ic][3];
     int n = b * T, ldqkv = 3 * C + 1, lddo = C + 3, lddq = 3 * C + 2;
     float *qkv = rand_qkv(rng, n, C, ldqkv, 2.0f);
-    float *dout = rand_mat(rng, n, C, lddo, 1.0f, NAN);
-    float *att = xmalloc(sizeof(float) * (size_t)b * NH * T * T);
-    float *out = xmalloc(sizeof(float) * (size_t)n * C);
+    float *dout = tg_rand_mat(rng, n, C, lddo, 1.0f, NAN);
+    float *att = tg_test_malloc(sizeof(float) * (size_t)b * NH * T * T);
+    float *out = tg_test_malloc(sizeof(float) * (size_t)n * C);
     tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldqkv, att, out, C);
-    float *dqkv = const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
+    float *dqkv = tg_const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
     float *scratch = new_scratch((size_t)T);
     tg_cpu_attention_naive_bwd(b, T, C, NH, qkv, ldqkv, att, dout, lddo, dqkv,
                                lddq, scratch);
 
-    double *x = compact_f64(qkv, n, 3 * C, ldqkv);
-    double *G = compact_f64(dout, n, C, lddo);
+    double *x = tg_compact_f64(qkv, n, 3 * C, ldqkv);
+    double *G = tg_compact_f64(dout, n, C, lddo);
     fd_ctx cx = {b, T, C, NH, G};
     size_t nx = (size_t)n * 3 * C;
-    double *g = xmalloc(sizeof(double) * nx);
+    double *g = tg_test_malloc(sizeof(double) * nx);
     for (size_t i = 0; i < nx; i++) {
       double x0 = x[i];
       x[i] = x0 + FD_H;
@@ -327,36 +286,36 @@ static void run_chunk_case(tg_rng *rng, chunk_case cc, double worst[5]) {
   const int ldqkv = 3 * C + (cc.pad ? 5 : 0), ldo = C + (cc.pad ? 3 : 0);
   const int lddo = C + (cc.pad ? 7 : 0), lddq = 3 * C + (cc.pad ? 2 : 0);
   float *qkv = rand_qkv(rng, n, C, ldqkv, cc.qk);
-  float *dout = rand_mat(rng, n, C, lddo, 1.0f, NAN);
+  float *dout = tg_rand_mat(rng, n, C, lddo, 1.0f, NAN);
 
   /* naive */
-  float *att = xmalloc(sizeof(float) * (size_t)b * NH * T * T);
-  float *out_n = const_mat(n, C, ldo, NAN, OUT_PAD);
+  float *att = tg_test_malloc(sizeof(float) * (size_t)b * NH * T * T);
+  float *out_n = tg_const_mat(n, C, ldo, NAN, OUT_PAD);
   tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldqkv, att, out_n, ldo);
-  float *dq_n = const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
-  float *sn = xmalloc(sizeof(float) * T);
+  float *dq_n = tg_const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
+  float *sn = tg_test_malloc(sizeof(float) * T);
   tg_cpu_attention_naive_bwd(b, T, C, NH, qkv, ldqkv, att, dout, lddo, dq_n,
                              lddq, sn);
 
   /* chunked */
   size_t ns = tg_attention_chunked_scratch_floats(T, C, NH, cc.chunk);
   float *scr = new_scratch(ns);
-  float *out_c = const_mat(n, C, ldo, NAN, OUT_PAD);
-  float *lse = xmalloc(sizeof(float) * (size_t)n * NH);
+  float *out_c = tg_const_mat(n, C, ldo, NAN, OUT_PAD);
+  float *lse = tg_test_malloc(sizeof(float) * (size_t)n * NH);
   for (size_t i = 0; i < (size_t)n * NH; i++) lse[i] = NAN;
   tg_cpu_attention_chunked_fwd(b, T, C, NH, cc.chunk, qkv, ldqkv, out_c, ldo,
                                lse, scr);
   CHECK(guard_intact(scr, ns), "chunked fwd: scratch overrun");
   for (size_t i = 0; i < ns; i++) scr[i] = NAN;
-  float *dq_c = const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
+  float *dq_c = tg_const_mat(n, 3 * C, lddq, NAN, OUT_PAD);
   tg_cpu_attention_chunked_bwd(b, T, C, NH, cc.chunk, qkv, ldqkv, out_c, ldo,
                                lse, dout, lddo, dq_c, lddq, scr);
   CHECK(guard_intact(scr, ns), "chunked bwd: scratch overrun");
 
   /* reference lse from the float64 scores */
-  double *x = compact_f64(qkv, n, 3 * C, ldqkv);
-  double *ro = xmalloc(sizeof(double) * n * C);
-  double *rl = xmalloc(sizeof(double) * n * NH);
+  double *x = tg_compact_f64(qkv, n, 3 * C, ldqkv);
+  double *ro = tg_test_malloc(sizeof(double) * n * C);
+  double *rl = tg_test_malloc(sizeof(double) * n * NH);
   ref_attention(b, T, C, NH, x, ro, NULL, rl);
 
   double e[5];
@@ -432,9 +391,9 @@ static chunk_run run_chunked(int b, int T, int C, int NH, int chunk,
   size_t ns = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
   float *scr = new_scratch(ns);
   chunk_run r;
-  r.out = const_mat(n, C, C, NAN, 0);
-  r.lse = const_mat(n, NH, NH, NAN, 0);
-  r.dqkv = const_mat(n, 3 * C, 3 * C, NAN, 0);
+  r.out = tg_const_mat(n, C, C, NAN, 0);
+  r.lse = tg_const_mat(n, NH, NH, NAN, 0);
+  r.dqkv = tg_const_mat(n, 3 * C, 3 * C, NAN, 0);
   tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, 3 * C, r.out, C, r.lse,
                                scr);
   /* backward from the given out, lse (or this run's) */
@@ -450,13 +409,13 @@ static void free_run(chunk_run r) { free(r.out), free(r.lse), free(r.dqkv); }
 static void test_causality(tg_rng *rng) {
   const int b = 2, T = 100, C = 64, NH = 4, chunk = 16, n = b * T;
   float *qkv = rand_qkv(rng, n, C, 3 * C, 2.0f);
-  float *dout = rand_mat(rng, n, C, C, 1.0f, 0);
+  float *dout = tg_rand_mat(rng, n, C, C, 1.0f, 0);
   chunk_run base = run_chunked(b, T, C, NH, chunk, qkv, dout, NULL, NULL);
   static const int T2S[] = {1, 15, 16, 17, 50, 99};
   for (int i = 0; i < 6; i++) {
     int t2 = T2S[i], row = T + t2; /* sequence 1 */
     /* qkv at t2 changes: nothing before t2 moves */
-    float *q2 = copy_f(qkv, (size_t)n * 3 * C);
+    float *q2 = tg_copy_f(qkv, (size_t)n * 3 * C);
     for (int c = 0; c < 3 * C; c++) q2[(size_t)row * 3 * C + c] += 0.5f;
     chunk_run r = run_chunked(b, T, C, NH, chunk, q2, dout, NULL, NULL);
     CHECK(rows_equal(r.out, base.out, 0, row, C, C),
@@ -471,7 +430,7 @@ static void test_causality(tg_rng *rng) {
     free(q2);
 
     /* dout at t2 changes: dq elsewhere and dk, dv after t2 do not move */
-    float *d2 = copy_f(dout, (size_t)n * C);
+    float *d2 = tg_copy_f(dout, (size_t)n * C);
     for (int c = 0; c < C; c++) d2[(size_t)row * C + c] += 0.5f;
     r = run_chunked(b, T, C, NH, chunk, qkv, d2, NULL, NULL);
     CHECK(block_equal(r.dqkv, base.dqkv, 0, row, 0, C, 3 * C) &&
@@ -489,7 +448,7 @@ static void test_causality(tg_rng *rng) {
    * on; query chunks 0..2 must never see them.  The backward uses the clean
    * out and lse, so dq, dk, dv of rows < 48 are clean too. */
   const int cut = 3 * chunk;
-  float *qp = copy_f(qkv, (size_t)n * 3 * C);
+  float *qp = tg_copy_f(qkv, (size_t)n * 3 * C);
   for (int t = cut; t < T; t++)
     for (int c = C; c < 3 * C; c++) qp[(size_t)t * 3 * C + c] = NAN;
   chunk_run r = run_chunked(b, T, C, NH, chunk, qp, dout, base.out, base.lse);

@@ -38,50 +38,15 @@ static const float OUT_PAD = -12345.5f; /* sentinel in output padding */
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(2);
-  }
-  return p;
-}
-
-/* (rows, ld) float matrix: random entries in [-scale, scale), `pad` in the
- * ld - cols padding floats of every row. */
-static float *rand_mat(tg_rng *rng, int rows, int cols, int ld, float scale,
-                       float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++)
-      m[(size_t)r * ld + c] = c < cols ? scale * tg_rng_uniform(rng) : pad;
-  return m;
-}
-
-static float *const_mat(int rows, int cols, int ld, float value, float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++) m[(size_t)r * ld + c] = c < cols ? value : pad;
-  return m;
-}
-
 static float *copy_mat(const float *m, int rows, int ld) {
-  float *c = xmalloc(sizeof(float) * (size_t)rows * ld);
+  float *c = tg_test_malloc(sizeof(float) * (size_t)rows * ld);
   memcpy(c, m, sizeof(float) * (size_t)rows * ld);
   return c;
 }
 
 /* compact float copy (rows * cols) of a padded matrix */
 static float *compact_f32(const float *m, int rows, int cols, int ld) {
-  float *c = xmalloc(sizeof(float) * ((size_t)rows * cols + 1));
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < cols; j++) c[(size_t)r * cols + j] = m[(size_t)r * ld + j];
-  return c;
-}
-
-/* compact double copy (rows * cols) of a padded matrix */
-static double *compact_f64(const float *m, int rows, int cols, int ld) {
-  double *c = xmalloc(sizeof(double) * ((size_t)rows * cols + 1));
+  float *c = tg_test_malloc(sizeof(float) * ((size_t)rows * cols + 1));
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < cols; j++) c[(size_t)r * cols + j] = m[(size_t)r * ld + j];
   return c;
@@ -120,28 +85,12 @@ static double rel_err_dd(const double *a, const double *b, size_t n) {
 }
 
 /* Central finite differences of a scalar function f(x, ctx) in double. */
-typedef double (*scalar_fn)(const double *x, const void *ctx);
-static double *fd_grad(scalar_fn f, const void *ctx, double *x, size_t n,
-                       double h) {
-  double *g = xmalloc(sizeof(double) * (n + 1));
-  for (size_t i = 0; i < n; i++) {
-    double x0 = x[i];
-    x[i] = x0 + h;
-    double fp = f(x, ctx);
-    x[i] = x0 - h;
-    double fm = f(x, ctx);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * h);
-  }
-  return g;
-}
-
 /* ---- GEMM ----------------------------------------------------------------- */
 
 /* AB(i, j) = sum_p op(A)(i, p) op(B)(p, j) in double */
 static double *ref_gemm_ab(int ta, int tb, int m, int n, int k, const float *A,
                            int lda, const float *B, int ldb) {
-  double *ab = xmalloc(sizeof(double) * ((size_t)m * n + 1));
+  double *ab = tg_test_malloc(sizeof(double) * ((size_t)m * n + 1));
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++) {
       double s = 0;
@@ -166,14 +115,14 @@ static void test_gemm_forward(tg_rng *rng) {
             int arows = ta ? k : m, acols = ta ? m : k;
             int brows = tb ? n : k, bcols = tb ? k : n;
             int lda = acols + 3, ldb = bcols + 5, ldc = n + 2;
-            float *A = rand_mat(rng, arows, acols, lda, 1.0f, NAN);
-            float *B = rand_mat(rng, brows, bcols, ldb, 1.0f, NAN);
+            float *A = tg_rand_mat(rng, arows, acols, lda, 1.0f, NAN);
+            float *B = tg_rand_mat(rng, brows, bcols, ldb, 1.0f, NAN);
             double *ab = ref_gemm_ab(ta, tb, m, n, k, A, lda, B, ldb);
             float alpha = (ncase++ % 2) ? -0.7f : 1.3f;
-            double *ref = xmalloc(sizeof(double) * (size_t)m * n);
+            double *ref = tg_test_malloc(sizeof(double) * (size_t)m * n);
 
             /* beta == 0: C is write-only, even when it holds NaN */
-            float *C = const_mat(m, n, ldc, NAN, OUT_PAD);
+            float *C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
             tg_cpu_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, 0.0f, C, ldc);
             for (size_t i = 0; i < (size_t)m * n; i++) ref[i] = alpha * ab[i];
             double e = mat_err(C, m, n, ldc, ref);
@@ -187,7 +136,7 @@ static void test_gemm_forward(tg_rng *rng) {
 
             /* beta != 0: C = alpha AB + beta C0 */
             float beta = -0.45f;
-            C = rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
+            C = tg_rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
             for (int i = 0; i < m; i++)
               for (int j = 0; j < n; j++)
                 ref[(size_t)i * n + j] = alpha * ab[(size_t)i * n + j] +
@@ -211,7 +160,7 @@ static void test_gemm_forward(tg_rng *rng) {
 static void test_gemm_degenerate(tg_rng *rng) {
   int m = 7, n = 33, ldc = 35;
   /* k == 0, beta == 0: zeros over NaN */
-  float *C = const_mat(m, n, ldc, NAN, OUT_PAD);
+  float *C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
   float dummy[4] = {NAN, NAN, NAN, NAN};
   tg_cpu_gemm(0, 0, m, n, 0, 1.0f, dummy, 1, dummy, n, 0.0f, C, ldc);
   int ok = 1;
@@ -222,7 +171,7 @@ static void test_gemm_degenerate(tg_rng *rng) {
   free(C);
 
   /* k == 0, beta == 2: C doubled */
-  C = rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
+  C = tg_rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
   float *C0 = copy_mat(C, m, ldc);
   tg_cpu_gemm(1, 1, m, n, 0, 1.0f, dummy, 1, dummy, 1, 2.0f, C, ldc);
   ok = 1;
@@ -242,8 +191,8 @@ static void test_gemm_degenerate(tg_rng *rng) {
 
   /* alpha == 0 (BLAS semantics): A, B not read, C = beta C */
   int k = 33;
-  float *A = const_mat(m, k, k, NAN, NAN);
-  float *B = const_mat(k, n, n, NAN, NAN);
+  float *A = tg_const_mat(m, k, k, NAN, NAN);
+  float *B = tg_const_mat(k, n, n, NAN, NAN);
   C0 = copy_mat(C, m, ldc);
   tg_cpu_gemm(0, 0, m, n, k, 0.0f, A, k, B, n, 0.5f, C, ldc);
   ok = 1;
@@ -285,22 +234,22 @@ static void test_gemm_grad(tg_rng *rng) {
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     int m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
     int lda = k + 1, ldb = n + 3, ldw = n + 2, ldda = k + 4, lddb = n + 1;
-    float *A = rand_mat(rng, m, k, lda, 1.0f, NAN);
-    float *B = rand_mat(rng, k, n, ldb, 1.0f, NAN);
-    float *W = rand_mat(rng, m, n, ldw, 1.0f, NAN);
-    float *dA = const_mat(m, k, ldda, NAN, OUT_PAD);
-    float *dB = const_mat(k, n, lddb, NAN, OUT_PAD);
+    float *A = tg_rand_mat(rng, m, k, lda, 1.0f, NAN);
+    float *B = tg_rand_mat(rng, k, n, ldb, 1.0f, NAN);
+    float *W = tg_rand_mat(rng, m, n, ldw, 1.0f, NAN);
+    float *dA = tg_const_mat(m, k, ldda, NAN, OUT_PAD);
+    float *dB = tg_const_mat(k, n, lddb, NAN, OUT_PAD);
     /* dA (m, k) = W (m, n) * B^T, B stored (k, n) */
     tg_cpu_gemm(0, 1, m, k, n, 1.0f, W, ldw, B, ldb, 0.0f, dA, ldda);
     /* dB (k, n) = A^T * W, A stored (m, k) */
     tg_cpu_gemm(1, 0, k, n, m, 1.0f, A, lda, W, ldw, 0.0f, dB, lddb);
 
-    double *Ad = compact_f64(A, m, k, lda), *Bd = compact_f64(B, k, n, ldb);
-    double *Wd = compact_f64(W, m, n, ldw);
+    double *Ad = tg_compact_f64(A, m, k, lda), *Bd = tg_compact_f64(B, k, n, ldb);
+    double *Wd = tg_compact_f64(W, m, n, ldw);
     gemm_fd_ctx ctx = {m, n, k, Ad, Bd, Wd, 1};
-    double *gA = fd_grad(gemm_loss, &ctx, Ad, (size_t)m * k, FD_H);
+    double *gA = tg_fd_grad(gemm_loss, &ctx, Ad, (size_t)m * k, FD_H);
     ctx.wrt_a = 0;
-    double *gB = fd_grad(gemm_loss, &ctx, Bd, (size_t)k * n, FD_H);
+    double *gB = tg_fd_grad(gemm_loss, &ctx, Bd, (size_t)k * n, FD_H);
     CHECK_REL(mat_err(dA, m, k, ldda, gA), TOL_FD, "gemm dA = W B^T vs FD");
     CHECK_REL(mat_err(dB, k, n, lddb, gB), TOL_FD, "gemm dB = A^T W vs FD");
     CHECK(pad_intact(dA, m, k, ldda, OUT_PAD) &&
@@ -341,9 +290,9 @@ static void test_bias(tg_rng *rng) {
     for (int ic = 0; ic < NSIZES; ic++) {
       int rows = SIZES[ir], cols = SIZES[ic], ld = cols + 3;
       /* bias_add */
-      float *Y = rand_mat(rng, rows, cols, ld, 1.0f, OUT_PAD);
-      float *b = rand_mat(rng, 1, cols, cols, 1.0f, NAN);
-      double *ref = compact_f64(Y, rows, cols, ld);
+      float *Y = tg_rand_mat(rng, rows, cols, ld, 1.0f, OUT_PAD);
+      float *b = tg_rand_mat(rng, 1, cols, cols, 1.0f, NAN);
+      double *ref = tg_compact_f64(Y, rows, cols, ld);
       for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) ref[(size_t)r * cols + j] += b[j];
       tg_cpu_bias_add(rows, cols, Y, ld, b);
@@ -352,30 +301,30 @@ static void test_bias(tg_rng *rng) {
       free(ref);
 
       /* bias_grad, beta == 0 over NaN, then beta != 0 */
-      float *dY = rand_mat(rng, rows, cols, ld, 1.0f, NAN);
-      double *sums = xmalloc(sizeof(double) * cols);
+      float *dY = tg_rand_mat(rng, rows, cols, ld, 1.0f, NAN);
+      double *sums = tg_test_malloc(sizeof(double) * cols);
       for (int j = 0; j < cols; j++) {
         sums[j] = 0;
         for (int r = 0; r < rows; r++) sums[j] += dY[(size_t)r * ld + j];
       }
-      float *db = const_mat(1, cols, cols, NAN, NAN);
+      float *db = tg_const_mat(1, cols, cols, NAN, NAN);
       tg_cpu_bias_grad(rows, cols, dY, ld, 0.0f, db);
       CHECK_REL(tg_rel_err_f64(db, sums, cols), TOL_FWD, "bias_grad beta=0");
-      float *db0 = rand_mat(rng, 1, cols, cols, 1.0f, NAN);
+      float *db0 = tg_rand_mat(rng, 1, cols, cols, 1.0f, NAN);
       memcpy(db, db0, sizeof(float) * cols);
-      double *ref2 = xmalloc(sizeof(double) * cols);
+      double *ref2 = tg_test_malloc(sizeof(double) * cols);
       for (int j = 0; j < cols; j++) ref2[j] = 0.8 * (double)db0[j] + sums[j];
       tg_cpu_bias_grad(rows, cols, dY, ld, 0.8f, db);
       CHECK_REL(tg_rel_err_f64(db, ref2, cols), TOL_FWD, "bias_grad beta=0.8");
 
       /* bias_grad(W) is dL/db for L = sum W .* bias_add(Y0, b) */
       if (ir < 3 || ic < 3) {
-        float *W = rand_mat(rng, rows, cols, ld, 1.0f, NAN);
-        double *Y0d = compact_f64(Y, rows, cols, ld);
-        double *Wd = compact_f64(W, rows, cols, ld);
-        double *bd = compact_f64(b, 1, cols, cols);
+        float *W = tg_rand_mat(rng, rows, cols, ld, 1.0f, NAN);
+        double *Y0d = tg_compact_f64(Y, rows, cols, ld);
+        double *Wd = tg_compact_f64(W, rows, cols, ld);
+        double *bd = tg_compact_f64(b, 1, cols, cols);
         bias_fd_ctx ctx = {rows, cols, Y0d, Wd};
-        double *g = fd_grad(bias_loss, &ctx, bd, cols, FD_H);
+        double *g = tg_fd_grad(bias_loss, &ctx, bd, cols, FD_H);
         tg_cpu_bias_grad(rows, cols, W, ld, 0.0f, db);
         CHECK_REL(tg_rel_err_f64(db, g, cols), TOL_FD, "bias_grad vs FD");
         free(g);
@@ -430,19 +379,19 @@ static void test_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       int rows = SIZES[ir], cols = SIZES[ic];
       int ldx = cols + 1, ldy = cols + 4;
       size_t n = (size_t)rows * cols;
-      float *X = rand_mat(rng, rows, cols, ldx, xscale, NAN);
+      float *X = tg_rand_mat(rng, rows, cols, ldx, xscale, NAN);
       if (is_relu) /* keep FD points at least 0.05 away from the kink */
         for (int r = 0; r < rows; r++)
           for (int j = 0; j < cols; j++) {
             float *x = &X[(size_t)r * ldx + j];
             *x = *x < 0 ? *x - 0.05f : *x + 0.05f;
           }
-      double *Xd = compact_f64(X, rows, cols, ldx);
+      double *Xd = tg_compact_f64(X, rows, cols, ldx);
 
       /* forward */
-      double *yref = xmalloc(sizeof(double) * n);
+      double *yref = tg_test_malloc(sizeof(double) * n);
       for (size_t i = 0; i < n; i++) yref[i] = ref(Xd[i]);
-      float *Y = const_mat(rows, cols, ldy, NAN, OUT_PAD);
+      float *Y = tg_const_mat(rows, cols, ldy, NAN, OUT_PAD);
       fwd(rows, cols, X, ldx, Y, ldy);
       snprintf(what, sizeof what, "%s fwd %dx%d", name, rows, cols);
       CHECK_REL(mat_err(Y, rows, cols, ldy, yref), TOL_FWD, what);
@@ -458,13 +407,13 @@ static void test_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       CHECK(same, "%s in place differs", what);
 
       /* backward against FD of L = sum W .* act(X) (FD on small sizes) */
-      float *W = rand_mat(rng, rows, cols, ldy, 1.0f, NAN);
-      float *dX = const_mat(rows, cols, ldx + 2, NAN, OUT_PAD);
+      float *W = tg_rand_mat(rng, rows, cols, ldy, 1.0f, NAN);
+      float *dX = tg_const_mat(rows, cols, ldx + 2, NAN, OUT_PAD);
       bwd(rows, cols, X, ldx, W, ldy, dX, ldx + 2);
       if (n <= 2000) {
-        double *Wd = compact_f64(W, rows, cols, ldy);
+        double *Wd = tg_compact_f64(W, rows, cols, ldy);
         act_fd_ctx ctx = {n, Wd, ref};
-        double *g = fd_grad(act_loss, &ctx, Xd, n, FD_H);
+        double *g = tg_fd_grad(act_loss, &ctx, Xd, n, FD_H);
         snprintf(what, sizeof what, "%s bwd vs FD %dx%d", name, rows, cols);
         CHECK_REL(mat_err(dX, rows, cols, ldx + 2, g), TOL_FD, what);
         free(g);
@@ -565,15 +514,15 @@ static void test_softmax_xent(tg_rng *rng) {
       size_t n = (size_t)rows * cols;
       float scale = 1.0f / (float)(2 * rows + 1);
       /* wide logits: confident rows, where p_label - 1 could cancel */
-      float *X = rand_mat(rng, rows, cols, ldl, 6.0f, NAN);
-      int32_t *lab = xmalloc(sizeof(int32_t) * rows);
+      float *X = tg_rand_mat(rng, rows, cols, ldl, 6.0f, NAN);
+      int32_t *lab = tg_test_malloc(sizeof(int32_t) * rows);
       for (int r = 0; r < rows; r++)
         lab[r] = (int32_t)(tg_rng_next(rng) % (uint64_t)cols);
-      double *Xd = compact_f64(X, rows, cols, ldl);
+      double *Xd = tg_compact_f64(X, rows, cols, ldl);
       xent_ctx ctx = {rows, cols, lab, scale};
 
       /* reference dlogits and loss */
-      double *dref = xmalloc(sizeof(double) * n);
+      double *dref = tg_test_malloc(sizeof(double) * n);
       for (int r = 0; r < rows; r++) {
         const double *x = Xd + (size_t)r * cols;
         double mx = x[0], s = 0;
@@ -585,7 +534,7 @@ static void test_softmax_xent(tg_rng *rng) {
       }
       double lref = 0.25 + xent_loss(Xd, &ctx);
 
-      float *D = const_mat(rows, cols, ldd, NAN, OUT_PAD);
+      float *D = tg_const_mat(rows, cols, ldd, NAN, OUT_PAD);
       float loss = 0.25f;
       tg_cpu_softmax_xent(rows, cols, X, ldl, lab, scale, D, ldd, &loss);
       snprintf(what, sizeof what, "softmax_xent dlogits %dx%d", rows, cols);
@@ -598,7 +547,7 @@ static void test_softmax_xent(tg_rng *rng) {
       float *Xs = copy_mat(X, rows, ldl);
       for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) Xs[(size_t)r * ldl + j] += 1000.0f;
-      double *Xsd = compact_f64(Xs, rows, cols, ldl);
+      double *Xsd = tg_compact_f64(Xs, rows, cols, ldl);
       double lsref = 0.25 + xent_loss(Xsd, &ctx);
       float lshift = 0.25f;
       tg_cpu_softmax_xent(rows, cols, Xs, ldl, lab, scale, Xs, ldl, &lshift);
@@ -607,7 +556,7 @@ static void test_softmax_xent(tg_rng *rng) {
       /* the shifted logits lose 1000's ulp (6e-5) of precision in float, so
        * compare with the reference for those shifted float inputs */
       {
-        double *dsref = xmalloc(sizeof(double) * n);
+        double *dsref = tg_test_malloc(sizeof(double) * n);
         for (int r = 0; r < rows; r++) {
           const double *x = Xsd + (size_t)r * cols;
           double mx = x[0], s = 0;
@@ -625,7 +574,7 @@ static void test_softmax_xent(tg_rng *rng) {
 
       /* dlogits is the gradient of the loss: FD */
       if (n <= 2000) {
-        double *g = fd_grad(xent_loss, &ctx, Xd, n, FD_H);
+        double *g = tg_fd_grad(xent_loss, &ctx, Xd, n, FD_H);
         snprintf(what, sizeof what, "softmax_xent dlogits vs FD %dx%d", rows,
                  cols);
         CHECK_REL(mat_err(D, rows, cols, ldd, g), TOL_FD, what);
@@ -656,8 +605,8 @@ static void test_accuracy(tg_rng *rng) {
   for (int ir = 0; ir < NSIZES; ir++)
     for (int ic = 0; ic < NSIZES; ic++) {
       int rows = SIZES[ir], cols = SIZES[ic], ldl = cols + 3;
-      float *X = rand_mat(rng, rows, cols, ldl, 1.0f, NAN);
-      int32_t *lab = xmalloc(sizeof(int32_t) * rows);
+      float *X = tg_rand_mat(rng, rows, cols, ldl, 1.0f, NAN);
+      int32_t *lab = tg_test_malloc(sizeof(int32_t) * rows);
       int expect = 0;
       for (int r = 0; r < rows; r++) {
         float *x = X + (size_t)r * ldl;
@@ -705,16 +654,16 @@ static void test_sgd(tg_rng *rng) {
   for (size_t h = 0; h < sizeof hp / sizeof hp[0]; h++)
     for (int is = 0; is < NSIZES; is++) {
       size_t n = (size_t)SIZES[is] * (is == 3 ? 3 : 1); /* 1 7 33 771 */
-      float *w = rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
-      float *vel = const_mat(1, (int)n, (int)n, 0.0f, 0);
-      double *wd = compact_f64(w, 1, (int)n, (int)n);
-      double *w0 = compact_f64(w, 1, (int)n, (int)n);
-      double *vd = xmalloc(sizeof(double) * n);
+      float *w = tg_rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
+      float *vel = tg_const_mat(1, (int)n, (int)n, 0.0f, 0);
+      double *wd = tg_compact_f64(w, 1, (int)n, (int)n);
+      double *w0 = tg_compact_f64(w, 1, (int)n, (int)n);
+      double *vd = tg_test_malloc(sizeof(double) * n);
       for (size_t i = 0; i < n; i++) vd[i] = 0;
       double lr = hp[h].lr, mom = hp[h].momentum, dec = hp[h].wd,
              gs = hp[h].gscale;
       for (int step = 0; step < 5; step++) {
-        float *g = rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
+        float *g = tg_rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
         for (size_t i = 0; i < n; i++) {
           double gi = gs * g[i] + dec * wd[i];
           vd[i] = mom * vd[i] + gi;
@@ -726,7 +675,7 @@ static void test_sgd(tg_rng *rng) {
       }
       CHECK_REL(tg_rel_err_f64(w, wd, n), 1e-5, "sgd w");
       CHECK_REL(tg_rel_err_f64(vel, vd, n), 1e-5, "sgd velocity");
-      double *dw = xmalloc(sizeof(double) * n), *dref = xmalloc(sizeof(double) * n);
+      double *dw = tg_test_malloc(sizeof(double) * n), *dref = tg_test_malloc(sizeof(double) * n);
       for (size_t i = 0; i < n; i++) {
         dw[i] = (double)w[i] - w0[i];
         dref[i] = wd[i] - w0[i];
@@ -751,12 +700,12 @@ static void test_adamw(tg_rng *rng) {
   for (size_t h = 0; h < sizeof hp / sizeof hp[0]; h++)
     for (int is = 0; is < NSIZES; is++) {
       size_t n = (size_t)SIZES[is] * (is == 3 ? 3 : 1);
-      float *w = rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
-      float *m = const_mat(1, (int)n, (int)n, 0.0f, 0);
-      float *v = const_mat(1, (int)n, (int)n, 0.0f, 0);
-      double *wd = compact_f64(w, 1, (int)n, (int)n);
-      double *w0 = compact_f64(w, 1, (int)n, (int)n);
-      double *md = xmalloc(sizeof(double) * n), *vd = xmalloc(sizeof(double) * n);
+      float *w = tg_rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
+      float *m = tg_const_mat(1, (int)n, (int)n, 0.0f, 0);
+      float *v = tg_const_mat(1, (int)n, (int)n, 0.0f, 0);
+      double *wd = tg_compact_f64(w, 1, (int)n, (int)n);
+      double *w0 = tg_compact_f64(w, 1, (int)n, (int)n);
+      double *md = tg_test_malloc(sizeof(double) * n), *vd = tg_test_malloc(sizeof(double) * n);
       for (size_t i = 0; i < n; i++) md[i] = vd[i] = 0;
       /* the reference uses the same float hyperparameters, in double */
       double lr = hp[h].lr, b1 = hp[h].b1, b2 = hp[h].b2, eps = hp[h].eps,
@@ -764,7 +713,7 @@ static void test_adamw(tg_rng *rng) {
       for (int t = 1; t <= 6; t++) {
         float bc1 = (float)(1.0 - pow(hp[h].b1, t));
         float bc2 = (float)(1.0 - pow(hp[h].b2, t));
-        float *g = rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
+        float *g = tg_rand_mat(rng, 1, (int)n, (int)n, 1.0f, 0);
         for (size_t i = 0; i < n; i++) {
           double gi = gs * g[i];
           wd[i] *= 1.0 - lr * dec;
@@ -779,7 +728,7 @@ static void test_adamw(tg_rng *rng) {
       CHECK_REL(tg_rel_err_f64(w, wd, n), 1e-5, "adamw w");
       CHECK_REL(tg_rel_err_f64(m, md, n), 1e-5, "adamw m");
       CHECK_REL(tg_rel_err_f64(v, vd, n), 1e-5, "adamw v");
-      double *dw = xmalloc(sizeof(double) * n), *dref = xmalloc(sizeof(double) * n);
+      double *dw = tg_test_malloc(sizeof(double) * n), *dref = tg_test_malloc(sizeof(double) * n);
       for (size_t i = 0; i < n; i++) {
         dw[i] = (double)w[i] - w0[i];
         dref[i] = wd[i] - w0[i];
@@ -805,7 +754,7 @@ static void test_elementwise(tg_rng *rng) {
       int rows = SIZES[ir], cols = SIZES[ic], ld = cols + 3, lds = cols + 6;
       size_t n = (size_t)rows * cols;
 
-      float *X = const_mat(rows, cols, ld, NAN, OUT_PAD);
+      float *X = tg_const_mat(rows, cols, ld, NAN, OUT_PAD);
       tg_cpu_fill(rows, cols, X, ld, 0.375f);
       int ok = 1;
       for (int r = 0; r < rows; r++)
@@ -814,9 +763,9 @@ static void test_elementwise(tg_rng *rng) {
             cols);
       free(X);
 
-      float *D = rand_mat(rng, rows, cols, ld, 1.0f, OUT_PAD);
-      float *S = rand_mat(rng, rows, cols, lds, 1.0f, NAN);
-      double *ref = compact_f64(D, rows, cols, ld);
+      float *D = tg_rand_mat(rng, rows, cols, ld, 1.0f, OUT_PAD);
+      float *S = tg_rand_mat(rng, rows, cols, lds, 1.0f, NAN);
+      double *ref = tg_compact_f64(D, rows, cols, ld);
       for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++)
           ref[(size_t)r * cols + j] += S[(size_t)r * lds + j];

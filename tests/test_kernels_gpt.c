@@ -50,49 +50,6 @@ static const int CS[NC] = {1, 7, 33, 64};
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(2);
-  }
-  return p;
-}
-
-/* (rows, ld) float matrix: random entries in [-scale, scale) + offset, `pad`
- * in the ld - cols padding floats of every row */
-static float *rand_mat(tg_rng *rng, int rows, int cols, int ld, float scale,
-                       float offset, float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++)
-      m[(size_t)r * ld + c] =
-          c < cols ? offset + scale * tg_rng_uniform(rng) : pad;
-  return m;
-}
-
-static float *const_mat(int rows, int cols, int ld, float value, float pad) {
-  float *m = xmalloc(sizeof(float) * (size_t)rows * ld);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < ld; c++) m[(size_t)r * ld + c] = c < cols ? value : pad;
-  return m;
-}
-
-static float *copy_f(const float *m, size_t n) {
-  float *c = xmalloc(sizeof(float) * n);
-  memcpy(c, m, sizeof(float) * n);
-  return c;
-}
-
-/* compact double copy (rows * cols) of a padded float matrix */
-static double *compact_f64(const float *m, int rows, int cols, int ld) {
-  double *c = xmalloc(sizeof(double) * ((size_t)rows * cols + 1));
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < cols; j++)
-      c[(size_t)r * cols + j] = m[(size_t)r * ld + j];
-  return c;
-}
-
 /* norm-relative error of the (rows, cols) part of a padded float matrix
  * against a compact double reference */
 static double mat_err(const float *got, int rows, int cols, int ld,
@@ -142,24 +99,8 @@ static double rel_err_scalar(double got, double ref) {
 }
 
 /* Central finite differences of a scalar function f(x, ctx) in double. */
-typedef double (*scalar_fn)(const double *x, const void *ctx);
-static double *fd_grad(scalar_fn f, const void *ctx, double *x, size_t n,
-                       double h) {
-  double *g = xmalloc(sizeof(double) * (n + 1));
-  for (size_t i = 0; i < n; i++) {
-    double x0 = x[i];
-    x[i] = x0 + h;
-    double fp = f(x, ctx);
-    x[i] = x0 - h;
-    double fm = f(x, ctx);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * h);
-  }
-  return g;
-}
-
 static int32_t *rand_tokens(tg_rng *rng, int n, int V, int skip) {
-  int32_t *t = xmalloc(sizeof(int32_t) * (n + 1));
+  int32_t *t = tg_test_malloc(sizeof(int32_t) * (n + 1));
   for (int i = 0; i < n; i++) {
     int32_t v;
     do v = (int32_t)(tg_rng_next(rng) % (uint64_t)V);
@@ -200,48 +141,48 @@ static void test_embedding(tg_rng *rng) {
         int T = it == 0 ? 1 : it == 1 ? 7 : n; /* 7 does not divide 33, 100 */
         int maxT = T + 3, ldx = C + 3;
         int32_t *tok = rand_tokens(rng, n, V, SKIP);
-        float *wte = rand_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
-        float *wpe = rand_mat(rng, maxT, C, C, 1.0f, 0.0f, 0.0f);
+        float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+        float *wpe = tg_pad_mat(rng, maxT, C, C, 1.0f, 0.0f, 0.0f);
         for (int v = V; v < Vp; v++) /* never referenced: poison */
           for (int j = 0; j < C; j++) wte[(size_t)v * C + j] = NAN;
         for (int t = T; t < maxT; t++)
           for (int j = 0; j < C; j++) wpe[(size_t)t * C + j] = NAN;
 
         /* forward */
-        double *ref = xmalloc(sizeof(double) * n * C);
+        double *ref = tg_test_malloc(sizeof(double) * n * C);
         for (int i = 0; i < n; i++)
           for (int j = 0; j < C; j++)
             ref[(size_t)i * C + j] = (double)wte[(size_t)tok[i] * C + j] +
                                      (double)wpe[(size_t)(i % T) * C + j];
-        float *X = const_mat(n, C, ldx, NAN, OUT_PAD);
+        float *X = tg_const_mat(n, C, ldx, NAN, OUT_PAD);
         tg_cpu_embedding_fwd(n, T, C, tok, wte, wpe, X, ldx);
         snprintf(what, sizeof what, "embedding_fwd n=%d T=%d C=%d", n, T, C);
         CHECK_REL(mat_err(X, n, C, ldx, ref), TOL_FWD, what);
         CHECK(pad_intact(X, n, C, ldx, OUT_PAD), "%s wrote padding", what);
 
         /* backward: G = dX, accumulated onto random tables */
-        float *dX = rand_mat(rng, n, C, ldx, 1.0f, 0.0f, NAN);
-        float *dwte = rand_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
-        float *dwpe = rand_mat(rng, maxT, C, C, 1.0f, 0.0f, 0.0f);
+        float *dX = tg_pad_mat(rng, n, C, ldx, 1.0f, 0.0f, NAN);
+        float *dwte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+        float *dwpe = tg_pad_mat(rng, maxT, C, C, 1.0f, 0.0f, 0.0f);
         for (int j = 0; j < C; j++) dwte[(size_t)SKIP * C + j] = UNTOUCHED;
         for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++)
           dwte[k] = UNTOUCHED;
         for (size_t k = (size_t)T * C; k < (size_t)maxT * C; k++)
           dwpe[k] = UNTOUCHED;
-        float *dwte0 = copy_f(dwte, (size_t)Vp * C);
-        float *dwpe0 = copy_f(dwpe, (size_t)maxT * C);
+        float *dwte0 = tg_copy_f(dwte, (size_t)Vp * C);
+        float *dwpe0 = tg_copy_f(dwpe, (size_t)maxT * C);
         tg_cpu_embedding_bwd(n, T, C, tok, dX, ldx, dwte, dwpe);
 
         /* FD of L = sum dX .* X(wte, wpe) */
-        double *G = compact_f64(dX, n, C, ldx);
+        double *G = tg_compact_f64(dX, n, C, ldx);
         size_t nv = (size_t)(Vp + T) * C;
-        double *x = xmalloc(sizeof(double) * (nv + 1));
+        double *x = tg_test_malloc(sizeof(double) * (nv + 1));
         for (size_t k = 0; k < (size_t)Vp * C; k++) x[k] = wte[k];
         for (size_t k = 0; k < (size_t)T * C; k++)
           x[(size_t)Vp * C + k] = wpe[k];
         for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) x[k] = 0.0;
         emb_ctx ctx = {n, T, C, Vp, tok, G};
-        double *g = fd_grad(emb_loss, &ctx, x, nv, FD_H);
+        double *g = tg_fd_grad(emb_loss, &ctx, x, nv, FD_H);
         snprintf(what, sizeof what, "embedding_bwd dwte vs FD n=%d T=%d C=%d",
                  n, T, C);
         CHECK_REL(delta_err(dwte, dwte0, V, C, C, g), TOL_FD, what);
@@ -313,7 +254,7 @@ typedef struct {
  * (the only one x in X's row depends on) for wrt X */
 static double ln_loss(const double *x, const void *vctx) {
   const ln_ctx *c = vctx;
-  double *y = xmalloc(sizeof(double) * c->C);
+  double *y = tg_test_malloc(sizeof(double) * c->C);
   double L = 0;
   int r0 = c->wrt == 0 ? c->row : 0, r1 = c->wrt == 0 ? c->row + 1 : c->n;
   for (int r = r0; r < r1; r++) {
@@ -332,27 +273,27 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
                     int in_place) {
   char what[128];
   int ldx = C + 3, ldy = in_place ? ldx : C + 5, ldd = C + 2;
-  float *X = rand_mat(rng, n, C, ldx, spread, offset, NAN);
+  float *X = tg_pad_mat(rng, n, C, ldx, spread, offset, NAN);
   for (int i = 0; i < n; i++) { /* per-row offsets */
     float o = (offset == 0.0f ? 1.5f : 0.0f) * tg_rng_uniform(rng);
     for (int j = 0; j < C; j++) X[(size_t)i * ldx + j] += o;
   }
-  float *w = rand_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
-  float *b = rand_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
-  double *Xd = compact_f64(X, n, C, ldx), *wd = compact_f64(w, 1, C, C),
-         *bd = compact_f64(b, 1, C, C);
-  double *ref = xmalloc(sizeof(double) * n * C);
-  double *mref = xmalloc(sizeof(double) * n);
-  double *rref = xmalloc(sizeof(double) * n);
+  float *w = tg_pad_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
+  float *b = tg_pad_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
+  double *Xd = tg_compact_f64(X, n, C, ldx), *wd = tg_compact_f64(w, 1, C, C),
+         *bd = tg_compact_f64(b, 1, C, C);
+  double *ref = tg_test_malloc(sizeof(double) * n * C);
+  double *mref = tg_test_malloc(sizeof(double) * n);
+  double *rref = tg_test_malloc(sizeof(double) * n);
   for (int i = 0; i < n; i++)
     ref_ln_row(C, Xd + (size_t)i * C, wd, bd, ref + (size_t)i * C, &mref[i],
                &rref[i]);
 
   /* forward */
-  float *Xkeep = copy_f(X, (size_t)n * ldx);
-  float *Y = in_place ? X : const_mat(n, C, ldy, NAN, OUT_PAD);
-  float *mean = const_mat(1, n, n, NAN, NAN);
-  float *rstd = const_mat(1, n, n, NAN, NAN);
+  float *Xkeep = tg_copy_f(X, (size_t)n * ldx);
+  float *Y = in_place ? X : tg_const_mat(n, C, ldy, NAN, OUT_PAD);
+  float *mean = tg_const_mat(1, n, n, NAN, NAN);
+  float *rstd = tg_const_mat(1, n, n, NAN, NAN);
   tg_cpu_layernorm_fwd(n, C, X, ldx, w, b, Y, ldy, mean, rstd);
   snprintf(what, sizeof what, "layernorm_fwd n=%d C=%d offset=%g%s", n, C,
            (double)offset, in_place ? " in place" : "");
@@ -378,29 +319,29 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
   }
 
   /* backward: G = dY, accumulated onto random dX, dw, db */
-  float *dY = rand_mat(rng, n, C, ldd, 1.0f, 0.0f, NAN);
-  float *dX = rand_mat(rng, n, C, ldx, 1.0f, 0.0f, OUT_PAD);
-  float *dw = rand_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
-  float *db = rand_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
-  float *dX0 = copy_f(dX, (size_t)n * ldx), *dw0 = copy_f(dw, C),
-        *db0 = copy_f(db, C);
+  float *dY = tg_pad_mat(rng, n, C, ldd, 1.0f, 0.0f, NAN);
+  float *dX = tg_pad_mat(rng, n, C, ldx, 1.0f, 0.0f, OUT_PAD);
+  float *dw = tg_pad_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
+  float *db = tg_pad_mat(rng, 1, C, C, 1.0f, 0.0f, 0.0f);
+  float *dX0 = tg_copy_f(dX, (size_t)n * ldx), *dw0 = tg_copy_f(dw, C),
+        *db0 = tg_copy_f(db, C);
   tg_cpu_layernorm_bwd(n, C, dY, ldd, X, ldx, w, mean, rstd, dX, ldx, dw, db);
   CHECK(same_bits(X, Xkeep, (size_t)n * ldx), "layernorm changed X");
 
-  double *G = compact_f64(dY, n, C, ldd);
+  double *G = tg_compact_f64(dY, n, C, ldd);
   double h = FD_H * spread; /* the scale on which LN(x) varies */
   ln_ctx ctx = {n, C, Xd, wd, bd, G, 0, 0};
-  double *gx = xmalloc(sizeof(double) * n * C);
+  double *gx = tg_test_malloc(sizeof(double) * n * C);
   for (int i = 0; i < n; i++) { /* row by row: x(i, :) only enters row i */
     ctx.row = i;
-    double *g = fd_grad(ln_loss, &ctx, Xd + (size_t)i * C, C, h);
+    double *g = tg_fd_grad(ln_loss, &ctx, Xd + (size_t)i * C, C, h);
     memcpy(gx + (size_t)i * C, g, sizeof(double) * C);
     free(g);
   }
   ctx.wrt = 1;
-  double *gw = fd_grad(ln_loss, &ctx, wd, C, FD_H);
+  double *gw = tg_fd_grad(ln_loss, &ctx, wd, C, FD_H);
   ctx.wrt = 2;
-  double *gb = fd_grad(ln_loss, &ctx, bd, C, FD_H);
+  double *gb = tg_fd_grad(ln_loss, &ctx, bd, C, FD_H);
   snprintf(what, sizeof what, "layernorm_bwd dX vs FD n=%d C=%d offset=%g", n,
            C, (double)offset);
   CHECK_REL(delta_err(dX, dX0, n, C, ldx, gx), TOL_FD, what);
@@ -459,20 +400,20 @@ static void test_residual(tg_rng *rng) {
   for (int in = 0; in < NN; in++)
     for (int ic = 0; ic < NC; ic++) {
       int n = NS[in], C = CS[ic], lda = C + 1, ldb = C + 4, ldy = C + 2;
-      float *A = rand_mat(rng, n, C, lda, 1.0f, 0.0f, NAN);
-      float *B = rand_mat(rng, n, C, ldb, 1.0f, 0.0f, NAN);
-      double *ref = compact_f64(A, n, C, lda);
+      float *A = tg_pad_mat(rng, n, C, lda, 1.0f, 0.0f, NAN);
+      float *B = tg_pad_mat(rng, n, C, ldb, 1.0f, 0.0f, NAN);
+      double *ref = tg_compact_f64(A, n, C, lda);
       for (int i = 0; i < n; i++)
         for (int j = 0; j < C; j++)
           ref[(size_t)i * C + j] += (double)B[(size_t)i * ldb + j];
-      float *Y = const_mat(n, C, ldy, NAN, OUT_PAD);
+      float *Y = tg_const_mat(n, C, ldy, NAN, OUT_PAD);
       tg_cpu_residual_fwd(n, C, A, lda, B, ldb, Y, ldy);
       snprintf(what, sizeof what, "residual n=%d C=%d", n, C);
       CHECK_REL(mat_err(Y, n, C, ldy, ref), TOL_FWD, what);
       CHECK(pad_intact(Y, n, C, ldy, OUT_PAD), "%s wrote padding", what);
 
       /* in place, Y == B (ld of B) */
-      float *B2 = copy_f(B, (size_t)n * ldb);
+      float *B2 = tg_copy_f(B, (size_t)n * ldb);
       tg_cpu_residual_fwd(n, C, A, lda, B2, ldb, B2, ldb);
       snprintf(what, sizeof what, "residual in place Y == B n=%d C=%d", n, C);
       CHECK_REL(mat_err(B2, n, C, ldb, ref), TOL_FWD, what);
@@ -501,7 +442,7 @@ typedef struct {
 /* logits, loss and (when p != NULL) probabilities of one row, in double */
 static double ref_cls_row(int C, int V, const double *x, const double *wte,
                           int32_t t, double *p) {
-  double *z = xmalloc(sizeof(double) * V);
+  double *z = tg_test_malloc(sizeof(double) * V);
   double mx = -INFINITY, s = 0, zt = NAN;
   for (int v = 0; v < V; v++) {
     double a = 0;
@@ -536,8 +477,8 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
            chunk);
   int ldl = C + 3, lddl = C + 2;
   float scale = 1.0f / (float)(n + 2);
-  float *lnf = rand_mat(rng, n, C, ldl, 1.0f, 0.0f, NAN);
-  float *wte = rand_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+  float *lnf = tg_pad_mat(rng, n, C, ldl, 1.0f, 0.0f, NAN);
+  float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
   for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) wte[k] = padval;
   int32_t *tg = rand_tokens(rng, n, V, -1);
   if (n > 2) { /* the edges of the vocabulary */
@@ -547,8 +488,8 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
 
   /* double reference: loss, dlogits, dlnf = dlogits wte and
    * dwte = dlogits^T lnf */
-  double *lnfd = compact_f64(lnf, n, C, ldl), *wted = compact_f64(wte, V, C, C);
-  double *dl = xmalloc(sizeof(double) * n * V);
+  double *lnfd = tg_compact_f64(lnf, n, C, ldl), *wted = tg_compact_f64(wte, V, C, C);
+  double *dl = tg_test_malloc(sizeof(double) * n * V);
   double lref = 0;
   for (int i = 0; i < n; i++) {
     double *p = dl + (size_t)i * V;
@@ -556,8 +497,8 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
     for (int v = 0; v < V; v++) p[v] = scale * (p[v] - (v == tg[i]));
   }
   lref *= scale;
-  double *dlnf_ref = xmalloc(sizeof(double) * n * C);
-  double *dwte_ref = xmalloc(sizeof(double) * V * C);
+  double *dlnf_ref = tg_test_malloc(sizeof(double) * n * C);
+  double *dwte_ref = tg_test_malloc(sizeof(double) * V * C);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < C; j++) {
       double a = 0;
@@ -575,7 +516,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
 
   /* scratch of exactly chunk * V floats, then a guard */
   size_t ns = (size_t)chunk * V;
-  float *scratch = const_mat(1, (int)ns + 16, (int)ns + 16, NAN, NAN);
+  float *scratch = tg_const_mat(1, (int)ns + 16, (int)ns + 16, NAN, NAN);
   for (int k = 0; k < 16; k++) scratch[ns + k] = UNTOUCHED;
   float guard[16];
   for (int k = 0; k < 16; k++) guard[k] = UNTOUCHED;
@@ -593,12 +534,12 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   /* forward + backward: dlnf written over NaN, dwte[:V] accumulated onto
    * values of the increment's size (a large base would bury the increment
    * under its own float rounding, one per chunk) */
-  float *dlnf = const_mat(n, C, lddl, NAN, OUT_PAD);
-  float *dwte = rand_mat(rng, Vp, C, C, 1e-3f, 0.0f, 0.0f);
+  float *dlnf = tg_const_mat(n, C, lddl, NAN, OUT_PAD);
+  float *dwte = tg_pad_mat(rng, Vp, C, C, 1e-3f, 0.0f, 0.0f);
   for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) dwte[k] = UNTOUCHED;
-  float *dwte0 = copy_f(dwte, (size_t)Vp * C);
-  float *lnf0 = copy_f(lnf, (size_t)n * ldl);
-  float *wte0 = copy_f(wte, (size_t)Vp * C);
+  float *dwte0 = tg_copy_f(dwte, (size_t)Vp * C);
+  float *lnf0 = tg_copy_f(lnf, (size_t)n * ldl);
+  float *wte0 = tg_copy_f(wte, (size_t)Vp * C);
   float loss2 = -0.5f;
   tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1, dlnf, lddl,
                     dwte, &loss2, scratch);
@@ -626,13 +567,13 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
 
   if (fd) {
     cls_ctx ctx = {n, C, V, lnfd, wted, tg, scale, 0};
-    double *g = fd_grad(cls_loss, &ctx, lnfd, (size_t)n * C, FD_H);
+    double *g = tg_fd_grad(cls_loss, &ctx, lnfd, (size_t)n * C, FD_H);
     char w2[200];
     snprintf(w2, sizeof w2, "classifier dlnf vs FD %s", what);
     CHECK_REL(mat_err(dlnf, n, C, lddl, g), TOL_FD, w2);
     free(g);
     ctx.wrt_wte = 1;
-    g = fd_grad(cls_loss, &ctx, wted, (size_t)V * C, FD_H);
+    g = tg_fd_grad(cls_loss, &ctx, wted, (size_t)V * C, FD_H);
     snprintf(w2, sizeof w2, "classifier dwte vs FD %s", what);
     CHECK_REL(delta_err(dwte, dwte0, V, C, C, g), TOL_FD, w2);
     free(g);
@@ -679,12 +620,12 @@ static void test_classifier(tg_rng *rng) {
   /* out-of-range targets: NaN loss, zero dlnf rows, no gradient from them */
   {
     int n = 4, C = 7, V = 9, Vp = 16;
-    float *lnf = rand_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
-    float *wte = rand_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+    float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
+    float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
     int32_t tg[4] = {V, 2, -1, Vp};
-    float *dlnf = const_mat(n, C, C, NAN, NAN);
-    float *dwte = const_mat(Vp, C, C, 0.0f, 0.0f);
-    float *scratch = const_mat(2, V, V, NAN, NAN);
+    float *dlnf = tg_const_mat(n, C, C, NAN, NAN);
+    float *dwte = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
+    float *scratch = tg_const_mat(2, V, V, NAN, NAN);
     float loss = 0.0f;
     tg_cpu_classifier(n, C, V, 2, lnf, C, wte, tg, 1.0f, 1, dlnf, C, dwte,
                       &loss, scratch);
@@ -693,8 +634,8 @@ static void test_classifier(tg_rng *rng) {
       zero &= dlnf[j] == 0.0f && dlnf[2 * C + j] == 0.0f &&
               dlnf[3 * C + j] == 0.0f;
     /* the valid row alone gives dwte = dlogits(1)^T lnf(1) */
-    double *lnfd = compact_f64(lnf, n, C, C), *wted = compact_f64(wte, V, C, C);
-    double p[9], *ref = xmalloc(sizeof(double) * Vp * C);
+    double *lnfd = tg_compact_f64(lnf, n, C, C), *wted = tg_compact_f64(wte, V, C, C);
+    double p[9], *ref = tg_test_malloc(sizeof(double) * Vp * C);
     ref_cls_row(C, V, lnfd + C, wted, 2, p);
     for (int v = 0; v < Vp; v++)
       for (int j = 0; j < C; j++)

@@ -36,6 +36,7 @@
 #include "taskgrad/mlp.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
+#include "self_spawn.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -147,87 +148,17 @@ typedef struct outcome {
 } outcome;
 static const char *VNAMES[4] = {"step-1 loss", "step-2 loss", "sum |w|", "sum w^2"};
 
-/* environ with STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA replaced */
-static char **child_env(const char *sched, int ncpu, char bufs[3][80]) {
-  size_t n = 0;
-  while (environ[n]) n++;
-  char **env = calloc(n + 4, sizeof *env);
-  if (!env) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    if (strncmp(environ[i], "STARPU_SCHED=", 13) != 0 &&
-        strncmp(environ[i], "STARPU_NCPU=", 12) != 0 &&
-        strncmp(environ[i], "STARPU_NCPUS=", 13) != 0 &&
-        strncmp(environ[i], "STARPU_NCUDA=", 13) != 0)
-      env[k++] = environ[i];
+/* Runs one child; returns 0 and fills *o, or -1 after printing why. */
+static int run_child(const char *sched, int ncpu, outcome *o) {
+  static const char *const drop[] = {"STARPU_SCHED=", "STARPU_NCPU=", "STARPU_NCPUS=",
+                                     "STARPU_NCUDA=", NULL};
+  char bufs[3][80], label[96], out[16384];
   snprintf(bufs[0], 80, "STARPU_SCHED=%s", sched);
   snprintf(bufs[1], 80, "STARPU_NCPU=%d", ncpu);
   snprintf(bufs[2], 80, "STARPU_NCUDA=0");
-  for (int i = 0; i < 3; i++) env[k++] = bufs[i];
-  env[k] = NULL;
-  return env;
-}
-
-/* Runs one child; returns 0 and fills *o, or -1 after printing why. */
-static int run_child(const char *sched, int ncpu, outcome *o) {
-  char bufs[3][80];
-  char **env = child_env(sched, ncpu, bufs);
-  if (!env) {
-    fprintf(stderr, "out of memory\n");
-    return -1;
-  }
-  int fds[2];
-  if (pipe(fds) != 0) {
-    perror("pipe");
-    free(env);
-    return -1;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  char *argv[] = {"/proc/self/exe", "child", NULL};
-  pid_t pid;
-  int sp = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  free(env);
-  if (sp != 0) {
-    fprintf(stderr, "%s/%d: posix_spawn: %s\n", sched, ncpu, strerror(sp));
-    close(fds[0]);
-    return -1;
-  }
-  /* read to the end (the child must never block on a full pipe); keep the
-   * first 16 KiB */
-  char out[16384], sink[4096];
-  size_t len = 0;
-  for (;;) {
-    char *dst = len < sizeof out - 1 ? out + len : sink;
-    size_t room = len < sizeof out - 1 ? sizeof out - 1 - len : sizeof sink;
-    ssize_t r = read(fds[0], dst, room);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    if (dst == out + len) len += (size_t)r;
-  }
-  out[len] = '\0';
-  close(fds[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) {
-      perror("waitpid");
-      return -1;
-    }
-  if (WIFSIGNALED(status)) {
-    fprintf(stderr, "%s/%d: the child was killed by signal %d (%s)\n", sched, ncpu,
-            WTERMSIG(status), strsignal(WTERMSIG(status)));
-    return -1;
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "%s/%d: the child exited with status %d\n", sched, ncpu,
-            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    return -1;
-  }
+  const char *const add[] = {bufs[0], bufs[1], bufs[2], NULL};
+  snprintf(label, sizeof label, "%s/%d", sched, ncpu);
+  if (tg_test_run_self(NULL, drop, add, out, sizeof out, label) < 0) return -1;
   /* the result line is the last one starting with "sched " */
   const char *line = NULL;
   for (const char *p = out; (p = strstr(p, "sched ")) != NULL; p++)

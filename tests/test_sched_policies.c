@@ -47,6 +47,7 @@
 #include "taskgrad/runtime.h"
 #include "taskgrad/sched.h"
 #include "taskgrad/tensor.h"
+#include "self_spawn.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -286,21 +287,12 @@ typedef struct outcome {
 static const char *VNAMES[4] = {"MLP step-1 loss", "MLP step-2 loss", "GPT step loss",
                                 "GPT loss after update"};
 
-static char **child_env(const config *c, char bufs[5][80]) {
-  size_t n = 0;
-  while (environ[n]) n++;
-  char **env = calloc(n + 6, sizeof *env);
-  if (!env) return NULL;
-  static const char *drop[] = {"STARPU_SCHED=", "STARPU_NCPU=", "STARPU_NCPUS=",
-                               "STARPU_NCUDA=", "STARPU_LIMIT_CPU_MEM=",
-                               "TG_MEMAWARE_PRESSURE=", "TG_NO_PRIORITIES="};
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    int keep = 1;
-    for (size_t d = 0; d < sizeof drop / sizeof drop[0]; d++)
-      if (strncmp(environ[i], drop[d], strlen(drop[d])) == 0) keep = 0;
-    if (keep) env[k++] = environ[i];
-  }
+static int run_child(const config *c, const char *name, outcome *o) {
+  static const char *const drop[] = {"STARPU_SCHED=", "STARPU_NCPU=", "STARPU_NCPUS=",
+                                     "STARPU_NCUDA=", "STARPU_LIMIT_CPU_MEM=",
+                                     "TG_MEMAWARE_PRESSURE=", "TG_NO_PRIORITIES=", NULL};
+  char bufs[5][80], out[16384];
+  const char *add[6];
   int nb = 0;
   snprintf(bufs[nb++], 80, "STARPU_NCPU=%d", c->ncpu);
   snprintf(bufs[nb++], 80, "STARPU_NCUDA=0");
@@ -309,65 +301,10 @@ static char **child_env(const config *c, char bufs[5][80]) {
     snprintf(bufs[nb++], 80, "STARPU_LIMIT_CPU_MEM=2048");
     snprintf(bufs[nb++], 80, "TG_MEMAWARE_PRESSURE=1");
   }
-  for (int i = 0; i < nb; i++) env[k++] = bufs[i];
-  env[k] = NULL;
-  return env;
-}
-
-static int run_child(const config *c, const char *name, outcome *o) {
-  char bufs[5][80];
-  char **env = child_env(c, bufs);
-  if (!env) return -1;
-  int fds[2];
-  if (pipe(fds) != 0) {
-    perror("pipe");
-    free(env);
+  for (int i = 0; i < nb; i++) add[i] = bufs[i];
+  add[nb] = NULL;
+  if (tg_test_run_self(c->via_cfg ? c->sched : NULL, drop, add, out, sizeof out, name) < 0)
     return -1;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  char *argv[] = {"/proc/self/exe", "child", c->via_cfg ? (char *)c->sched : NULL, NULL};
-  pid_t pid;
-  int sp = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  free(env);
-  if (sp != 0) {
-    fprintf(stderr, "%s: posix_spawn: %s\n", name, strerror(sp));
-    close(fds[0]);
-    return -1;
-  }
-  char out[16384], sink[4096];
-  size_t len = 0;
-  for (;;) {
-    char *dst = len < sizeof out - 1 ? out + len : sink;
-    size_t room = len < sizeof out - 1 ? sizeof out - 1 - len : sizeof sink;
-    ssize_t r = read(fds[0], dst, room);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    if (dst == out + len) len += (size_t)r;
-  }
-  out[len] = '\0';
-  close(fds[0]);
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) {
-      perror("waitpid");
-      return -1;
-    }
-  if (WIFSIGNALED(status)) {
-    fprintf(stderr, "%s: the child was killed by signal %d (%s)\n", name, WTERMSIG(status),
-            strsignal(WTERMSIG(status)));
-    return -1;
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "%s: the child exited with status %d\n", name,
-            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    return -1;
-  }
   const char *line = NULL;
   for (const char *p = out; (p = strstr(p, "sched ")) != NULL; p++)
     if (p == out || p[-1] == '\n') line = p;

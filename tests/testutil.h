@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TG_TEST_SKIP 77
 
@@ -78,6 +79,70 @@ static inline double tg_rel_err_f32(const float *got, const float *ref,
   }
   if (den < 1e-300) return sqrt(num);
   return sqrt(num / den);
+}
+
+/* ---- padded matrices and finite differences (the kernel tests) ---------- */
+
+static inline void *tg_test_malloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+/* (rows, ld) float matrix: entries offset + uniform in [-scale, scale),
+ * `pad` in the ld - cols padding floats of every row. */
+static inline float *tg_pad_mat(tg_rng *rng, int rows, int cols, int ld, float scale,
+                                float offset, float pad) {
+  float *m = tg_test_malloc(sizeof(float) * (size_t)rows * ld);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < ld; c++)
+      m[(size_t)r * ld + c] = c < cols ? offset + scale * tg_rng_uniform(rng) : pad;
+  return m;
+}
+static inline float *tg_rand_mat(tg_rng *rng, int rows, int cols, int ld, float scale,
+                                 float pad) {
+  return tg_pad_mat(rng, rows, cols, ld, scale, 0.0f, pad);
+}
+
+static inline float *tg_const_mat(int rows, int cols, int ld, float value, float pad) {
+  float *m = tg_test_malloc(sizeof(float) * (size_t)rows * ld);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < ld; c++) m[(size_t)r * ld + c] = c < cols ? value : pad;
+  return m;
+}
+
+static inline float *tg_copy_f(const float *m, size_t n) {
+  float *c = tg_test_malloc(sizeof(float) * n);
+  memcpy(c, m, sizeof(float) * n);
+  return c;
+}
+
+/* compact double copy (rows * cols) of a padded float matrix */
+static inline double *tg_compact_f64(const float *m, int rows, int cols, int ld) {
+  double *c = tg_test_malloc(sizeof(double) * ((size_t)rows * cols + 1));
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < cols; j++) c[(size_t)r * cols + j] = m[(size_t)r * ld + j];
+  return c;
+}
+
+/* Central finite differences of a scalar function f(x, ctx) in double. */
+typedef double (*tg_scalar_fn)(const double *x, const void *ctx);
+static inline double *tg_fd_grad(tg_scalar_fn f, const void *ctx, double *x, size_t n,
+                                 double h) {
+  double *g = tg_test_malloc(sizeof(double) * (n + 1));
+  for (size_t i = 0; i < n; i++) {
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double fp = f(x, ctx);
+    x[i] = x0 - h;
+    double fm = f(x, ctx);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
 }
 
 #endif
