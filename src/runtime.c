@@ -49,8 +49,26 @@ int tg_built_with_cuda(void) {
 #endif
 }
 
+/* StarPU 1.3 aborts the whole process on a memory limit that is not an
+ * integer: check them first, so a bad value is an error, not a crash. */
+static int tg_check_limit_env(void) {
+  static const char *const vars[] = {"STARPU_LIMIT_CPU_MEM", "STARPU_LIMIT_CUDA_MEM",
+                                     "STARPU_LIMIT_CPU_NUMA_MEM"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (!v || !*v) continue;
+    char *end;
+    errno = 0;
+    long long mib = strtoll(v, &end, 10);
+    if (errno || *end || mib < 0)
+      return tg_fail(EINVAL, "%s='%s' is not a number of MiB", vars[i], v);
+  }
+  return 0;
+}
+
 int tg_init(const tg_runtime_config *cfg) {
   if (tg_started) return tg_fail(EBUSY, "tg_init: taskgrad is already started");
+  TG_TRY(tg_check_limit_env());
   tg_runtime_config c = cfg ? *cfg : tg_runtime_config_default();
   struct starpu_conf conf;
   TG_STARPU(starpu_conf_init(&conf));

@@ -87,6 +87,10 @@ PY
 else
   bad "training run failed: $(tail -3 "$work/err")"
 fi
+STARPU_LIMIT_CPU_MEM=lots gpt_fail "STARPU_LIMIT_CPU_MEM not a number" \
+  "STARPU_LIMIT_CPU_MEM='lots' is not a number of MiB" \
+  --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 16 --steps 1
+
 # Memory limit: below what StarPU must manage, StarPU 1.3 would wait
 # forever; the CLI refuses up front, and at the figure it names training runs.
 if STARPU_LIMIT_CPU_MEM=1 "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" \
