@@ -13,16 +13,22 @@
 #include <starpu.h>
 
 #include "cli.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/sched.h"
 
+/* Under MPI the message names the rank, and the whole job ends: the other
+ * ranks would otherwise wait for this one forever. */
 noreturn void tg_cli_die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("taskgrad: error: ", stderr);
+  if (tg_dist_size() > 1)
+    fprintf(stderr, "taskgrad: error (rank %d of %d): ", tg_dist_rank(), tg_dist_size());
+  else
+    fputs("taskgrad: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  exit(TG_EXIT_USAGE);
+  tg_dist_abort(TG_EXIT_USAGE);
 }
 
 noreturn void tg_cli_die_last(const char *context) {
@@ -126,6 +132,10 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
   }
   if (strcmp(argv[*i], "--stats") == 0) {
     rc->stats = 1;
+    return 1;
+  }
+  if (strcmp(argv[*i], "--deterministic") == 0) {
+    rc->deterministic = 1;
     return 1;
   }
   return 0;

@@ -38,7 +38,10 @@ void tg_cli_check_sched(const char *name);
   "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"    \
   "  --no-priorities      give every task priority 0 (for comparisons)\n"      \
   "  --trace FILE.json    write a Chrome trace-event file (Perfetto)\n"        \
-  "  --stats              print per-codelet and per-worker statistics\n"
+  "  --stats              print per-codelet and per-worker statistics\n"      \
+  "  --deterministic      sum gradients in a fixed order (an explicit tree\n"  \
+  "                       instead of StarPU reductions): bitwise-identical\n"  \
+  "                       results for any scheduler, workers or MPI ranks\n"
 
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */
@@ -79,6 +82,16 @@ void tg_progress_end(tg_progress *p);
  * --stats shows), trace only.  tg_cli_instrument_end, right before
  * tg_shutdown: writes the trace, prints the statistics to stderr. */
 void tg_cli_instrument_check(tg_runtime_config *rc);
+/* Under an MPI launcher (mpirun): sets rc->mpi, or exits 2 when this build
+ * has no StarPU-MPI.  Returns 1 when the command will run distributed.
+ * Commands that do not support it call tg_cli_refuse_mpi instead. */
+int tg_cli_mpi_check(tg_runtime_config *rc);
+/* exit 2 unless `path` can be written (an existing, writable directory;
+ * not itself a directory); flag names it in the message */
+void tg_cli_check_output(const char *flag, const char *path);
+void tg_cli_refuse_mpi(const char *command);
+/* stderr progress and summaries only on rank 0 */
+int tg_cli_is_root(void);
 void tg_cli_instrument_begin(const tg_runtime_config *rc);
 void tg_cli_instrument_begin_bench(const tg_runtime_config *rc);
 void tg_cli_instrument_end(const tg_runtime_config *rc);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/stats.h"
 #include "taskgrad/trace.h"
 
@@ -19,24 +20,26 @@ static int tg_instr_stats;
 
 void tg_cli_instrument_check(tg_runtime_config *rc) {
   if (rc->trace || rc->stats) rc->profiling = 1;
-  if (!rc->trace) return;
-  const char *path = rc->trace;
-  if (!*path) tg_cli_die("--trace: empty file name");
+  if (rc->trace) tg_cli_check_output("--trace", rc->trace);
+}
+
+void tg_cli_check_output(const char *flag, const char *path) {
+  if (!*path) tg_cli_die("%s: empty file name", flag);
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    tg_cli_die("--trace: '%s' is a directory, not a file name", path);
-  /* the directory must exist and be writable: the trace is written there
+    tg_cli_die("%s: '%s' is a directory, not a file name", flag, path);
+  /* the directory must exist and be writable: the file is written there
    * (a temporary file renamed over the path) */
   const char *slash = strrchr(path, '/');
   char dir[4096];
   if (!slash) snprintf(dir, sizeof dir, ".");
   else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else if ((size_t)(slash - path) >= sizeof dir) tg_cli_die("--trace: path too long");
+  else if ((size_t)(slash - path) >= sizeof dir) tg_cli_die("%s: path too long", flag);
   else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-    tg_cli_die("--trace: directory '%s' of '%s' does not exist", dir, path);
+    tg_cli_die("%s: directory '%s' of '%s' does not exist", flag, dir, path);
   if (access(dir, W_OK | X_OK) != 0)
-    tg_cli_die("--trace: directory '%s' is not writable (%s)", dir, strerror(errno));
+    tg_cli_die("%s: directory '%s' is not writable (%s)", flag, dir, strerror(errno));
 }
 
 static void tg_instrument_start(const tg_runtime_config *rc, int stats) {
@@ -71,3 +74,19 @@ void tg_cli_instrument_end(const tg_runtime_config *rc) {
     tg_stats_print(&st, stderr);
   }
 }
+
+int tg_cli_mpi_check(tg_runtime_config *rc) {
+  if (!tg_dist_launched()) return 0;
+  if (!tg_dist_available())
+    tg_cli_die("started by an MPI launcher, but this taskgrad was built without "
+               "StarPU-MPI (install libopenmpi-dev and reconfigure)");
+  rc->mpi = 1;
+  return 1;
+}
+
+void tg_cli_refuse_mpi(const char *command) {
+  if (tg_dist_launched())
+    tg_cli_die("'%s' does not run under MPI; launch it without mpirun", command);
+}
+
+int tg_cli_is_root(void) { return tg_dist_rank() == 0; }

@@ -194,18 +194,6 @@ static void need_file(const char *flag, const char *path) {
     tg_cli_die("%s: '%s' is not a readable file", flag, path);
 }
 
-/* The output path's directory must exist, so a long run does not end in a
- * failed save. */
-static void need_writable_dir(const char *flag, const char *path) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = 0;
-  else *slash = 0;
-  if (access(dir, W_OK) != 0) tg_cli_die("%s: cannot write into directory '%s'", flag, dir);
-}
-
 /* Creates the checkpoint directory (and its parents) if missing, and
  * requires that we can write into it, before any training. */
 static void need_checkpoint_dir(const char *dir) {
@@ -389,7 +377,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (o.val) need_file("--val", o.val);
     if (tg_llmc_model_read(o.init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
   }
-  if (o.save) need_writable_dir("--save", o.save);
+  if (o.save) tg_cli_check_output("--save", o.save);
   if (o.checkpoint) need_checkpoint_dir(o.checkpoint);
   if (o.T > cfg.max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o.T, cfg.max_seq_len);

@@ -25,6 +25,8 @@
 
 #include "check.h"
 #include "graph_common.h"
+#include "reduce.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/gpt.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
@@ -57,7 +59,11 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 
 /* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
 #define W(g, p, l) ((g)->w[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
-#define G(g, p, l) ((g)->g[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
+/* This step's sum of a gradient (reduce.h), and where micro-batch mb->micro
+ * adds into it, with which access mode (the same for every gradient). */
+#define GSUM(g, p, l) (&(g)->sums[(p) * TG_GPT_MAX_LAYERS + (tg_gpt_param_per_layer(p) ? (l) : 0)])
+#define G(g, p, l) tg_sum_handle(GSUM(g, p, l), mb->micro)
+#define GMODE(g) tg_sum_mode(&(g)->sums[0])
 
 static int tg_gpt_slices(tg_gpt_param p, const tg_gpt_config *c) {
   return tg_gpt_param_per_layer(p) ? c->num_layers : 1;
@@ -324,7 +330,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
-                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), TG_REDUCE, BWD(L)));
+                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), GMODE(g), BWD(L)));
   tg_tensor *fin[] = {&mb->dlnf, &mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
   for (int l = c->num_layers - 1; l >= 0; l--) {
@@ -332,16 +338,16 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     /* MLP block: dres holds dL/d(x2 + fcproj) */
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, A->fchg.handle, 1.0f,
-                          G(g, TG_FCPROJW, l), TG_REDUCE, WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), TG_REDUCE, WGRAD(l)));
+                          G(g, TG_FCPROJW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), GMODE(g), WGRAD(l)));
     TG_TRY(tg_temp(&tmp, n, 4 * C)); /* dL/dfch */
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_FCPROJW, l), TG_ACT_GELU,
                                      A->fch.handle, tmp.handle, BWD(l)));
     tg_tensor_release(&A->fchg);
     tg_tensor_release(&A->fch);
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, tmp.handle, A->ln2.handle, 1.0f, G(g, TG_FCW, l),
-                          TG_REDUCE, WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), TG_REDUCE, WGRAD(l)));
+                          GMODE(g), WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), GMODE(g), WGRAD(l)));
     tg_tensor dln;
     TG_TRY(tg_temp(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(tmp.handle, W(g, TG_FCW, l), TG_ACT_NONE, NULL,
@@ -349,32 +355,32 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor_release(&tmp);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
                                    A->mean2.handle, A->rstd2.handle, dres.handle,
-                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), TG_REDUCE, BWD(l)));
+                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), GMODE(g), BWD(l)));
     tg_tensor_release(&dln);
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, at->out.handle, 1.0f,
-                          G(g, TG_ATTPROJW, l), TG_REDUCE, WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), TG_REDUCE, WGRAD(l)));
+                          G(g, TG_ATTPROJW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), GMODE(g), WGRAD(l)));
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
                                      at->dout.handle, BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
     TG_TRY(tg_gemm_insert(1, 0, 1.0f, at->dqkv.handle, A->ln1.handle, 1.0f,
-                          G(g, TG_QKVW, l), TG_REDUCE, WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), TG_REDUCE, WGRAD(l)));
+                          G(g, TG_QKVW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), GMODE(g), WGRAD(l)));
     TG_TRY(tg_temp(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, W(g, TG_QKVW, l), TG_ACT_NONE, NULL,
                                      dln.handle, BWD(l)));
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
-                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), TG_REDUCE, BWD(l)));
+                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), GMODE(g), BWD(l)));
     tg_tensor_release(&dln);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
   }
   TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
-                                 G(g, TG_WPE, 0), TG_REDUCE,
+                                 G(g, TG_WPE, 0), GMODE(g),
                                  tg_gopt(&go, L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
   tg_tensor_release(&dres);
   return 0;
@@ -389,14 +395,11 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
   return 0;
 }
 
-static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
-  TG_TRY(tg_gpt_check_batch(g, batch));
+/* Submits the micro-batches of a batch into the step's sums (g->sums,
+ * loss_sum). */
+static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int backward,
+                         float scale) {
   const tg_gpt_config *c = &g->cfg;
-  if (backward)
-    for (int p = 0; p < TG_GPT_NPARAMS; p++)
-      for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c); l++)
-        TG_TRY(tg_fill_insert(g->g[p][l].handle, 0.0f, NULL));
-  float scale = 1.0f / (float)(g->run.B * g->run.T);
   int M = g->run.nmicro;
   tg_gopts go;
   for (int i = 0; i < M; i++) {
@@ -413,8 +416,10 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
     if (rc == 0)
       rc = tg_lm_classifier_insert(c->vocab_size, g->run.classifier_chunk, scale,
                                    mb->lnf.handle, W(g, TG_WTE, 0), mb->targets,
-                                   backward ? mb->dlnf.handle : NULL, G(g, TG_WTE, 0),
-                                   TG_REDUCE, g->loss.handle, TG_REDUCE,
+                                   backward ? mb->dlnf.handle : NULL,
+                                   backward ? G(g, TG_WTE, 0) : NULL,
+                                   backward ? GMODE(g) : TG_REDUCE,
+                                   tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
                                    tg_gopt(&go, 2 * c->num_layers, TG_GPT_RANKS(c->num_layers),
                                            "m%d.classifier", i));
     if (rc == 0 && backward)
@@ -424,6 +429,39 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
     free(mb);
     TG_TRY(rc);
   }
+  return 0;
+}
+
+/* One batch: training (backward) is summed over the ranks too, each rank
+ * holding B of the ranks * B sequences of the global batch; evaluation is
+ * local. */
+static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
+  TG_TRY(tg_gpt_check_batch(g, batch));
+  const tg_gpt_config *c = &g->cfg;
+  int M = g->run.nmicro, ranks = backward ? tg_dist_size() : 1;
+  g->sums = backward ? calloc((size_t)TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS, sizeof *g->sums)
+                     : NULL;
+  if (backward && !g->sums) return tg_fail(ENOMEM, "GPT: out of memory");
+  int rc = 0;
+  for (int p = 0; p < TG_GPT_NPARAMS && backward && rc == 0; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c) && rc == 0; l++)
+      rc = tg_sum_begin(GSUM(g, p, l), &g->g[p][l], 0, M, 1);
+  tg_sum loss_sum = {0};
+  if (rc == 0) rc = tg_sum_begin(&loss_sum, &g->loss, 1, M, backward);
+  if (rc == 0)
+    rc = tg_gpt_micros(g, &loss_sum, batch, backward,
+                       1.0f / ((float)g->run.B * g->run.T * ranks));
+  /* finish every sum begun, even after an error, so no leaf is left behind */
+  for (int p = 0; p < TG_GPT_NPARAMS && backward; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c); l++) {
+      int r = tg_sum_finish(GSUM(g, p, l));
+      if (rc == 0) rc = r;
+    }
+  int r = tg_sum_finish(&loss_sum);
+  if (rc == 0) rc = r;
+  free(g->sums);
+  g->sums = NULL;
+  TG_TRY(rc);
   g->loss_batches++;
   return 0;
 }

@@ -19,7 +19,15 @@
 
 #include "check.h"
 #include "graph_common.h"
+#include "reduce.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/mlp.h"
+
+/* A step's sums (reduce.h): parameter gradients, loss, correct count. */
+typedef struct tg_mlp_sums {
+  tg_sum dw[TG_MLP_MAX_LAYERS], db[TG_MLP_MAX_LAYERS];
+  tg_sum loss, correct;
+} tg_mlp_sums;
 
 tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
   tg_optimizer_config o = {kind, 1e-3f, 0.9f, 0.9f, 0.999f, 1e-8f, 0.01f};
@@ -134,7 +142,7 @@ static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
   return 0;
 }
 
-static int tg_mlp_backward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
+static int tg_mlp_backward_micro(tg_mlp *m, tg_mlp_sums *S, starpu_data_handle_t x, int rows,
                                  tg_tensor *Z, tg_tensor *H, tg_tensor *dZ, int micro) {
   const tg_mlp_config *c = &m->cfg;
   int L = c->nlayers, R = TG_MLP_RANKS(L);
@@ -142,9 +150,10 @@ static int tg_mlp_backward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
   tg_tensor cur = *dZ; /* gradient of the current layer's pre-activation */
   for (int l = c->nlayers - 1; l >= 0; l--) {
     starpu_data_handle_t in = l > 0 ? H[l - 1].handle : x;
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, m->dw[l].handle, TG_REDUCE,
-                          tg_gopt(&g, L - l, R, "L%d.m%d.dW", l, micro)));
-    TG_TRY(tg_bias_grad_insert(cur.handle, m->db[l].handle, TG_REDUCE,
+    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, tg_sum_handle(&S->dw[l], micro),
+                          tg_sum_mode(&S->dw[l]), tg_gopt(&g, L - l, R, "L%d.m%d.dW", l, micro)));
+    TG_TRY(tg_bias_grad_insert(cur.handle, tg_sum_handle(&S->db[l], micro),
+                               tg_sum_mode(&S->db[l]),
                                tg_gopt(&g, L - l, R, "L%d.m%d.db", l, micro)));
     if (l == 0) break;
     tg_tensor dprev;
@@ -182,15 +191,10 @@ static int tg_mlp_check_batch(const tg_mlp *m, const tg_batch *batch) {
   return 0;
 }
 
-static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
-  TG_TRY(tg_mlp_check_batch(m, batch));
+/* Submits the micro-batches of one batch into the sums S. */
+static int tg_mlp_micros(tg_mlp *m, tg_mlp_sums *S, const tg_batch *batch, int backward,
+                         float scale) {
   const tg_mlp_config *c = &m->cfg;
-  if (backward)
-    for (int l = 0; l < c->nlayers; l++) {
-      TG_TRY(tg_fill_insert(m->dw[l].handle, 0.0f, NULL));
-      TG_TRY(tg_fill_insert(m->db[l].handle, 0.0f, NULL));
-    }
-  float scale = 1.0f / (float)batch->rows;
   for (int i = 0; i < batch->nmicro; i++) {
     int rows = (int)starpu_matrix_get_ny(batch->x[i]);
     tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits;
@@ -200,13 +204,13 @@ static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
     tg_gopts g;
     int L = c->nlayers;
     TG_TRY(tg_softmax_xent_insert(logits->handle, batch->y[i], scale, dlogits.handle,
-                                  m->loss.handle, TG_REDUCE,
+                                  tg_sum_handle(&S->loss, i), tg_sum_mode(&S->loss),
                                   tg_gopt(&g, 2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
-    TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], m->correct.handle,
-                              TG_REDUCE, NULL));
+    TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], tg_sum_handle(&S->correct, i),
+                              tg_sum_mode(&S->correct), NULL));
     tg_tensor_release(logits);
     if (backward) {
-      TG_TRY(tg_mlp_backward_micro(m, batch->x[i], rows, Z, H, &dlogits, i));
+      TG_TRY(tg_mlp_backward_micro(m, S, batch->x[i], rows, Z, H, &dlogits, i));
     } else {
       tg_tensor_release(&dlogits);
       for (int l = 0; l < c->nlayers; l++) {
@@ -215,8 +219,39 @@ static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
       }
     }
   }
+  return 0;
+}
+
+/* One batch: training (backward) steps are summed over the ranks too, each
+ * rank holding an equal share of the global batch; evaluation is local. */
+static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
+  TG_TRY(tg_mlp_check_batch(m, batch));
+  const tg_mlp_config *c = &m->cfg;
+  int M = batch->nmicro, ranks = backward ? tg_dist_size() : 1;
+  tg_mlp_sums *S = calloc(1, sizeof *S);
+  if (!S) return tg_fail(ENOMEM, "MLP: out of memory");
+  int rc = 0;
+  for (int l = 0; l < c->nlayers && backward && rc == 0; l++) {
+    rc = tg_sum_begin(&S->dw[l], &m->dw[l], 0, M, 1);
+    if (rc == 0) rc = tg_sum_begin(&S->db[l], &m->db[l], 0, M, 1);
+  }
+  if (rc == 0) rc = tg_sum_begin(&S->loss, &m->loss, 1, M, backward);
+  if (rc == 0) rc = tg_sum_begin(&S->correct, &m->correct, 1, M, backward);
+  if (rc == 0) rc = tg_mlp_micros(m, S, batch, backward, 1.0f / ((float)batch->rows * ranks));
+  /* finish every sum begun, even after an error, so no leaf is left behind */
+  tg_sum *all[] = {&S->loss, &S->correct};
+  for (int l = 0; l < c->nlayers && backward; l++) {
+    int r1 = tg_sum_finish(&S->dw[l]), r2 = tg_sum_finish(&S->db[l]);
+    if (rc == 0) rc = r1 < 0 ? r1 : r2;
+  }
+  for (int k = 0; k < 2; k++) {
+    int r = tg_sum_finish(all[k]);
+    if (rc == 0) rc = r;
+  }
+  free(S);
+  TG_TRY(rc);
   m->metric_batches++;
-  m->metric_samples += batch->rows;
+  m->metric_samples += batch->rows * ranks;
   return 0;
 }
 

@@ -572,10 +572,14 @@ void tg_loader_destroy(tg_loader *ld) {
 
 typedef struct dataset_ctx {
   const tg_dataset *ds;
-  int batch;
+  int batch;              /* global batch (the permutation's stride) */
   int shuffle;
   uint64_t seed;
   int *perm;               /* current epoch's order of the samples */
+  int shard;               /* this loader's part of each batch ... */
+  int local;               /* ... of `local` rows (batch / nshards) */
+  int partial_local;       /* rows of its part of the last, partial batch */
+  int bpe;
 } dataset_ctx;
 
 static void dataset_begin_epoch(void *arg, long long epoch) {
@@ -588,7 +592,8 @@ static void dataset_fill(void *arg, int b, int r0, int nrows, void *xv,
   const dataset_ctx *c = arg;
   const tg_dataset *ds = c->ds;
   const size_t features = (size_t)ds->features;
-  const int *order = c->perm + (size_t)b * (size_t)c->batch + r0;
+  const int part = c->partial_local > 0 && b == c->bpe - 1 ? c->partial_local : c->local;
+  const int *order = c->perm + (size_t)b * (size_t)c->batch + (size_t)c->shard * part + r0;
   float *x = xv;
   for (int r = 0; r < nrows; r++) {
     memcpy(x + (size_t)r * xld, ds->x + (size_t)order[r] * features,
@@ -618,9 +623,16 @@ tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
     tg_fail(EINVAL, "loader: batch size %d must be >= 1", cfg->batch);
     return NULL;
   }
-  if (cfg->nmicro < 1 || cfg->nmicro > cfg->batch) {
+  const int nshards = cfg->nshards > 1 ? cfg->nshards : 1;
+  if (nshards > 1 && (cfg->batch % nshards || cfg->shard < 0 || cfg->shard >= nshards)) {
+    tg_fail(EINVAL, "loader: a batch of %d cannot be split into %d equal parts (part %d)",
+            cfg->batch, nshards, cfg->shard);
+    return NULL;
+  }
+  const int local = cfg->batch / nshards;
+  if (cfg->nmicro < 1 || cfg->nmicro > local) {
     tg_fail(EINVAL, "loader: %d micro-batches must be between 1 and the "
-            "batch size %d", cfg->nmicro, cfg->batch);
+            "batch size %d", cfg->nmicro, local);
     return NULL;
   }
   if (cfg->prefetch < 1 && check_prefetch(cfg->prefetch) < 0) return NULL;
@@ -644,11 +656,17 @@ tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
   c->shuffle = cfg->shuffle;
   c->seed = cfg->seed;
   c->perm = perm;
+  int partial = cfg->drop_last ? 0 : ds->n % cfg->batch;
+  if (partial % nshards) partial = 0; /* cannot be shared evenly: skipped */
+  c->shard = nshards > 1 ? cfg->shard : 0;
+  c->local = local;
+  c->partial_local = partial / nshards;
+  c->bpe = ds->n / cfg->batch + (partial > 0 ? 1 : 0);
 
   loader_source src = {0};
-  src.rows = cfg->batch;
-  src.partial_rows = cfg->drop_last ? 0 : ds->n % cfg->batch;
-  src.bpe = ds->n / cfg->batch + (src.partial_rows > 0 ? 1 : 0);
+  src.rows = local;
+  src.partial_rows = c->partial_local;
+  src.bpe = c->bpe;
   src.x_cols = ds->features;
   src.x_dtype = TG_F32;
   src.row_unit = 1;
@@ -675,6 +693,7 @@ typedef struct token_ctx {
   uint64_t seed;
   int nwin;                /* shuffled: windows */
   int *perm;               /* shuffled: current epoch's window order */
+  int first;               /* first sequence of this loader's part */
 } token_ctx;
 
 static void token_begin_epoch(void *arg, long long epoch) {
@@ -689,7 +708,7 @@ static void token_fill(void *arg, int b, int r0, int nrows, void *xv,
   int32_t *x = xv;
   /* r0 and nrows are multiples of T (whole sequences, see slot_init) */
   for (int r = 0; r < nrows; r += c->T) {
-    const size_t i = (size_t)(r0 + r) / T; /* sequence within the batch */
+    const size_t i = (size_t)c->first + (size_t)(r0 + r) / T; /* sequence in the batch */
     const size_t start =
         c->shuffled ? (size_t)c->perm[(size_t)b * (size_t)c->B + i] * T
                     : ((size_t)b * (size_t)c->B + i) * T;
@@ -725,9 +744,16 @@ tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
             (long long)cfg->B * cfg->T);
     return NULL;
   }
-  if (cfg->nmicro < 1 || cfg->nmicro > cfg->B || cfg->B % cfg->nmicro != 0) {
+  const int nshards = cfg->nshards > 1 ? cfg->nshards : 1;
+  if (nshards > 1 && (cfg->B % nshards || cfg->shard < 0 || cfg->shard >= nshards)) {
+    tg_fail(EINVAL, "token loader: B = %d sequences cannot be split into %d equal parts "
+            "(part %d)", cfg->B, nshards, cfg->shard);
+    return NULL;
+  }
+  const int Blocal = cfg->B / nshards;
+  if (cfg->nmicro < 1 || cfg->nmicro > Blocal || Blocal % cfg->nmicro != 0) {
     tg_fail(EINVAL, "token loader: %d micro-batches must divide B = %d (each "
-            "micro-batch holds whole sequences)", cfg->nmicro, cfg->B);
+            "micro-batch holds whole sequences)", cfg->nmicro, Blocal);
     return NULL;
   }
   if (check_prefetch(cfg->prefetch) < 0) return NULL;
@@ -766,9 +792,10 @@ tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
   c->seed = cfg->seed;
   c->nwin = (int)nwin;
   c->perm = perm;
+  c->first = nshards > 1 ? cfg->shard * Blocal : 0;
 
   loader_source src = {0};
-  src.rows = (int)BT;
+  src.rows = Blocal * cfg->T;
   src.partial_rows = 0;
   src.bpe = (int)bpe;
   src.x_cols = 1;

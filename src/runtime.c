@@ -21,6 +21,7 @@
 #include "taskgrad/runtime.h"
 #include "taskgrad/sched.h"
 
+#include "dist_internal.h"
 #include "hooks.h"
 
 static int tg_started = 0;
@@ -37,7 +38,7 @@ void tg_at_shutdown(void (*fn)(void)) {
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
-  tg_runtime_config c = {NULL, -1, -1, -1, 0, 0, NULL, 0};
+  tg_runtime_config c = {NULL, -1, -1, -1, 0, 0, NULL, 0, 0, 0};
   return c;
 }
 
@@ -106,16 +107,18 @@ int tg_init(const tg_runtime_config *cfg) {
   conf.nopencl = 0;
 
   openblas_set_num_threads(1);
-  int rc = starpu_init(&conf);
+  int rc = c.mpi ? tg_dist_start(&conf) : starpu_init(&conf);
   if (saved_sched) {
     setenv("STARPU_SCHED", saved_sched, 1);
     free(saved_sched);
   }
+  if (rc < 0 && c.mpi) return rc; /* message set by tg_dist_start */
   if (rc == -ENODEV)
     return tg_fail(ENODEV, "starpu_init: no worker available (check STARPU_NCPU/STARPU_NCUDA)");
   if (rc != 0)
     return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
   tg_started = 1;
+  tg_dist_set_deterministic(c.deterministic);
   tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 #ifdef TG_HAVE_CUDA
@@ -136,7 +139,10 @@ void tg_shutdown(void) {
   if (tg_cublas_started) starpu_cublas_shutdown();
 #endif
   tg_cublas_started = 0;
-  starpu_shutdown();
+  if (tg_dist_active())
+    tg_dist_stop(); /* shuts StarPU down too */
+  else
+    starpu_shutdown();
   tg_started = 0;
 }
 

@@ -182,23 +182,14 @@ static int write_entry(tg_atomic_file *af, const st_entry *e, float *buf) {
   return 0;
 }
 
-int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
-                              const float *params) {
-  if (!path || !cfg || !params)
-    return tg_fail(EINVAL, "tg_safetensors_write_gpt2: NULL argument");
-  if (tg_gpt_config_check(cfg) < 0) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", tg_last_error());
-    return tg_fail(EINVAL, "%s: not written: %s", path, msg);
-  }
-  size_t n = 0, hlen = 0;
-  st_entry *es = make_entries(cfg, params, &n);
-  char *hdr = es ? build_header(es, n, &hlen) : NULL;
-  const size_t C = (size_t)cfg->channels;
-  float *buf = hdr ? malloc(TBLOCK * 4 * C * sizeof *buf) : NULL;
+/* Header and tensors of es[0 .. n) to path, atomically; buf holds a
+ * transposed block (TBLOCK rows of the widest transposed tensor). */
+static int write_file(const char *path, const st_entry *es, size_t n, size_t buf_floats) {
+  size_t hlen = 0;
+  char *hdr = build_header(es, n, &hlen);
+  float *buf = hdr ? malloc((buf_floats ? buf_floats : 1) * sizeof *buf) : NULL;
   if (!buf) {
     free(hdr);
-    free(es);
     return tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
   }
   tg_atomic_file af;
@@ -212,6 +203,43 @@ int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
   else tg_atomic_abort(&af);
   free(buf);
   free(hdr);
+  return rc;
+}
+
+int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
+                              const float *params) {
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_safetensors_write_gpt2: NULL argument");
+  if (tg_gpt_config_check(cfg) < 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tg_last_error());
+    return tg_fail(EINVAL, "%s: not written: %s", path, msg);
+  }
+  size_t n = 0;
+  st_entry *es = make_entries(cfg, params, &n);
+  if (!es) return tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
+  int rc = write_file(path, es, n, TBLOCK * 4 * (size_t)cfg->channels);
+  free(es);
+  return rc;
+}
+
+int tg_safetensors_write(const char *path, int n, const char *const *names,
+                         const float *const *data, const int (*shapes)[2]) {
+  if (!path || n < 1 || !names || !data || !shapes)
+    return tg_fail(EINVAL, "tg_safetensors_write: bad arguments");
+  st_entry *es = calloc((size_t)n, sizeof *es);
+  if (!es) return tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
+  size_t k = 0;
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (strlen(names[i]) >= NAME_LEN || shapes[i][0] < 1 || shapes[i][1] < 1) {
+      rc = tg_fail(EINVAL, "%s: tensor %d ('%s') has a bad name or shape", path, i, names[i]);
+      break;
+    }
+    add(es, &k, data[i], 0, 2, (size_t)shapes[i][0], (size_t)shapes[i][1], "tensor", 0);
+    snprintf(es[k - 1].name, NAME_LEN, "%s", names[i]);
+  }
+  if (rc == 0) rc = write_file(path, es, k, 0);
   free(es);
   return rc;
 }

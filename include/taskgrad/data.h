@@ -64,6 +64,12 @@ typedef struct tg_loader_config {
   int shuffle;     /* 1: a new seeded permutation every epoch */
   int drop_last;   /* 1: skip a final partial batch */
   uint64_t seed;
+  int shard, nshards; /* nshards > 1: `batch` is the global batch and this
+                         loader hands out only its part shard (0-based) of
+                         nshards equal consecutive parts (data-parallel
+                         ranks); batch must be a multiple of nshards and
+                         nmicro at most batch / nshards.  A final partial
+                         batch that does not split evenly is skipped. */
 } tg_loader_config;
 
 typedef struct tg_loader tg_loader;
@@ -100,6 +106,10 @@ typedef struct tg_token_loader_config {
                             start_batch of the run (epoch start_batch / bpe),
                             the same as after consuming start_batch batches
                             (resuming from a checkpoint); 0 = from the start */
+  int shard, nshards;    /* nshards > 1: B is the global batch; this loader
+                            hands out sequences shard * B/nshards ..
+                            (shard+1) * B/nshards - 1 of each (nmicro then
+                            divides B / nshards) */
 } tg_token_loader_config;
 tg_loader *tg_token_loader_create(const uint16_t *tokens, size_t ntokens,
                                   const tg_token_loader_config *cfg);

@@ -64,6 +64,8 @@ typedef struct tg_gpt {
   tg_tensor v[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
   tg_tensor loss;              /* (1, 1): sum over batches of the mean loss */
   int loss_batches;
+  struct tg_sum *sums;         /* internal: the gradients' sums of the step
+                                  being submitted ([param * MAX_LAYERS + l]) */
   tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
 } tg_gpt;
 

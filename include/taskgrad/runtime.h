@@ -24,6 +24,11 @@ typedef struct tg_runtime_config {
   int no_priorities;   /* 1: graph builders give every task priority 0 */
   const char *trace;   /* CLI: Chrome trace-event JSON file to write */
   int stats;           /* CLI: print per-codelet and per-worker statistics */
+  int deterministic;   /* 1: graph builders reduce gradients in a fixed order
+                          (explicit tree instead of STARPU_REDUX), for
+                          bitwise-reproducible runs; see dist.h */
+  int mpi;             /* 1: start through StarPU-MPI (MPI_COMM_WORLD) for
+                          data-parallel training over ranks; see dist.h */
 } tg_runtime_config;
 
 /* A config with every field set to "StarPU decides". */

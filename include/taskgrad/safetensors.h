@@ -51,6 +51,12 @@ extern "C" {
 int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
                               const float *params);
 
+/* Any set of named 2-D float tensors (n of them, shapes[i] = {rows, cols},
+ * row-major data[i]) as a safetensors file, atomically as above (the MLP's
+ * --save: "layers.<l>.weight" (out, in), "layers.<l>.bias" (1, out)). */
+int tg_safetensors_write(const char *path, int n, const char *const *names,
+                         const float *const *data, const int (*shapes)[2]);
+
 #ifdef __cplusplus
 }
 #endif

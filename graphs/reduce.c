@@ -1,0 +1,65 @@
+/*
+ * Micro-batch sums for the graph builders (see reduce.h).  Only insert
+ * wrappers and tensor functions here.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "reduce.h"
+#include "taskgrad/dist.h"
+
+int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {
+  memset(s, 0, sizeof *s);
+  s->target = target;
+  s->persistent = persistent;
+  s->nmicro = nmicro;
+  s->allreduce = allreduce && tg_dist_size() > 1;
+  if (!persistent) TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
+  if (!tg_deterministic() && !(persistent && s->allreduce)) return 0;
+  s->leaves = calloc((size_t)nmicro, sizeof *s->leaves);
+  if (!s->leaves) return tg_fail(ENOMEM, "reduction: out of memory for %d leaves", nmicro);
+  for (int i = 0; i < nmicro; i++) {
+    if (i == 0 && !persistent) {
+      s->leaves[0] = *target; /* already zero: the first leaf */
+      continue;
+    }
+    TG_TRY(tg_tensor_temp(&s->leaves[i], target->rows, target->cols, TG_F32));
+    TG_TRY(tg_fill_insert(s->leaves[i].handle, 0.0f, NULL));
+  }
+  return 0;
+}
+
+starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
+  return s->leaves ? s->leaves[micro].handle : s->target->handle;
+}
+
+tg_accum tg_sum_mode(const tg_sum *s) { return s->leaves ? TG_ACCUMULATE : TG_REDUCE; }
+
+/* leaves[lo] = sum of leaves[lo .. hi-1], split at the midpoint */
+static int tg_sum_tree(tg_sum *s, int lo, int hi) {
+  if (hi - lo < 2) return 0;
+  int mid = lo + (hi - lo) / 2;
+  TG_TRY(tg_sum_tree(s, lo, mid));
+  TG_TRY(tg_sum_tree(s, mid, hi));
+  TG_TRY(tg_accumulate_insert(s->leaves[lo].handle, s->leaves[mid].handle, NULL));
+  tg_tensor_release(&s->leaves[mid]);
+  return 0;
+}
+
+int tg_sum_finish(tg_sum *s) {
+  int rc = 0;
+  if (!s->leaves) {
+    if (s->allreduce) rc = tg_dist_allreduce(s->target->handle);
+    return rc;
+  }
+  rc = tg_sum_tree(s, 0, s->nmicro);
+  if (rc == 0 && s->allreduce) rc = tg_dist_allreduce(s->leaves[0].handle);
+  if (rc == 0 && s->persistent) rc = tg_accumulate_insert(s->target->handle, s->leaves[0].handle, NULL);
+  if (s->persistent) tg_tensor_release(&s->leaves[0]);
+  for (int i = 1; i < s->nmicro; i++) tg_tensor_release(&s->leaves[i]); /* on error */
+  free(s->leaves);
+  s->leaves = NULL;
+  return rc;
+}

@@ -1,0 +1,46 @@
+/*
+ * Summing a step's micro-batch contributions (graph builders, layer 3).
+ *
+ * A tg_sum stands for one accumulated tensor of a step: a parameter
+ * gradient (zeroed at the start of the step) or a running total such as the
+ * loss (persistent: the step's sum is added to what it holds).  The graph
+ * passes tg_sum_handle(s, micro) and tg_sum_mode(s) to every task that
+ * contributes, then calls tg_sum_finish once the last micro-batch is
+ * submitted.  Three ways to sum, chosen by tg_sum_begin:
+ *  - STARPU_REDUX into the target (default, fastest: any order);
+ *  - deterministic (tg_deterministic()): micro-batch i accumulates (RW, in
+ *    submission order) into its own leaf, leaf 0 being the zeroed gradient
+ *    itself; the leaves are summed by a fixed midpoint tree of accumulate
+ *    tasks, leaf[lo] += leaf[mid], whatever the workers or the scheduler;
+ *  - distributed (more than one rank): the step's local sum is then summed
+ *    over the ranks by tg_dist_allreduce (dist.h), whose recursive doubling
+ *    continues the same midpoint tree when every rank holds the same number
+ *    of consecutive micro-batches.  Running totals use leaves here too, so
+ *    that only the step's sum crosses the network.
+ * Leaves other than the target are temporaries: allocated by StarPU where
+ * the tasks run and freed after their tree node is added.
+ */
+#ifndef TASKGRAD_GRAPH_REDUCE_H
+#define TASKGRAD_GRAPH_REDUCE_H
+
+#include "taskgrad/codelets.h"
+#include "taskgrad/tensor.h"
+
+typedef struct tg_sum {
+  tg_tensor *target;   /* host tensor, REDUX-enabled */
+  int persistent;      /* 1: running total, 0: zeroed each step */
+  int allreduce;       /* 1: summed over the ranks after the micro-batches */
+  int nmicro;
+  tg_tensor *leaves;   /* [nmicro] or NULL (REDUX); leaves[0] may alias target */
+} tg_sum;
+
+/* Starts the step's sum of `target` over nmicro micro-batches; allreduce:
+ * also over the ranks (training steps; evaluation passes are local). */
+int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce);
+starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
+/* TG_REDUCE or TG_ACCUMULATE (leaves) */
+tg_accum tg_sum_mode(const tg_sum *s);
+/* Submits the tree, the all-reduce and the final add; frees the leaves. */
+int tg_sum_finish(tg_sum *s);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * taskgrad distributed training: data parallelism over MPI ranks through
+ * StarPU-MPI, and the deterministic-reduction switch.
+ *
+ * Every rank holds a full replica of the parameters and runs the same
+ * training graph on its share of each global batch.  After the local
+ * micro-batch reduction, tg_dist_allreduce() sums a gradient over the ranks
+ * with a recursive-doubling tree of StarPU-MPI transfers and accumulate
+ * tasks: at level k, rank r exchanges its partial sum with rank r ^ 2^k and
+ * adds the two.  IEEE addition is commutative, so both partners compute the
+ * same bits; every rank ends with bitwise-identical gradients, hence
+ * identical parameters after the (deterministic, elementwise) optimizer.
+ * Nothing waits on the host: transfers and tasks are ordered by StarPU's
+ * data dependencies.  The number of ranks must be a power of two for the
+ * tree; tg_dist_allreduce refuses otherwise.
+ *
+ * The tree adds aligned blocks of ranks, so when rank r holds the global
+ * micro-batches r*k .. r*k+k-1 and the graphs reduce micro-batches with the
+ * same midpoint tree (tg_deterministic()), the sum has one fixed shape for
+ * any number of ranks and workers: results are bitwise reproducible.
+ *
+ * Built without MPI (no starpumpi-1.3 or MPI found), every rank query says
+ * "one process" and tg_init refuses tg_runtime_config.mpi.
+ */
+#ifndef TASKGRAD_DIST_H
+#define TASKGRAD_DIST_H
+
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this build has StarPU-MPI. */
+int tg_dist_available(void);
+/* 1 when the environment says an MPI launcher (mpirun/mpiexec of Open MPI,
+ * MPICH, Slurm's PMI) started this process: the CLI then starts StarPU-MPI. */
+int tg_dist_launched(void);
+/* This process's rank and the number of ranks (0 and 1 without MPI). */
+int tg_dist_rank(void);
+int tg_dist_size(void);
+
+/* Sums the float matrix h over all ranks, in place, asynchronously (see
+ * above); every rank must call it for the same handles in the same order.
+ * A no-op with one rank. */
+int tg_dist_allreduce(starpu_data_handle_t h);
+/* Makes every rank's h equal to rank 0's (parameters at the start):
+ * registers h with StarPU-MPI (owner rank 0) and transfers it.
+ * Asynchronous; a no-op with one rank. */
+int tg_dist_broadcast(starpu_data_handle_t h);
+/* Synchronous agreement: returns 1 when every rank passes ok != 0, else 0.
+ * Used before training so that a rank that failed to start (bad file) stops
+ * every rank with a message instead of leaving them waiting. */
+int tg_dist_all_ok(int ok);
+/* Sum of a double over the ranks (synchronous; tests and statistics). */
+double tg_dist_sum(double x);
+/* Ends every rank of the job with `status` (a rank that fails mid-run). */
+void tg_dist_abort(int status) __attribute__((__noreturn__));
+
+/* 1 when gradients are reduced in a fixed order (tg_runtime_config
+ * .deterministic or TG_DETERMINISTIC=1 in the environment). */
+int tg_deterministic(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
