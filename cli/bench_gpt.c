@@ -143,7 +143,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
                             "this GPT model and batch");
   if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
-  tg_token_loader_config lc = {B, T, micro, 1, 0, 0, 0};
+  tg_token_loader_config lc = {B, T, micro, 1, 0, 0, 0, 0, 1};
   tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
   if (!ld) tg_cli_die_last("batch");
   tg_batch b;

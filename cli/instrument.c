@@ -84,9 +84,4 @@ int tg_cli_mpi_check(tg_runtime_config *rc) {
   return 1;
 }
 
-void tg_cli_refuse_mpi(const char *command) {
-  if (tg_dist_launched())
-    tg_cli_die("'%s' does not run under MPI; launch it without mpirun", command);
-}
-
 int tg_cli_is_root(void) { return tg_dist_rank() == 0; }

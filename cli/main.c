@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "taskgrad/dist.h"
 
 static void tg_usage(FILE *f) {
   fputs("usage: taskgrad <command> [flags]\n"
@@ -60,9 +61,15 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    puts("taskgrad 0.1.0");
+    printf("taskgrad 0.1.0 (CUDA codelets: %s, StarPU-MPI: %s)\n",
+           tg_built_with_cuda() ? "yes" : "no", tg_dist_available() ? "yes" : "no");
     return 0;
   }
+  /* under mpirun only the training commands know what to do with ranks */
+  if (tg_dist_launched() &&
+      !(!strcmp(cmd, "train") && argc >= 3 && (!strcmp(argv[2], "mlp") || !strcmp(argv[2], "gpt"))))
+    tg_cli_die("'taskgrad %s' does not run under MPI (only 'train mlp' and 'train gpt' do); "
+               "launch it without mpirun", cmd);
   if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
     if (argc < 3)
       tg_cli_die("'taskgrad %s' needs a model: mlp or gpt%s", cmd,

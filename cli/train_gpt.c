@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "taskgrad/checkpoint.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/safetensors.h"
 
@@ -85,6 +86,11 @@ static void gpt_usage(void) {
        "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
        "--checkpoint is given, and the exit status is 130/143.  A non-finite loss\n"
        "stops the run (exit status 2) without writing a checkpoint.\n"
+       "\n"
+       "Under mpirun, every rank takes an equal part of each global --batch\n"
+       "(--batch and --micro-batches must be multiples of the number of ranks,\n"
+       "a power of two) and gradients are summed over the ranks; rank 0 prints\n"
+       "and writes files (--save, --checkpoint).\n"
        "\n"
        "Bad flags or files: one message on stderr, exit status 2.");
 }
@@ -216,6 +222,20 @@ static void need_checkpoint_dir(const char *dir) {
     tg_cli_die("--checkpoint: cannot write into directory '%s'", dir);
 }
 
+/* FNV-1a over the parameters' bytes: equal on every rank when the replicas
+ * are bitwise identical. */
+static uint64_t params_checksum(tg_gpt *g, const tg_gpt_config *cfg) {
+  size_t sizes[TG_GPT_NPARAMS], n = tg_gpt_param_sizes(cfg, sizes);
+  float *p = malloc(n * sizeof *p);
+  if (!p) tg_cli_die("out of memory for the checksum");
+  if (tg_gpt_read_params(g, p) < 0) tg_cli_die_last("reading the parameters");
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n * sizeof *p; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  free(p);
+  return h;
+}
+
 static volatile sig_atomic_t got_signal = 0;
 static void on_signal(int sig) { got_signal = sig; }
 
@@ -329,6 +349,7 @@ static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
 int tg_cmd_train_gpt(int argc, char **argv) {
   gpt_opts o;
   parse(argc, argv, &o);
+  int distributed = tg_cli_mpi_check(&o.rt);
   tg_cli_instrument_check(&o.rt);
   char train_path[4096], val_path[4096];
   tg_gpt_config cfg;
@@ -393,9 +414,17 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     tg_cli_die("--val: %zu tokens, fewer than one batch needs (%zu)", nvtok, need);
 
   if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
+  /* data parallelism: each rank B / R sequences and micro / R micro-batches
+   * of every global batch */
+  int R = tg_dist_size(), root = tg_cli_is_root();
+  if (distributed && (R & (R - 1)))
+    tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
+  if (o.B % R || o.micro % R)
+    tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
+               o.B, o.micro, R);
   tg_cli_instrument_begin(&o.rt);
-  tg_gpt_run_config run = tg_gpt_run_default(o.B, o.T);
-  run.nmicro = o.micro;
+  tg_gpt_run_config run = tg_gpt_run_default(o.B / R, o.T);
+  run.nmicro = o.micro / R;
   run.attention = o.attention;
   run.chunk = o.chunk;
   run.attn_splits = o.attn_splits;
@@ -403,6 +432,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
                             "this GPT model and batch");
   if (tg_gpt_create(&g, &cfg, params, &run, &o.opt) < 0) tg_cli_die_last("building the model");
+  /* every replica starts from rank 0's parameters */
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg.num_layers : 1); l++)
+      if (tg_dist_broadcast(g.w[p][l].handle) < 0) tg_cli_die_last("broadcasting the parameters");
   int start = 0;
   long long start_batch = 0;
   if (have_ck) {
@@ -411,26 +444,34 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     start = (int)ck.step;
     start_batch = ck.batches;
     tg_checkpoint_free(&ck);
-    fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
-            start_batch);
+    if (root)
+      fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
+              start_batch);
   } else {
     free(params);
   }
   params = NULL;
-  tg_token_loader_config lc = {o.B, o.T, o.micro, 2, o.shuffled, o.seed, start_batch};
+  tg_token_loader_config lc = {o.B, o.T, o.micro / R, 2, o.shuffled, o.seed, start_batch,
+                               tg_dist_rank(), R};
   tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
   if (!ld) tg_cli_die_last("training data");
-  tg_token_loader_config vc = {o.B, o.T, o.micro, 2, 0, 0, 0};
+  /* validation: every rank the same batches (identical parameters) */
+  tg_token_loader_config vc = {o.B / R, o.T, o.micro / R, 2, 0, 0, 0, 0, 1};
   tg_loader *vl = o.val ? tg_token_loader_create(vtokens, nvtok, &vc) : NULL;
   if (o.val && !vl) tg_cli_die_last("validation data");
-  fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers, "
-          "%s attention, %d attention tasks per micro-batch\n", cfg.num_layers, cfg.channels,
-          cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, tg_ncpu_workers(),
-          tg_ncuda_workers(), o.attention == TG_ATTN_NAIVE ? "naive" : "chunked",
-          g.run.attn_splits);
+  if (root)
+    fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers%s, "
+            "%s attention, %d attention tasks per micro-batch%s\n", cfg.num_layers,
+            cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
+            tg_ncpu_workers(), tg_ncuda_workers(), R > 1 ? " per rank" : "",
+            o.attention == TG_ATTN_NAIVE ? "naive" : "chunked", g.run.attn_splits,
+            tg_deterministic() ? ", deterministic reductions" : "");
+  if (root && R > 1)
+    fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
+            R, o.B / R, o.micro / R);
 
   tg_progress bar;
-  if (o.demo) {
+  if (o.demo && root) {
     tg_progress_begin(&bar, "training", o.steps);
     bar.unit = "tokens/s";
   }
@@ -447,18 +488,25 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (tg_gpt_step(&g, &b, lr_at(&o, step)) < 0) tg_cli_die_last("training step");
     if (tg_gpt_loss(&g, &last_loss, 1) < 0) tg_cli_die_last("reading the loss");
     double dt = tg_cli_now() - t0;
+    /* the loss is the global batch's: the same on every rank */
     if (!isfinite(last_loss)) {
-      fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", step + 1);
-      exit(TG_EXIT_USAGE);
+      if (root)
+        fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", step + 1);
+      tg_dist_abort(TG_EXIT_USAGE);
     }
-    if ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps)
-      printf("step %d loss %.6f (%.1f ms, %.0f tokens/s)\n", step + 1, last_loss, dt * 1e3,
-             tokens_per_step / dt);
+    if (root && ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps))
+      printf(tg_deterministic() ? "step %d loss %.9g (%.1f ms, %.0f tokens/s)\n"
+                                 : "step %d loss %.6f (%.1f ms, %.0f tokens/s)\n",
+             step + 1, last_loss, dt * 1e3, tokens_per_step / dt);
     fflush(stdout);
-    if (o.demo) tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
-    if (vl && o.val_every && (step + 1) % o.val_every == 0)
-      printf("step %d val loss %.6f\n", step + 1, validate(&g, vl, o.val_batches));
-    if (o.checkpoint && o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 &&
+    if (o.demo && root) tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
+    if (vl && o.val_every && (step + 1) % o.val_every == 0) {
+      double v = validate(&g, vl, o.val_batches);
+      if (root) printf("step %d val loss %.6f\n", step + 1, v);
+    }
+    /* ranks get a signal at different moments: they stop after the same step */
+    if (R > 1 && !tg_dist_all_ok(!got_signal) && !got_signal) got_signal = SIGTERM;
+    if (root && o.checkpoint && o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 &&
         step + 1 < o.steps && !got_signal)
       save_checkpoint(&g, &o, batches);
     if (got_signal) {
@@ -468,9 +516,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     }
   }
   if (stopped) {
-    if (o.demo) tg_progress_end(&bar);
-    if (o.checkpoint) save_checkpoint(&g, &o, batches);
-    fprintf(stderr, "taskgrad: %s: stopped after step %d%s%s\n",
+    if (o.demo && root) tg_progress_end(&bar);
+    if (o.checkpoint && root) save_checkpoint(&g, &o, batches);
+    if (root)
+      fprintf(stderr, "taskgrad: %s: stopped after step %d%s%s\n",
             stopped == SIGINT ? "SIGINT" : "SIGTERM", step,
             o.checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
             o.checkpoint ? o.checkpoint : "");
@@ -483,14 +532,20 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     free(vtokens);
     return 128 + stopped;
   }
-  if (o.checkpoint) save_checkpoint(&g, &o, batches);
-  if (o.demo) tg_progress_end(&bar);
+  if (o.checkpoint && root) save_checkpoint(&g, &o, batches);
+  if (o.demo && root) tg_progress_end(&bar);
   double t_train = tg_cli_now() - t_all;
-  if (vl && (!o.val_every || o.steps % o.val_every))
-    printf("val loss %.6f\n", validate(&g, vl, o.val_batches));
-  fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
-          (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
-  if (o.save) {
+  if (vl && (!o.val_every || o.steps % o.val_every)) {
+    double v = validate(&g, vl, o.val_batches);
+    if (root) printf("val loss %.6f\n", v);
+  }
+  if (root)
+    fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
+            (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
+  if (R > 1 || tg_deterministic())
+    fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
+            (unsigned long long)params_checksum(&g, &cfg));
+  if (o.save && root) {
     size_t sizes[TG_GPT_NPARAMS];
     float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
     if (!out) tg_cli_die("out of memory for --save");
@@ -503,7 +558,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     free(out);
     fprintf(stderr, "taskgrad: saved %s\n", o.save);
   }
-  if (o.sample) sample(&g, o.sample, o.T, o.temperature, o.seed);
+  if (o.sample && root) sample(&g, o.sample, o.T, o.temperature, o.seed);
   tg_loader_destroy(ld);
   if (vl) tg_loader_destroy(vl);
   tg_gpt_destroy(&g);

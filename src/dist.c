@@ -109,20 +109,20 @@ int tg_dist_broadcast(starpu_data_handle_t h) {
   return 0;
 }
 
+/* Through StarPU-MPI rather than a direct MPI collective: StarPU-MPI
+ * initialises MPI_THREAD_SERIALIZED and makes its calls from its own
+ * thread, so the application thread must not call MPI itself. */
 int tg_dist_all_ok(int ok) {
-  if (!tg_mpi_on) return ok != 0;
-  int mine = ok != 0, all = 0;
-  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
-    tg_dist_abort(2);
-  return all;
-}
-
-double tg_dist_sum(double x) {
-  if (!tg_mpi_on) return x;
-  double all = 0;
-  if (MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-    tg_dist_abort(2);
-  return all;
+  if (tg_size == 1) return ok != 0;
+  float flag = ok ? 0.0f : 1.0f; /* failures */
+  starpu_data_handle_t h;
+  starpu_matrix_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&flag, 1, 1, 1, sizeof flag);
+  int rc = tg_dist_allreduce(h);
+  if (rc == 0) rc = starpu_data_acquire(h, STARPU_R);
+  if (rc == 0) starpu_data_release(h);
+  starpu_data_unregister(h);
+  if (rc != 0) tg_dist_abort(2);
+  return flag == 0.0f;
 }
 
 void tg_dist_abort(int status) {
@@ -153,7 +153,6 @@ int tg_dist_broadcast(starpu_data_handle_t h) {
   return 0;
 }
 int tg_dist_all_ok(int ok) { return ok != 0; }
-double tg_dist_sum(double x) { return x; }
 void tg_dist_abort(int status) {
   fflush(stdout);
   fflush(stderr);

@@ -48,12 +48,10 @@ int tg_dist_allreduce(starpu_data_handle_t h);
  * registers h with StarPU-MPI (owner rank 0) and transfers it.
  * Asynchronous; a no-op with one rank. */
 int tg_dist_broadcast(starpu_data_handle_t h);
-/* Synchronous agreement: returns 1 when every rank passes ok != 0, else 0.
- * Used before training so that a rank that failed to start (bad file) stops
- * every rank with a message instead of leaving them waiting. */
+/* Synchronous agreement: returns 1 when every rank passes ok != 0, else 0
+ * (e.g. "no rank was asked to stop": ranks receive a signal at different
+ * moments but must stop after the same step). */
 int tg_dist_all_ok(int ok);
-/* Sum of a double over the ranks (synchronous; tests and statistics). */
-double tg_dist_sum(double x);
 /* Ends every rank of the job with `status` (a rank that fails mid-run). */
 void tg_dist_abort(int status) __attribute__((__noreturn__));
 
