@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `taskgrad train gpt --checkpoint / --resume`: with one CPU worker and one
-# micro-batch a run is deterministic, so
+# micro-batch (or with --deterministic, whatever the workers) a run is
+# deterministic, so
 #  - 20 steps in one run and 10 steps + a resumed run to step 20 print the
 #    same 20 losses (textually) and save bitwise identical models, with
 #    sequential and with shuffled data;
@@ -53,6 +54,30 @@ for order in sequential shuffled; do
     bad "$order: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
   fi
 done
+
+# --deterministic (fixed-order gradient sums): the same holds with 2 workers
+# and 4 micro-batches, even when the first half and the resumed half run
+# under different schedulers
+d="$work/det"
+mkdir -p "$d"
+det=(--data "$work/train.bin" --batch 8 --seq 16 --micro-batches 4 --lr 3e-3 --ncpus 2
+     --deterministic --data-order shuffled)
+if "$tg" train gpt --init-from "$work/m.bin" "${det[@]}" --sched dmdas --steps 20 \
+     --save "$d/full.bin" >"$d/full.out" 2>"$d/full.err" &&
+   "$tg" train gpt --init-from "$work/m.bin" "${det[@]}" --sched lws --steps 10 \
+     --checkpoint "$d/ck" >"$d/a.out" 2>"$d/a.err" &&
+   "$tg" train gpt --resume "$d/ck" "${det[@]}" --sched eager --steps 20 \
+     --save "$d/resumed.bin" >"$d/b.out" 2>"$d/b.err"; then
+  losses "$d/full.out" >"$d/l1"
+  losses "$d/a.out" "$d/b.out" >"$d/l2"
+  if [ "$(wc -l <"$d/l1")" -eq 20 ] && cmp -s "$d/l1" "$d/l2" && cmp -s "$d/full.bin" "$d/resumed.bin"; then
+    ok "deterministic, 2 workers, 4 micro-batches: 20 losses ($(tail -1 "$d/l1")) and parameters of one run = 10 + 10 resumed"
+  else
+    bad "deterministic resume differs: $(diff "$d/l1" "$d/l2" | head -4 | tr '\n' ' ')"
+  fi
+else
+  bad "deterministic: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
+fi
 
 # refusals
 cp -r "$work/sequential/ck" "$work/corrupt"
