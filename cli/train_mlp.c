@@ -252,9 +252,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   int eval_batch = test.n < 1000 ? test.n : 1000;
   tg_loader_config ec = {eval_batch, o.micro < eval_batch ? o.micro : eval_batch,
                          o.prefetch, 0, 0, 0, 0, 1};
-  double test_acc = 0, t_start = tg_cli_now();
+  double test_acc = 0, t_train = 0; /* training time, evaluations excluded */
   long budget = o.steps > 0 ? o.steps : (long)o.epochs * tg_loader_batches_per_epoch(ld);
-  long total_steps = budget;
+  long total_steps = 0; /* steps run: --steps, or fewer when the epochs end first */
   for (int e = 0; e < o.epochs && budget > 0; e++) {
     char label[32];
     snprintf(label, sizeof label, "epoch %d/%d", e + 1, o.epochs);
@@ -265,8 +265,10 @@ int tg_cmd_train_mlp(int argc, char **argv) {
     double tl, ta, vl;
     double t0 = tg_cli_now();
     run_epoch(&m, ld, 1, root ? &bar : NULL, &tl, &ta, &budget);
+    total_steps += nb;
     if (root) tg_progress_end(&bar);
     double dt = tg_cli_now() - t0;
+    t_train += dt;
     /* a fresh test loader each epoch: same order, no shuffling */
     tg_loader *tl_ld = tg_loader_create(&test, &ec);
     if (!tl_ld) tg_cli_die_last("test data loader");
@@ -277,7 +279,6 @@ int tg_cmd_train_mlp(int argc, char **argv) {
               "%.1f s, %.0f samples/s\n", e + 1, o.epochs, tl, ta, vl, test_acc, dt,
               (double)nb * o.batch / dt);
   }
-  double t_train = tg_cli_now() - t_start;
   tg_loader_destroy(ld);
   uint64_t sum = param_checksum(&m);
   if (R > 1 || tg_deterministic())

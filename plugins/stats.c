@@ -83,6 +83,11 @@ int tg_stats_bus_totals(long long *bytes, long *transfers, int max) {
   return n;
 }
 
+/* per-bus totals at tg_stats_begin */
+static long long tg_window_bus_bytes[TG_STATS_MAX_BUSES];
+static long tg_window_bus_transfers[TG_STATS_MAX_BUSES];
+static int tg_window_nbuses;
+
 static void tg_bus_sum(long long *bytes, long *transfers) {
   long long b[TG_STATS_MAX_BUSES];
   long t[TG_STATS_MAX_BUSES];
@@ -138,6 +143,8 @@ int tg_stats_begin(void) {
   memset(&tg_cur, 0, sizeof tg_cur);
   pthread_mutex_unlock(&tg_stats_lock);
   tg_bus_sum(&tg_window_start_bytes, &tg_window_start_transfers);
+  tg_window_nbuses = tg_stats_bus_totals(tg_window_bus_bytes, tg_window_bus_transfers,
+                                         TG_STATS_MAX_BUSES);
   tg_window_start_us = tg_now_us();
   tg_stats_active = 1;
   tg_plugins_update_hook();
@@ -158,6 +165,20 @@ int tg_stats_end(tg_stats *out) {
   tg_bus_sum(&bytes, &transfers);
   out->bytes_moved = bytes - tg_window_start_bytes;
   out->transfers = transfers - tg_window_start_transfers;
+  long long bb[TG_STATS_MAX_BUSES];
+  long bt[TG_STATS_MAX_BUSES];
+  int nb = tg_stats_bus_totals(bb, bt, TG_STATS_MAX_BUSES);
+  out->nbuses = 0;
+  for (int b = 0; b < nb; b++) {
+    long long d = bb[b] - (b < tg_window_nbuses ? tg_window_bus_bytes[b] : 0);
+    long dt = bt[b] - (b < tg_window_nbuses ? tg_window_bus_transfers[b] : 0);
+    if (d <= 0 && dt <= 0) continue;
+    tg_bus_stats *bs = &out->buses[out->nbuses++];
+    bs->src = starpu_bus_get_src(b);
+    bs->dst = starpu_bus_get_dst(b);
+    bs->bytes = d;
+    bs->transfers = dt;
+  }
   unsigned n = starpu_worker_get_count();
   out->nworkers = n < TG_STATS_MAX_WORKERS ? (int)n : TG_STATS_MAX_WORKERS;
   for (int w = 0; w < out->nworkers; w++) {
@@ -203,4 +224,12 @@ void tg_stats_print(const tg_stats *s, FILE *f) {
   }
   fprintf(f, "bytes moved:      %lld bytes (%.1f MiB) in %ld transfers between memory nodes\n",
           s->bytes_moved, s->bytes_moved / 1048576.0, s->transfers);
+  for (int b = 0; b < s->nbuses; b++) {
+    const tg_bus_stats *bs = &s->buses[b];
+    char src[32], dst[32];
+    starpu_memory_node_get_name(bs->src, src, sizeof src);
+    starpu_memory_node_get_name(bs->dst, dst, sizeof dst);
+    fprintf(f, "  %-10s -> %-10s %12lld bytes (%.1f MiB) in %ld transfers\n", src, dst,
+            bs->bytes, bs->bytes / 1048576.0, bs->transfers);
+  }
 }

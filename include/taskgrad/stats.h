@@ -35,6 +35,12 @@ typedef struct tg_worker_stats {
   double overhead_us;  /* the rest: scheduling, data management, callbacks */
 } tg_worker_stats;
 
+typedef struct tg_bus_stats {
+  int src, dst;          /* StarPU memory nodes */
+  long long bytes;
+  long transfers;
+} tg_bus_stats;
+
 typedef struct tg_stats {
   double wall_us;      /* between tg_stats_begin and the end of the last task */
   long tasks;
@@ -44,6 +50,8 @@ typedef struct tg_stats {
   tg_worker_stats workers[TG_STATS_MAX_WORKERS];
   long long bytes_moved; /* between memory nodes (all buses) in the window */
   long transfers;        /* number of those transfers */
+  int nbuses;            /* buses that moved data in the window ... */
+  tg_bus_stats buses[TG_STATS_MAX_BUSES]; /* ... with their traffic */
 } tg_stats;
 
 int tg_stats_begin(void);
