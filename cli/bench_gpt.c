@@ -21,7 +21,8 @@ static void bench_gpt_usage(void) {
        "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
        "                       shape below)\n"
        "  --layers L --channels C --heads NH --vocab V --padded-vocab Vp --max-seq T\n"
-       "                       random model shape (default 4, 256, 4, 256, 256, 256)\n"
+       "                       random model shape (default 4, 256, 4, 256, 256, 256;\n"
+       "                       Vp: V rounded up to a multiple of 64 unless given)\n"
        "  --batch B            sequences per step (default 8)\n"
        "  --seq T              tokens per sequence (default 256)\n"
        "  --micro-batches M    (default 2)\n"
@@ -32,7 +33,8 @@ static void bench_gpt_usage(void) {
        "  --warmup N           unmeasured steps first (default 2)\n"
        "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
        "                       model and batch\n"
-       "  --quiet              no per-codelet table\n" TG_CLI_RUNTIME_HELP);
+       "  --quiet              no per-codelet table\n" TG_CLI_PRECISION_HELP
+       TG_CLI_RUNTIME_HELP);
 }
 
 /* Runs the PyTorch reference; returns its median step time in ms or -1. */
@@ -65,7 +67,9 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   const char *init_from = NULL;
   tg_gpt_config cfg = {256, 256, 4, 4, 256, 256};
   int B = 8, T = 256, micro = 2, chunk = 64, splits = 0, steps = 10, warmup = 2;
-  int torch = 0, quiet = 0;
+  int torch = 0, quiet = 0, vp_given = 0;
+  tg_cli_precision prec;
+  tg_cli_precision_default(&prec);
   tg_attention_kind attention = TG_ATTN_CHUNKED;
   tg_runtime_config rt = tg_runtime_config_default();
   for (int i = 1; i < argc; i++) {
@@ -80,7 +84,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
     else if (!strcmp(a, "--channels")) cfg.channels = INT(1, 1 << 16);
     else if (!strcmp(a, "--heads")) cfg.num_heads = INT(1, 1 << 12);
     else if (!strcmp(a, "--vocab")) cfg.vocab_size = INT(1, 65536);
-    else if (!strcmp(a, "--padded-vocab")) cfg.padded_vocab_size = INT(1, 65536);
+    else if (!strcmp(a, "--padded-vocab")) cfg.padded_vocab_size = INT(1, 65536), vp_given = 1;
     else if (!strcmp(a, "--max-seq")) cfg.max_seq_len = INT(1, 1 << 20);
     else if (!strcmp(a, "--batch")) B = INT(1, 1 << 16);
     else if (!strcmp(a, "--seq")) T = INT(1, 1 << 20);
@@ -96,13 +100,18 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
       else tg_cli_die("--attention: '%s' is not naive or chunked", v);
     } else if (!strcmp(a, "--torch")) torch = 1;
     else if (!strcmp(a, "--quiet")) quiet = 1;
+    else if (tg_cli_precision_flag(argc, argv, &i, &prec)) continue;
     else if (!tg_cli_runtime_flag(argc, argv, &i, &rt))
       tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
 #undef INT
 #undef VAL
   }
   if (B % micro) tg_cli_die("--micro-batches %d does not divide --batch %d", micro, B);
-  if (cfg.padded_vocab_size < cfg.vocab_size) cfg.padded_vocab_size = cfg.vocab_size;
+  tg_cli_precision_finish(&prec);
+  /* tensor-core alignment: the tied classifier's rows a multiple of 64 */
+  if (!vp_given) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+  if (cfg.padded_vocab_size < cfg.vocab_size)
+    tg_cli_die("--padded-vocab %d is below --vocab %d", cfg.padded_vocab_size, cfg.vocab_size);
   tg_cli_instrument_check(&rt);
   float *params = NULL;
   size_t sizes[TG_GPT_NPARAMS], nparams;
@@ -137,6 +146,11 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   run.attention = attention;
   run.chunk = chunk;
   run.attn_splits = splits;
+  run.precision = prec.precision;
+  run.loss_scaling = prec.dynamic;
+  run.loss_scale = (float)prec.scale;
+  run.loss_scale_window = prec.window;
+  tg_cli_precision_start(&prec);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   opt.lr = 1e-4f;
   tg_gpt g;
@@ -170,15 +184,18 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   double med = ms[steps / 2];
   double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
-         "%s attention (chunk %d, %d tasks), %d CPU + %d CUDA workers, scheduler %s\n",
+         "%s attention (chunk %d, %d tasks), %s, %d CPU + %d CUDA workers, scheduler %s\n",
          cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
          nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
-         g.run.attn_splits, tg_ncpu_workers(), tg_ncuda_workers(),
+         g.run.attn_splits, tg_precision_name(prec.precision), tg_ncpu_workers(),
+         tg_ncuda_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);
   printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));
   printf("taskgrad GFLOP/s: %.1f (llm.c count, %.2f GFLOP per step)\n", flops / (med * 1e6),
          flops * 1e-9);
+  if (g.scaler.enabled)
+    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.scaler.scale, g.scaler.skipped);
   if (!quiet) tg_stats_print(&st, stdout);
   free(ms);
   tg_loader_destroy(ld);

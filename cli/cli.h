@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdnoreturn.h>
 
+#include "taskgrad/precision.h"
 #include "taskgrad/runtime.h"
 
 #define TG_EXIT_USAGE 2
@@ -65,6 +66,7 @@ typedef struct tg_progress {
   double start;
   const char *label;
   const char *unit; /* of the rate: "samples/s" unless set after begin */
+  const char *extra; /* appended to each line (e.g. the loss scale), or NULL */
 } tg_progress;
 void tg_progress_begin(tg_progress *p, const char *label, int total);
 /* acc < 0: no accuracy shown */
@@ -95,6 +97,32 @@ int tg_cli_is_root(void);
 void tg_cli_instrument_begin(const tg_runtime_config *rc);
 void tg_cli_instrument_begin_bench(const tg_runtime_config *rc);
 void tg_cli_instrument_end(const tg_runtime_config *rc);
+
+/* --precision fp32|tf32|bf16|fp16, --loss-scale S, --loss-scale-window N
+ * (cli/precision_flags.c).  _flag consumes one of them (1) or not (0);
+ * _finish, after parsing, refuses loss-scale flags without a 16-bit
+ * precision and decides `dynamic` (fp16 always, bf16 when a loss-scale flag
+ * was given); _start, after tg_init, sets cuBLAS's TF32 mode; _status
+ * formats " scale S skipped K" for progress lines (empty without scaling). */
+typedef struct tg_cli_precision {
+  tg_precision precision;
+  double scale;
+  int window;
+  int scale_given, window_given, dynamic;
+} tg_cli_precision;
+void tg_cli_precision_default(tg_cli_precision *p);
+int tg_cli_precision_flag(int argc, char **argv, int *i, tg_cli_precision *p);
+void tg_cli_precision_finish(tg_cli_precision *p);
+void tg_cli_precision_start(const tg_cli_precision *p);
+void tg_cli_precision_status(char *buf, size_t len, const tg_loss_scaler *s);
+#define TG_CLI_PRECISION_HELP                                                 \
+  "  --precision P        fp32, tf32 (TF32 tensor-core GEMMs on GPUs), bf16\n"  \
+  "                       or fp16: 16-bit GEMM operands and activations,\n"    \
+  "                       fp32 accumulation, master weights and AdamW state\n" \
+  "                       (default fp32)\n"                                      \
+  "  --loss-scale S       initial dynamic loss scale (fp16: on by default,\n"   \
+  "                       65536; bf16: only when given)\n"                      \
+  "  --loss-scale-window N  clean steps before the scale doubles (2000)\n"
 
 int tg_cmd_train_mlp(int argc, char **argv);
 int tg_cmd_bench_mlp(int argc, char **argv);

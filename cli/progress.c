@@ -15,6 +15,7 @@ void tg_progress_begin(tg_progress *p, const char *label, int total) {
   p->start = tg_cli_now();
   p->label = label;
   p->unit = "samples/s";
+  p->extra = NULL;
 }
 
 static void tg_format_eta(char *buf, size_t n, double s) {
@@ -37,16 +38,16 @@ void tg_progress_update(tg_progress *p, int done, double loss, double acc,
     int fill = (int)(frac * 30);
     for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
     bar[30] = 0;
-    fprintf(stderr, "\r%s [%s] %3d%% loss %.4f%s %.0f %s ETA %s \033[K", p->label, bar,
-            (int)(frac * 100), loss, accs, rate, p->unit, eta);
+    fprintf(stderr, "\r%s [%s] %3d%% loss %.4f%s %.0f %s ETA %s%s \033[K", p->label, bar,
+            (int)(frac * 100), loss, accs, rate, p->unit, eta, p->extra ? p->extra : "");
     fflush(stderr);
     return;
   }
   int decile = (int)(frac * 10);
   if (decile == p->last_decile) return;
   p->last_decile = decile;
-  fprintf(stderr, "%s %3d%% loss %.4f%s %.0f %s ETA %s\n", p->label, (int)(frac * 100),
-          loss, accs, rate, p->unit, eta);
+  fprintf(stderr, "%s %3d%% loss %.4f%s %.0f %s ETA %s%s\n", p->label, (int)(frac * 100),
+          loss, accs, rate, p->unit, eta, p->extra ? p->extra : "");
 }
 
 void tg_progress_end(tg_progress *p) {

@@ -33,6 +33,7 @@ typedef struct gpt_opts {
   tg_optimizer_config opt;
   uint64_t seed;
   tg_runtime_config rt;
+  tg_cli_precision prec;
   int demo;
 } gpt_opts;
 
@@ -80,7 +81,8 @@ static void gpt_usage(void) {
        "  --val-every N        validation loss every N steps (default: at the end\n"
        "                       when --val is given)\n"
        "  --val-batches N      batches per validation (default 10)\n"
-       "  --log-every N        print every N-th step line (default 1)\n" TG_CLI_RUNTIME_HELP
+       "  --log-every N        print every N-th step line (default 1)\n" TG_CLI_PRECISION_HELP
+       TG_CLI_RUNTIME_HELP
        "  -h, --help           this text\n"
        "\n"
        "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
@@ -111,6 +113,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   o->opt.weight_decay = 0.0f;
   o->seed = 1;
   o->rt = tg_runtime_config_default();
+  tg_cli_precision_default(&o->prec);
   int given_shape = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -160,10 +163,12 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--val-every")) o->val_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
     else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tg_cli_int(a, VAL, 1, 1 << 20);
     else if (!strcmp(a, "--log-every")) o->log_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
+    else if (tg_cli_precision_flag(argc, argv, &i, &o->prec)) continue;
     else if (!tg_cli_runtime_flag(argc, argv, &i, &o->rt))
       tg_cli_die("unknown flag '%s' for 'train gpt' (see --help)", a);
 #undef VAL
   }
+  tg_cli_precision_finish(&o->prec);
   if (o->B % o->micro)
     tg_cli_die("--micro-batches %d does not divide --batch %d", o->micro, o->B);
   if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
@@ -255,13 +260,20 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   if (tg_checkpoint_alloc(&c, &g->cfg) < 0) tg_cli_die_last("--checkpoint");
   int step = 0;
   if (tg_gpt_read_state(g, c.params, c.m, c.v, &step) < 0) tg_cli_die_last("--checkpoint");
-  c.step = step;
+  /* the run's steps: AdamW's count plus the steps an overflow skipped */
+  c.step = step + g->scaler.skipped;
   c.batches = batches;
   c.B = o->B;
   c.T = o->T;
   c.data_order = o->shuffled;
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
+  if (g->scaler.enabled) {
+    c.scaler.scale = g->scaler.scale;
+    c.scaler.window = g->scaler.window;
+    c.scaler.clean_steps = g->scaler.clean;
+    c.scaler.skipped_steps = g->scaler.skipped;
+  }
   if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
   tg_checkpoint_free(&c);
 }
@@ -428,6 +440,11 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   run.attention = o.attention;
   run.chunk = o.chunk;
   run.attn_splits = o.attn_splits;
+  run.precision = o.prec.precision;
+  run.loss_scaling = o.prec.dynamic;
+  run.loss_scale = (float)o.prec.scale;
+  run.loss_scale_window = o.prec.window;
+  tg_cli_precision_start(&o.prec);
   tg_gpt g;
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
                             "this GPT model and batch");
@@ -439,10 +456,16 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   int start = 0;
   long long start_batch = 0;
   if (have_ck) {
-    if (tg_gpt_write_state(&g, NULL, ck.m, ck.v, (int)ck.step) < 0)
+    if (tg_gpt_write_state(&g, NULL, ck.m, ck.v, (int)(ck.step - ck.scaler.skipped_steps)) < 0)
       tg_cli_die_last("--resume");
     start = (int)ck.step;
     start_batch = ck.batches;
+    if (g.scaler.enabled && ck.scaler.window > 0) {
+      /* the resumed run continues with the scale the interrupted one had */
+      g.scaler.scale = ck.scaler.scale;
+      g.scaler.clean = (int)ck.scaler.clean_steps;
+      g.scaler.skipped = (long)ck.scaler.skipped_steps;
+    }
     tg_checkpoint_free(&ck);
     if (root)
       fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
@@ -461,10 +484,11 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   if (o.val && !vl) tg_cli_die_last("validation data");
   if (root)
     fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers%s, "
-            "%s attention, %d attention tasks per micro-batch%s\n", cfg.num_layers,
+            "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg.num_layers,
             cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
             tg_ncpu_workers(), tg_ncuda_workers(), R > 1 ? " per rank" : "",
             o.attention == TG_ATTN_NAIVE ? "naive" : "chunked", g.run.attn_splits,
+            tg_precision_name(o.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");
   if (root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
@@ -494,12 +518,17 @@ int tg_cmd_train_gpt(int argc, char **argv) {
         fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", step + 1);
       tg_dist_abort(TG_EXIT_USAGE);
     }
+    char scale[64];
+    tg_cli_precision_status(scale, sizeof scale, &g.scaler);
     if (root && ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps))
-      printf(tg_deterministic() ? "step %d loss %.9g (%.1f ms, %.0f tokens/s)\n"
-                                 : "step %d loss %.6f (%.1f ms, %.0f tokens/s)\n",
-             step + 1, last_loss, dt * 1e3, tokens_per_step / dt);
+      printf(tg_deterministic() ? "step %d loss %.9g (%.1f ms, %.0f tokens/s)%s\n"
+                                 : "step %d loss %.6f (%.1f ms, %.0f tokens/s)%s\n",
+             step + 1, last_loss, dt * 1e3, tokens_per_step / dt, scale);
     fflush(stdout);
-    if (o.demo && root) tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
+    if (o.demo && root) {
+      bar.extra = scale;
+      tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
+    }
     if (vl && o.val_every && (step + 1) % o.val_every == 0) {
       double v = validate(&g, vl, o.val_batches);
       if (root) printf("step %d val loss %.6f\n", step + 1, v);
@@ -542,6 +571,9 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   if (root)
     fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
             (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
+  if (root && g.scaler.enabled)
+    fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
+            tg_precision_name(o.prec.precision), g.scaler.scale, g.scaler.skipped);
   if (R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)params_checksum(&g, &cfg));

@@ -61,7 +61,7 @@ int tg_act_fwd_insert(tg_activation act, starpu_data_handle_t X,
   int rows, cols;
   TG_TRY(tg_act_check(act, "tg_act_fwd"));
   TG_TRY(tg_shape(X, "tg_act_fwd: X", &rows, &cols));
-  TG_TRY(tg_expect(Y, "tg_act_fwd", "Y", rows, cols, sizeof(float)));
+  TG_TRY(tg_expect(Y, "tg_act_fwd", "Y", rows, cols, TG_FLOAT_SLOT));
   tg_act_args args = {(uint32_t)act, (int)act};
   starpu_data_handle_t h[2] = {X, Y};
   enum starpu_data_access_mode md[2] = {STARPU_R, STARPU_W};
@@ -75,8 +75,8 @@ int tg_act_bwd_insert(tg_activation act, starpu_data_handle_t X,
   int rows, cols;
   TG_TRY(tg_act_check(act, "tg_act_bwd"));
   TG_TRY(tg_shape(X, "tg_act_bwd: X", &rows, &cols));
-  TG_TRY(tg_expect(dY, "tg_act_bwd", "dY", rows, cols, sizeof(float)));
-  TG_TRY(tg_expect(dX, "tg_act_bwd", "dX", rows, cols, sizeof(float)));
+  TG_TRY(tg_expect(dY, "tg_act_bwd", "dY", rows, cols, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dX, "tg_act_bwd", "dX", rows, cols, TG_FLOAT_SLOT));
   tg_act_args args = {(uint32_t)act, (int)act};
   starpu_data_handle_t h[3] = {X, dY, dX};
   enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, STARPU_W};

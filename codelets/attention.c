@@ -116,11 +116,11 @@ static int tg_attn_check(const char *op, tg_attention_kind kind, int T, int NH, 
   if (kind == TG_ATTN_CHUNKED && chunk < 1)
     return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
   int b = n / T, C = c3 / 3;
-  TG_TRY(tg_expect(out, op, "out", n, C, sizeof(float)));
+  TG_TRY(tg_expect(out, op, "out", n, C, TG_FLOAT_SLOT));
   if (kind == TG_ATTN_NAIVE)
-    TG_TRY(tg_expect(state, op, "probabilities", b * NH * T, T, sizeof(float)));
+    TG_TRY(tg_expect(state, op, "probabilities", b * NH * T, T, TG_FLOAT_SLOT));
   else
-    TG_TRY(tg_expect(state, op, "lse", n, NH, sizeof(float)));
+    TG_TRY(tg_expect(state, op, "lse", n, NH, TG_FLOAT_SLOT));
   *pb = b;
   *pC = C;
   return 0;
@@ -152,8 +152,8 @@ int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
                             starpu_data_handle_t dqkv, const tg_task_opts *opts) {
   int b, C;
   TG_TRY(tg_attn_check("tg_attention_bwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
-  TG_TRY(tg_expect(dout, "tg_attention_bwd", "dout", b * T, C, sizeof(float)));
-  TG_TRY(tg_expect(dqkv, "tg_attention_bwd", "dqkv", b * T, 3 * C, sizeof(float)));
+  TG_TRY(tg_expect(dout, "tg_attention_bwd", "dout", b * T, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dqkv, "tg_attention_bwd", "dqkv", b * T, 3 * C, TG_FLOAT_SLOT));
   tg_attn_args args = {0, (int)kind, T, NH, chunk};
   int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);

@@ -60,8 +60,8 @@ int tg_softmax_xent_insert(starpu_data_handle_t logits,
                            const tg_task_opts *opts) {
   int rows, cols;
   TG_TRY(tg_labels_check(logits, labels, "tg_softmax_xent", &rows, &cols));
-  TG_TRY(tg_expect(dlogits, "tg_softmax_xent", "dlogits", rows, cols, sizeof(float)));
-  TG_TRY(tg_expect(loss, "tg_softmax_xent", "loss", 1, 1, sizeof(float)));
+  TG_TRY(tg_expect(dlogits, "tg_softmax_xent", "dlogits", rows, cols, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(loss, "tg_softmax_xent", "loss", 1, 1, TG_FLOAT_SLOT));
   if (loss_accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_softmax_xent: the loss is an accumulator (TG_ACCUMULATE or TG_REDUCE)");
   tg_xent_args args = {0, scale};
@@ -77,7 +77,7 @@ int tg_accuracy_insert(starpu_data_handle_t logits, starpu_data_handle_t labels,
                        const tg_task_opts *opts) {
   int rows, cols;
   TG_TRY(tg_labels_check(logits, labels, "tg_accuracy", &rows, &cols));
-  TG_TRY(tg_expect(correct, "tg_accuracy", "correct", 1, 1, sizeof(float)));
+  TG_TRY(tg_expect(correct, "tg_accuracy", "correct", 1, 1, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_accuracy: the count is an accumulator (TG_ACCUMULATE or TG_REDUCE)");
   tg_xent_args args = {0, 0.0f};

@@ -17,6 +17,7 @@ void (*tg_submit_hook)(struct starpu_task *task) = NULL;
  * so none is ever unregistered earlier. */
 static struct tg_scratch_entry {
   size_t bytes;
+  int pool;
   starpu_data_handle_t handle;
 } *tg_scratches;
 static int tg_nscratches = 0, tg_scratch_cap = 0;
@@ -31,14 +32,17 @@ static void tg_scratch_release_all(void) {
   pthread_mutex_unlock(&tg_scratch_lock);
 }
 
-starpu_data_handle_t tg_scratch(size_t bytes) {
+starpu_data_handle_t tg_scratch(size_t bytes) { return tg_scratch_pool(bytes, 0); }
+
+starpu_data_handle_t tg_scratch_pool(size_t bytes, int pool) {
   size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
   if (n == 0) n = 1;
   bytes = n * sizeof(float);
   starpu_data_handle_t h = NULL;
   pthread_mutex_lock(&tg_scratch_lock);
   for (int i = 0; i < tg_nscratches && !h; i++)
-    if (tg_scratches[i].bytes == bytes) h = tg_scratches[i].handle;
+    if (tg_scratches[i].bytes == bytes && tg_scratches[i].pool == pool)
+      h = tg_scratches[i].handle;
   if (!h) {
     if (tg_nscratches == tg_scratch_cap) {
       int cap = tg_scratch_cap ? 2 * tg_scratch_cap : 16;
@@ -49,6 +53,7 @@ starpu_data_handle_t tg_scratch(size_t bytes) {
     }
     starpu_vector_data_register(&h, -1, 0, (uint32_t)n, sizeof(float));
     tg_scratches[tg_nscratches].bytes = bytes;
+    tg_scratches[tg_nscratches].pool = pool;
     tg_scratches[tg_nscratches].handle = h;
     tg_nscratches++;
     tg_at_shutdown(tg_scratch_release_all);
@@ -61,6 +66,9 @@ uint32_t tg_footprint(struct starpu_task *task) {
   uint32_t key = 0;
   if (task->cl_arg && task->cl_arg_size >= sizeof key)
     memcpy(&key, task->cl_arg, sizeof key);
+  /* 16-bit storage costs conversions: its own history entries */
+  int lowp = tg_lowp_of_task(task, NULL);
+  if (lowp) key = starpu_hash_crc32c_be((uint32_t)lowp, key);
   return starpu_hash_crc32c_be(key, starpu_task_data_footprint(task));
 }
 
@@ -73,18 +81,43 @@ enum starpu_data_access_mode tg_accum_mode(tg_accum accum) {
   return STARPU_RW;
 }
 
-int tg_submit(struct starpu_codelet *cl, int nbuf,
-              const starpu_data_handle_t *handles,
-              const enum starpu_data_access_mode *modes, const void *args,
-              size_t argsize, double flops, const tg_task_opts *opts) {
+static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
+                          const starpu_data_handle_t *handles,
+                          const enum starpu_data_access_mode *modes, const void *args,
+                          size_t argsize, double flops, const tg_task_opts *opts,
+                          int adapt) {
+  /* 2-byte buffers: the low-precision adapter's workspace becomes one more
+   * buffer, and its trailer follows the arguments (lowp_adapter.c) */
+  int lowp = opts ? (int)opts->lowp : 0;
+  size_t ws = 0, trailer = 0;
+  if (adapt) TG_TRY(tg_lowp_plan(cl->name, nbuf, handles, modes, lowp, &ws));
+  if (nbuf > TG_MAX_BUFFERS)
+    return tg_fail(EINVAL, "%s: %d buffers, at most %d", cl->name, nbuf, TG_MAX_BUFFERS);
+  starpu_data_handle_t hx[TG_MAX_BUFFERS + 1];
+  enum starpu_data_access_mode mx[TG_MAX_BUFFERS + 1];
+  if (ws) {
+    memcpy(hx, handles, nbuf * sizeof *hx);
+    memcpy(mx, modes, nbuf * sizeof *mx);
+    /* a pool of its own: a codelet's own scratch of the same size would
+     * otherwise be the same handle, twice in one task (aliased) */
+    hx[nbuf] = tg_scratch_pool(ws, TG_SCRATCH_LOWP);
+    mx[nbuf] = STARPU_SCRATCH;
+    handles = hx;
+    modes = mx;
+    trailer = tg_lowp_trailer_size();
+  }
   /* The task name, when given, is copied after the arguments (the caller's
    * string may be a stack buffer): StarPU frees that block with the task
-   * (cl_arg_free), and cl_arg_size stays the arguments' size. */
+   * (cl_arg_free), and cl_arg_size stays the arguments' size (plus the
+   * trailer of an adapted task). */
   const char *name = opts ? opts->name : NULL;
   size_t namelen = name ? strlen(name) + 1 : 0;
-  char *copy = malloc((argsize + namelen) ? argsize + namelen : 1);
+  char *copy = malloc((argsize + trailer + namelen) ? argsize + trailer + namelen : 1);
   if (!copy) return tg_fail(ENOMEM, "%s: out of memory for task arguments", cl->name);
   if (argsize) memcpy(copy, args, argsize);
+  if (trailer) tg_lowp_trailer_write(copy + argsize, lowp, nbuf);
+  argsize += trailer;
+  if (ws) nbuf++;
   if (name) memcpy(copy + argsize, name, namelen);
   struct starpu_task *task = starpu_task_create();
   if (!task) {
@@ -133,7 +166,19 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
   return 0;
 }
 
-int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols) {
+int tg_submit(struct starpu_codelet *cl, int nbuf, const starpu_data_handle_t *handles,
+              const enum starpu_data_access_mode *modes, const void *args, size_t argsize,
+              double flops, const tg_task_opts *opts) {
+  return tg_submit_task(cl, nbuf, handles, modes, args, argsize, flops, opts, 1);
+}
+
+int tg_submit_native(struct starpu_codelet *cl, int nbuf, const starpu_data_handle_t *handles,
+                     const enum starpu_data_access_mode *modes, const void *args,
+                     size_t argsize, double flops, const tg_task_opts *opts) {
+  return tg_submit_task(cl, nbuf, handles, modes, args, argsize, flops, opts, 0);
+}
+
+int tg_shape_any(starpu_data_handle_t h, const char *what, int *rows, int *cols) {
   if (!h) return tg_fail(EINVAL, "%s: missing data handle", what);
   if (starpu_data_get_interface_id(h) != STARPU_MATRIX_INTERFACE_ID)
     return tg_fail(EINVAL, "%s: not a matrix handle", what);
@@ -142,18 +187,29 @@ int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols) {
   return 0;
 }
 
+int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols) {
+  TG_TRY(tg_shape_any(h, what, rows, cols));
+  size_t es = starpu_matrix_get_elemsize(h);
+  if (es != sizeof(float) && es != 2)
+    return tg_fail(EINVAL, "%s has %zu-byte elements, expected f32 (4) or bf16/f16 (2)",
+                   what, es);
+  return 0;
+}
+
 int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
               int rows, int cols, size_t elemsize) {
   int r, c;
   char name[96];
   snprintf(name, sizeof name, "%s: %s", op, what);
-  TG_TRY(tg_shape(h, name, &r, &c));
+  TG_TRY(tg_shape_any(h, name, &r, &c));
   if (r != rows || c != cols)
     return tg_fail(EINVAL, "%s: %s is (%d, %d), expected (%d, %d)", op, what, r, c,
                    rows, cols);
-  if (starpu_matrix_get_elemsize(h) != elemsize)
-    return tg_fail(EINVAL, "%s: %s has %zu-byte elements, expected %zu", op, what,
-                   starpu_matrix_get_elemsize(h), elemsize);
+  size_t es = starpu_matrix_get_elemsize(h);
+  if (elemsize == TG_FLOAT_SLOT ? es != sizeof(float) && es != 2 : es != elemsize)
+    return tg_fail(EINVAL, "%s: %s has %zu-byte elements, expected %s", op, what, es,
+                   elemsize == TG_FLOAT_SLOT ? "4 (f32) or 2 (bf16, f16)"
+                   : elemsize == 2 ? "2" : "4");
   return 0;
 }
 

@@ -74,7 +74,7 @@ int tg_embedding_fwd_insert(int T, starpu_data_handle_t tokens, starpu_data_hand
                             const tg_task_opts *opts) {
   int n, C;
   TG_TRY(tg_embed_check("tg_embedding_fwd", T, tokens, wte, wpe, &n, &C));
-  TG_TRY(tg_expect(X, "tg_embedding_fwd", "X", n, C, sizeof(float)));
+  TG_TRY(tg_expect(X, "tg_embedding_fwd", "X", n, C, TG_FLOAT_SLOT));
   tg_embed_args args = {0, T};
   starpu_data_handle_t h[4] = {tokens, wte, wpe, X};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
@@ -86,7 +86,7 @@ int tg_embedding_bwd_insert(int T, starpu_data_handle_t tokens, starpu_data_hand
                             tg_accum accum, const tg_task_opts *opts) {
   int n, C;
   TG_TRY(tg_embed_check("tg_embedding_bwd", T, tokens, dwte, dwpe, &n, &C));
-  TG_TRY(tg_expect(dX, "tg_embedding_bwd", "dX", n, C, sizeof(float)));
+  TG_TRY(tg_expect(dX, "tg_embedding_bwd", "dX", n, C, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_embedding_bwd: gradients accumulate (TG_ACCUMULATE or TG_REDUCE)");
   tg_embed_args args = {0, T};

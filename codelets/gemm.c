@@ -48,20 +48,37 @@ static void tg_gemm_cuda(void *buffers[], void *cl_arg) {
 
 TG_CODELET(gemm, tg_gemm_cpu, tg_gemm_cuda);
 
-int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
-                   starpu_data_handle_t B, float beta, starpu_data_handle_t C,
-                   tg_accum accum, const tg_task_opts *opts) {
-  int ar, ac, br, bc, m, n;
-  TG_TRY(tg_shape(A, "tg_gemm: A", &ar, &ac));
-  TG_TRY(tg_shape(B, "tg_gemm: B", &br, &bc));
+int tg_gemm_shapes(const char *op, int transa, int transb, starpu_data_handle_t A,
+                   size_t a_size, starpu_data_handle_t B, size_t b_size,
+                   starpu_data_handle_t C, size_t c_size, int *m, int *n, int *k) {
+  int ar, ac, br, bc;
+  char what[64];
+  snprintf(what, sizeof what, "%s: A", op);
+  TG_TRY(tg_shape_any(A, what, &ar, &ac));
+  snprintf(what, sizeof what, "%s: B", op);
+  TG_TRY(tg_shape_any(B, what, &br, &bc));
   int am = transa ? ac : ar, ak = transa ? ar : ac;
   int bk = transb ? bc : br, bn = transb ? br : bc;
   if (ak != bk)
-    return tg_fail(EINVAL, "tg_gemm: inner dimensions differ: op(A) is (%d, %d), op(B) is (%d, %d)",
-                   am, ak, bk, bn);
-  TG_TRY(tg_shape(C, "tg_gemm: C", &m, &n));
-  if (m != am || n != bn)
-    return tg_fail(EINVAL, "tg_gemm: C is (%d, %d), op(A) op(B) is (%d, %d)", m, n, am, bn);
+    return tg_fail(EINVAL, "%s: inner dimensions differ: op(A) is (%d, %d), op(B) is (%d, %d)",
+                   op, am, ak, bk, bn);
+  snprintf(what, sizeof what, "%s: C", op);
+  TG_TRY(tg_shape_any(C, what, m, n));
+  if (*m != am || *n != bn)
+    return tg_fail(EINVAL, "%s: C is (%d, %d), op(A) op(B) is (%d, %d)", op, *m, *n, am, bn);
+  TG_TRY(tg_expect(A, op, "A", ar, ac, a_size));
+  TG_TRY(tg_expect(B, op, "B", br, bc, b_size));
+  TG_TRY(tg_expect(C, op, "C", *m, *n, c_size));
+  *k = ak;
+  return 0;
+}
+
+int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
+                   starpu_data_handle_t B, float beta, starpu_data_handle_t C,
+                   tg_accum accum, const tg_task_opts *opts) {
+  int m, n, k;
+  TG_TRY(tg_gemm_shapes("tg_gemm", transa, transb, A, TG_FLOAT_SLOT, B, TG_FLOAT_SLOT, C,
+                        TG_FLOAT_SLOT, &m, &n, &k));
   tg_gemm_args args = {0, transa != 0, transb != 0, alpha, beta};
   if (accum == TG_OVERWRITE) args.beta = 0.0f;
   if (accum == TG_REDUCE) args.beta = 1.0f;
@@ -69,5 +86,5 @@ int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
   args.shape = tg_hash_ints(key, 2);
   starpu_data_handle_t h[3] = {A, B, C};
   enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, tg_accum_mode(accum)};
-  return tg_submit(&tg_gemm_cl, 3, h, md, &args, sizeof args, 2.0 * m * n * ak, opts);
+  return tg_submit(&tg_gemm_cl, 3, h, md, &args, sizeof args, 2.0 * m * n * k, opts);
 }

@@ -54,9 +54,9 @@ static int tg_ln_check(const char *op, starpu_data_handle_t X, starpu_data_handl
   char what[64];
   snprintf(what, sizeof what, "%s: X", op);
   TG_TRY(tg_shape(X, what, n, C));
-  TG_TRY(tg_expect(w, op, "w", 1, *C, sizeof(float)));
-  TG_TRY(tg_expect(mean, op, "mean", *n, 1, sizeof(float)));
-  return tg_expect(rstd, op, "rstd", *n, 1, sizeof(float));
+  TG_TRY(tg_expect(w, op, "w", 1, *C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(mean, op, "mean", *n, 1, TG_FLOAT_SLOT));
+  return tg_expect(rstd, op, "rstd", *n, 1, TG_FLOAT_SLOT);
 }
 
 int tg_layernorm_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t w,
@@ -65,8 +65,8 @@ int tg_layernorm_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t w,
                             const tg_task_opts *opts) {
   int n, C;
   TG_TRY(tg_ln_check("tg_layernorm_fwd", X, w, mean, rstd, &n, &C));
-  TG_TRY(tg_expect(b, "tg_layernorm_fwd", "b", 1, C, sizeof(float)));
-  TG_TRY(tg_expect(Y, "tg_layernorm_fwd", "Y", n, C, sizeof(float)));
+  TG_TRY(tg_expect(b, "tg_layernorm_fwd", "b", 1, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(Y, "tg_layernorm_fwd", "Y", n, C, TG_FLOAT_SLOT));
   tg_ln_args args = {0};
   starpu_data_handle_t h[6] = {X, w, b, Y, mean, rstd};
   enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
@@ -81,10 +81,10 @@ int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
                             tg_accum accum, const tg_task_opts *opts) {
   int n, C;
   TG_TRY(tg_ln_check("tg_layernorm_bwd", X, w, mean, rstd, &n, &C));
-  TG_TRY(tg_expect(dY, "tg_layernorm_bwd", "dY", n, C, sizeof(float)));
-  TG_TRY(tg_expect(dX, "tg_layernorm_bwd", "dX", n, C, sizeof(float)));
-  TG_TRY(tg_expect(dw, "tg_layernorm_bwd", "dw", 1, C, sizeof(float)));
-  TG_TRY(tg_expect(db, "tg_layernorm_bwd", "db", 1, C, sizeof(float)));
+  TG_TRY(tg_expect(dY, "tg_layernorm_bwd", "dY", n, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dX, "tg_layernorm_bwd", "dX", n, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dw, "tg_layernorm_bwd", "dw", 1, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(db, "tg_layernorm_bwd", "db", 1, C, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_layernorm_bwd: gradients accumulate (TG_ACCUMULATE or TG_REDUCE)");
   size_t scratch = 1;

@@ -89,11 +89,11 @@ int tg_linear_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t W,
   TG_TRY(tg_shape(W, "tg_linear_fwd: W", &out, &win));
   if (win != in)
     return tg_fail(EINVAL, "tg_linear_fwd: X has %d features, W is (%d, %d)", in, out, win);
-  TG_TRY(tg_expect(b, "tg_linear_fwd", "b", 1, out, sizeof(float)));
-  TG_TRY(tg_expect(Z, "tg_linear_fwd", "Z", rows, out, sizeof(float)));
+  TG_TRY(tg_expect(b, "tg_linear_fwd", "b", 1, out, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(Z, "tg_linear_fwd", "Z", rows, out, TG_FLOAT_SLOT));
   int n = 4;
   if (act != TG_ACT_NONE) {
-    TG_TRY(tg_expect(H, "tg_linear_fwd", "H", rows, out, sizeof(float)));
+    TG_TRY(tg_expect(H, "tg_linear_fwd", "H", rows, out, TG_FLOAT_SLOT));
     n = 5;
   }
   tg_linear_args args = {(uint32_t)act, (int)act};
@@ -113,10 +113,10 @@ int tg_linear_bwd_data_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
   if (zout != out)
     return tg_fail(EINVAL, "tg_linear_bwd_data: dZ has %d columns, W is (%d, %d)", zout,
                    out, in);
-  TG_TRY(tg_expect(dX, "tg_linear_bwd_data", "dX", rows, in, sizeof(float)));
+  TG_TRY(tg_expect(dX, "tg_linear_bwd_data", "dX", rows, in, TG_FLOAT_SLOT));
   int n = 3;
   if (act != TG_ACT_NONE) {
-    TG_TRY(tg_expect(Zprev, "tg_linear_bwd_data", "Zprev", rows, in, sizeof(float)));
+    TG_TRY(tg_expect(Zprev, "tg_linear_bwd_data", "Zprev", rows, in, TG_FLOAT_SLOT));
     n = 4;
   }
   tg_linear_args args = {(uint32_t)act, (int)act};

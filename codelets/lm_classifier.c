@@ -5,13 +5,15 @@
  * exists at a time (a STARPU_SCRATCH workspace), never the whole (n, Vp)
  * matrix.  The padded vocabulary rows V..Vp-1 never enter the softmax.
  */
+#include <math.h>
+
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
 
 typedef struct tg_lmc_args {
   uint32_t shape;
   int V, chunk, backward;
-  float scale;
+  float scale, grad_scale;
 } tg_lmc_args;
 
 /* buffers: lnf, wte, targets, loss, scratch [, dlnf, dwte] */
@@ -19,7 +21,7 @@ static void tg_lm_classifier_cpu(void *buffers[], void *cl_arg) {
   const tg_lmc_args *a = cl_arg;
   tg_cpu_classifier(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk,
                     TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-                    TG_IPTR(buffers[2]), a->scale, a->backward,
+                    TG_IPTR(buffers[2]), a->scale, a->grad_scale, a->backward,
                     a->backward ? TG_PTR(buffers[5]) : NULL,
                     a->backward ? TG_LD(buffers[5]) : 0,
                     a->backward ? TG_PTR(buffers[6]) : NULL, TG_PTR(buffers[3]),
@@ -32,7 +34,8 @@ static void tg_lm_classifier_cuda(void *buffers[], void *cl_arg) {
   TG_CUDA_CHECK(tg_cuda_classifier(
       starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V,
       a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-      TG_IPTR(buffers[2]), a->scale, a->backward, a->backward ? TG_PTR(buffers[5]) : NULL,
+      TG_IPTR(buffers[2]), a->scale, a->grad_scale, a->backward,
+      a->backward ? TG_PTR(buffers[5]) : NULL,
       a->backward ? TG_LD(buffers[5]) : 0, a->backward ? TG_PTR(buffers[6]) : NULL,
       TG_PTR(buffers[3]), TG_VPTR(buffers[4]), starpu_cuda_get_local_stream()));
 }
@@ -45,6 +48,16 @@ int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t 
                             starpu_data_handle_t dlnf, starpu_data_handle_t dwte,
                             tg_accum dwte_accum, starpu_data_handle_t loss,
                             tg_accum loss_accum, const tg_task_opts *opts) {
+  return tg_lm_classifier_scaled_insert(V, chunk, scale, 1.0f, lnf, wte, targets, dlnf, dwte,
+                                        dwte_accum, loss, loss_accum, opts);
+}
+
+int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_scale,
+                                   starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                                   starpu_data_handle_t targets, starpu_data_handle_t dlnf,
+                                   starpu_data_handle_t dwte, tg_accum dwte_accum,
+                                   starpu_data_handle_t loss, tg_accum loss_accum,
+                                   const tg_task_opts *opts) {
   const char *op = "tg_lm_classifier";
   int n, C, vp, wc;
   TG_TRY(tg_shape(lnf, "tg_lm_classifier: lnf", &n, &C));
@@ -54,19 +67,22 @@ int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t 
   if (V < 1 || V > vp) return tg_fail(EINVAL, "%s: V = %d not in [1, %d]", op, V, vp);
   if (chunk < 1) return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
   TG_TRY(tg_expect(targets, op, "targets", n, 1, sizeof(int32_t)));
-  TG_TRY(tg_expect(loss, op, "loss", 1, 1, sizeof(float)));
+  TG_TRY(tg_expect(loss, op, "loss", 1, 1, TG_FLOAT_SLOT));
   if (loss_accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE or TG_REDUCE)", op);
   int backward = dlnf != NULL;
   if (backward) {
-    TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, sizeof(float)));
-    TG_TRY(tg_expect(dwte, op, "dwte", vp, C, sizeof(float)));
+    TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, TG_FLOAT_SLOT));
+    TG_TRY(tg_expect(dwte, op, "dwte", vp, C, TG_FLOAT_SLOT));
     TG_TRY(tg_expect_contiguous(dwte, op, "dwte"));
     if (dwte_accum == TG_OVERWRITE)
       return tg_fail(EINVAL, "%s: dwte accumulates (TG_ACCUMULATE or TG_REDUCE)", op);
   }
   if (chunk > n) chunk = n;
-  tg_lmc_args args = {0, V, chunk, backward, scale};
+  if (!(grad_scale > 0.0f) || isinf(grad_scale))
+    return tg_fail(EINVAL, "%s: the gradient (loss) scale must be positive and finite, got %g",
+                   op, grad_scale);
+  tg_lmc_args args = {0, V, chunk, backward, scale, grad_scale};
   int key[3] = {V, chunk, backward};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[7] = {lnf, wte, targets, loss,

@@ -62,7 +62,7 @@ TG_CODELET(sgd, tg_sgd_cpu, tg_sgd_cuda);
 TG_CODELET(adamw, tg_adamw_cpu, tg_adamw_cuda);
 
 /* every buffer (rows, cols), contiguous, float */
-static int tg_param_check(const char *op, const char *const *names,
+int tg_param_check(const char *op, const char *const *names,
                           const starpu_data_handle_t *h, int n) {
   int rows, cols;
   char what[64];

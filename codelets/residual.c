@@ -32,8 +32,8 @@ int tg_residual_insert(starpu_data_handle_t A, starpu_data_handle_t B,
                        starpu_data_handle_t Y, const tg_task_opts *opts) {
   int n, C;
   TG_TRY(tg_shape(A, "tg_residual: A", &n, &C));
-  TG_TRY(tg_expect(B, "tg_residual", "B", n, C, sizeof(float)));
-  TG_TRY(tg_expect(Y, "tg_residual", "Y", n, C, sizeof(float)));
+  TG_TRY(tg_expect(B, "tg_residual", "B", n, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(Y, "tg_residual", "Y", n, C, TG_FLOAT_SLOT));
   tg_residual_args args = {0};
   starpu_data_handle_t h[3] = {A, B, Y};
   /* StarPU merges a handle given twice; in place, Y is also an input */

@@ -30,7 +30,8 @@
 #include "taskgrad/gpt.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
-  tg_gpt_run_config r = {B, T, 1, TG_ATTN_CHUNKED, 64, 0, 256};
+  tg_gpt_run_config r = {B, T, 1, TG_ATTN_CHUNKED, 64, 0, 256, TG_PREC_FP32, 0,
+                         TG_LOSS_SCALE_DEFAULT, TG_LOSS_SCALE_WINDOW};
   return r;
 }
 
@@ -48,6 +49,15 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   size_t scratch = (size_t)chunk * cfg->vocab_size * sizeof(float) +
                    tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
                                               cfg->channels, cfg->num_heads, run->chunk);
+  if (tg_precision_lowp(run->precision)) {
+    /* 16-bit activations (the statistics stay f32: no matter), and per
+     * worker the adapter's f32 copies of the largest task's 16-bit buffers:
+     * the classifier's lnf, dlnf and wte, or the MLP block's X, Z, H, W */
+    size_t mrows = rows / (size_t)run->nmicro, Vp = (size_t)cfg->padded_vocab_size;
+    size_t cls = 2 * mrows * C + Vp * C, mlp = mrows * 9 * C + 4 * C * C;
+    scratch += sizeof(float) * (cls > mlp ? cls : mlp);
+    return sizeof(float) * N * w + 2 * acts + scratch * w;
+  }
   return sizeof(float) * (acts + N * w) + scratch * w;
 }
 
@@ -64,6 +74,18 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 #define GSUM(g, p, l) (&(g)->sums[(p) * TG_GPT_MAX_LAYERS + (tg_gpt_param_per_layer(p) ? (l) : 0)])
 #define G(g, p, l) tg_sum_handle(GSUM(g, p, l), mb->micro)
 #define GMODE(g) tg_sum_mode(&(g)->sums[0])
+
+/* Mixed precision: the 16-bit type of activations (TG_F32: none), and the
+ * weight a GEMM reads (its 16-bit copy when there is one). */
+#define ACT(g) tg_precision_lowp((g)->run.precision)
+#define WG(g, p, l) ((g)->wl[p][0].handle ? (g)->wl[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle \
+                                          : W(g, p, l))
+
+/* GEMM weights get 16-bit copies (the embeddings' wpe and the LayerNorm and
+ * bias vectors are read by f32 code only) */
+static int tg_gpt_gemm_weight(tg_gpt_param p) {
+  return p == TG_WTE || p == TG_QKVW || p == TG_ATTPROJW || p == TG_FCW || p == TG_FCPROJW;
+}
 
 static int tg_gpt_slices(tg_gpt_param p, const tg_gpt_config *c) {
   return tg_gpt_param_per_layer(p) ? c->num_layers : 1;
@@ -95,6 +117,11 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
+  if ((unsigned)r->precision > TG_PREC_FP16)
+    return tg_fail(EINVAL, "GPT: unknown precision %d", (int)r->precision);
+  if (r->loss_scaling && !tg_precision_lowp(r->precision))
+    return tg_fail(EINVAL, "GPT: loss scaling is for bf16 and fp16 training, not %s",
+                   tg_precision_name(r->precision));
   return 0;
 }
 
@@ -103,10 +130,11 @@ static int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
                               const tg_gpt_run_config *r, int b) {
   int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
   memset(a, 0, sizeof *a);
-  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, TG_F32));
-  TG_TRY(tg_tensor_alloc(&a->out, n, C, TG_F32));
-  TG_TRY(tg_tensor_alloc(&a->dout, n, C, TG_F32));
-  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, TG_F32));
+  tg_dtype act = tg_precision_lowp(r->precision) ? tg_precision_lowp(r->precision) : TG_F32;
+  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, act));
+  TG_TRY(tg_tensor_alloc(&a->out, n, C, act));
+  TG_TRY(tg_tensor_alloc(&a->dout, n, C, act));
+  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, act));
   if (r->attention == TG_ATTN_NAIVE)
     TG_TRY(tg_tensor_alloc(&a->state, b * NH * r->T, r->T, TG_F32));
   else
@@ -132,6 +160,16 @@ static void tg_gpt_attn_destroy(tg_gpt_attn *a) {
   tg_tensor_free(&a->dout);
   tg_tensor_free(&a->dqkv);
   tg_tensor_free(&a->state);
+}
+
+/* The 16-bit weight copies from the master weights (after they were
+ * written from outside: creation, a resumed checkpoint). */
+static int tg_gpt_refresh_lowp(tg_gpt *g) {
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
+      if (g->wl[p][l].handle)
+        TG_TRY(tg_convert_insert(ACT(g), g->w[p][l].handle, g->wl[p][l].handle, NULL));
+  return 0;
 }
 
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
@@ -165,6 +203,22 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   }
   if (rc == 0) rc = tg_tensor_alloc(&g->loss, 1, 1, TG_F32);
   if (rc == 0) tg_tensor_enable_reduction(&g->loss);
+  tg_dtype lowp = ACT(g);
+  for (int p = 0; p < TG_GPT_NPARAMS && lowp && rc == 0; p++) {
+    if (!tg_gpt_gemm_weight((tg_gpt_param)p)) continue;
+    int rows, cols;
+    tg_gpt_param_shape(cfg, (tg_gpt_param)p, &rows, &cols);
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++)
+      rc = tg_tensor_alloc(&g->wl[p][l], rows, cols, lowp);
+  }
+  if (rc == 0) rc = tg_tensor_alloc(&g->overflow, 1, 1, TG_F32);
+  if (rc == 0) rc = tg_fill_insert(g->overflow.handle, 0.0f, NULL);
+  if (rc == 0)
+    rc = tg_loss_scaler_init(&g->scaler, g->run.loss_scaling,
+                             g->run.loss_scale > 0 ? g->run.loss_scale : TG_LOSS_SCALE_DEFAULT,
+                             g->run.loss_scale_window > 0 ? g->run.loss_scale_window
+                                                          : TG_LOSS_SCALE_WINDOW);
+  if (rc == 0) rc = tg_gpt_refresh_lowp(g);
   int L = cfg->num_layers, M = g->run.nmicro;
   if (rc == 0) {
     g->attn = calloc((size_t)L * M, sizeof *g->attn);
@@ -188,8 +242,10 @@ void tg_gpt_destroy(tg_gpt *g) {
       tg_tensor_free(&g->g[p][l]);
       tg_tensor_free(&g->m[p][l]);
       tg_tensor_free(&g->v[p][l]);
+      tg_tensor_free(&g->wl[p][l]);
     }
   tg_tensor_free(&g->loss);
+  tg_tensor_free(&g->overflow);
 }
 
 /* Forward activations of one layer kept for its backward. */
@@ -209,12 +265,30 @@ typedef struct tg_gpt_micro {
 
 /* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
 #define TG_GPT_RANKS(L) (3 * (L) + 2)
-#define FWD(l) tg_gopt(&go, 3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
-#define BWD(l) tg_gopt(&go, L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
-#define WGRAD(l) tg_gopt(&go, L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
+/* every task of the graph names the 16-bit type of its 2-byte buffers */
+#define OPT(...) tg_gopt_lowp(&go, ACT(g), __VA_ARGS__)
+#define FWD(l) OPT(3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
+#define BWD(l) OPT(L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
+#define WGRAD(l) OPT(L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
 
+/* f32 temporaries: LayerNorm statistics */
 static int tg_temp(tg_tensor *t, int rows, int cols) {
   return tg_tensor_temp(t, rows, cols, TG_F32);
+}
+
+/* activations and their gradients: 16-bit in mixed precision */
+static int tg_act_temp(const tg_gpt *g, tg_tensor *t, int rows, int cols) {
+  tg_dtype lowp = ACT(g);
+  return tg_tensor_temp(t, rows, cols, lowp ? lowp : TG_F32);
+}
+#define TEMP(t, r, c) tg_act_temp(g, t, r, c)
+
+/* A weight gradient dW (+)= dY^T X: with 16-bit dY and X through the 16-bit
+ * GEMM codelet (cublasGemmEx, fp32 accumulation), else the f32 one. */
+static int tg_gpt_wgrad(const tg_gpt *g, starpu_data_handle_t dY, starpu_data_handle_t X,
+                        starpu_data_handle_t dW, tg_accum mode, const tg_task_opts *o) {
+  if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
+  return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
 }
 
 /* Attention forward of one layer: whole qkv in, whole out valid after. */
@@ -260,51 +334,51 @@ static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   int n = mb->n, C = c->channels, L = c->num_layers;
   tg_gopts go;
   tg_tensor x;
-  TG_TRY(tg_temp(&x, n, C));
+  TG_TRY(TEMP(&x, n, C));
   TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
-                                 x.handle, tg_gopt(&go, 3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
+                                 x.handle, OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
   for (int l = 0; l < c->num_layers; l++) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     A->x = x;
-    TG_TRY(tg_temp(&A->ln1, n, C));
+    TG_TRY(TEMP(&A->ln1, n, C));
     TG_TRY(tg_temp(&A->mean1, n, 1));
     TG_TRY(tg_temp(&A->rstd1, n, 1));
     TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
                                    A->ln1.handle, A->mean1.handle, A->rstd1.handle, FWD(l)));
-    TG_TRY(tg_linear_fwd_insert(A->ln1.handle, W(g, TG_QKVW, l), W(g, TG_QKVB, l),
+    TG_TRY(tg_linear_fwd_insert(A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l),
                                 TG_ACT_NONE, at->qkv.handle, NULL, FWD(l)));
     TG_TRY(tg_gpt_attn_fwd(g, at, S, FWD(l)));
     tg_tensor proj;
-    TG_TRY(tg_temp(&proj, n, C));
-    TG_TRY(tg_linear_fwd_insert(at->out.handle, W(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
+    TG_TRY(TEMP(&proj, n, C));
+    TG_TRY(tg_linear_fwd_insert(at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
                                 TG_ACT_NONE, proj.handle, NULL, FWD(l)));
-    TG_TRY(tg_temp(&A->x2, n, C));
+    TG_TRY(TEMP(&A->x2, n, C));
     TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, FWD(l)));
     tg_tensor_release(&proj);
-    TG_TRY(tg_temp(&A->ln2, n, C));
+    TG_TRY(TEMP(&A->ln2, n, C));
     TG_TRY(tg_temp(&A->mean2, n, 1));
     TG_TRY(tg_temp(&A->rstd2, n, 1));
     TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
                                    A->ln2.handle, A->mean2.handle, A->rstd2.handle, FWD(l)));
-    TG_TRY(tg_temp(&A->fch, n, 4 * C));
-    TG_TRY(tg_temp(&A->fchg, n, 4 * C));
-    TG_TRY(tg_linear_fwd_insert(A->ln2.handle, W(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
+    TG_TRY(TEMP(&A->fch, n, 4 * C));
+    TG_TRY(TEMP(&A->fchg, n, 4 * C));
+    TG_TRY(tg_linear_fwd_insert(A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
                                 A->fch.handle, A->fchg.handle, FWD(l)));
-    TG_TRY(tg_temp(&proj, n, C));
-    TG_TRY(tg_linear_fwd_insert(A->fchg.handle, W(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
+    TG_TRY(TEMP(&proj, n, C));
+    TG_TRY(tg_linear_fwd_insert(A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
                                 TG_ACT_NONE, proj.handle, NULL, FWD(l)));
-    TG_TRY(tg_temp(&x, n, C));
+    TG_TRY(TEMP(&x, n, C));
     TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x.handle, FWD(l)));
     tg_tensor_release(&proj);
   }
   mb->xL = x;
-  TG_TRY(tg_temp(&mb->lnf, n, C));
+  TG_TRY(TEMP(&mb->lnf, n, C));
   TG_TRY(tg_temp(&mb->meanf, n, 1));
   TG_TRY(tg_temp(&mb->rstdf, n, 1));
   return tg_layernorm_fwd_insert(x.handle, W(g, TG_LNFW, 0), W(g, TG_LNFB, 0),
                                  mb->lnf.handle, mb->meanf.handle, mb->rstdf.handle,
-                                 tg_gopt(&go, 2 * L, TG_GPT_RANKS(L), "m%d.head", mb->micro));
+                                 OPT(2 * L, TG_GPT_RANKS(L), "m%d.head", mb->micro));
 }
 
 /* Releases what a forward-only pass left registered. */
@@ -326,7 +400,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   int n = mb->n, C = c->channels, L = c->num_layers;
   tg_gopts go;
   tg_tensor dres, tmp;
-  TG_TRY(tg_temp(&dres, n, C));
+  TG_TRY(TEMP(&dres, n, C));
   TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
@@ -337,20 +411,19 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     /* MLP block: dres holds dL/d(x2 + fcproj) */
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, A->fchg.handle, 1.0f,
-                          G(g, TG_FCPROJW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, dres.handle, A->fchg.handle, G(g, TG_FCPROJW, l), GMODE(g),
+                        WGRAD(l)));
     TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), GMODE(g), WGRAD(l)));
-    TG_TRY(tg_temp(&tmp, n, 4 * C)); /* dL/dfch */
-    TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_FCPROJW, l), TG_ACT_GELU,
+    TG_TRY(TEMP(&tmp, n, 4 * C)); /* dL/dfch */
+    TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
                                      A->fch.handle, tmp.handle, BWD(l)));
     tg_tensor_release(&A->fchg);
     tg_tensor_release(&A->fch);
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, tmp.handle, A->ln2.handle, 1.0f, G(g, TG_FCW, l),
-                          GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, tmp.handle, A->ln2.handle, G(g, TG_FCW, l), GMODE(g), WGRAD(l)));
     TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), GMODE(g), WGRAD(l)));
     tg_tensor dln;
-    TG_TRY(tg_temp(&dln, n, C));
-    TG_TRY(tg_linear_bwd_data_insert(tmp.handle, W(g, TG_FCW, l), TG_ACT_NONE, NULL,
+    TG_TRY(TEMP(&dln, n, C));
+    TG_TRY(tg_linear_bwd_data_insert(tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL,
                                      dln.handle, BWD(l)));
     tg_tensor_release(&tmp);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
@@ -360,17 +433,17 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, dres.handle, at->out.handle, 1.0f,
-                          G(g, TG_ATTPROJW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, dres.handle, at->out.handle, G(g, TG_ATTPROJW, l), GMODE(g),
+                        WGRAD(l)));
     TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), GMODE(g), WGRAD(l)));
-    TG_TRY(tg_linear_bwd_data_insert(dres.handle, W(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
+    TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
                                      at->dout.handle, BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, at->dqkv.handle, A->ln1.handle, 1.0f,
-                          G(g, TG_QKVW, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, at->dqkv.handle, A->ln1.handle, G(g, TG_QKVW, l), GMODE(g),
+                        WGRAD(l)));
     TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), GMODE(g), WGRAD(l)));
-    TG_TRY(tg_temp(&dln, n, C));
-    TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, W(g, TG_QKVW, l), TG_ACT_NONE, NULL,
+    TG_TRY(TEMP(&dln, n, C));
+    TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
                                      dln.handle, BWD(l)));
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
@@ -381,7 +454,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   }
   TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
                                  G(g, TG_WPE, 0), GMODE(g),
-                                 tg_gopt(&go, L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
+                                 OPT(L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
   tg_tensor_release(&dres);
   return 0;
 }
@@ -412,16 +485,14 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->attn = &g->attn[i];
     mb->attn_stride = M;
     int rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
-    if (rc == 0 && backward) rc = tg_temp(&mb->dlnf, mb->n, c->channels);
+    if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
     if (rc == 0)
-      rc = tg_lm_classifier_insert(c->vocab_size, g->run.classifier_chunk, scale,
-                                   mb->lnf.handle, W(g, TG_WTE, 0), mb->targets,
-                                   backward ? mb->dlnf.handle : NULL,
-                                   backward ? G(g, TG_WTE, 0) : NULL,
-                                   backward ? GMODE(g) : TG_REDUCE,
-                                   tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
-                                   tg_gopt(&go, 2 * c->num_layers, TG_GPT_RANKS(c->num_layers),
-                                           "m%d.classifier", i));
+      rc = tg_lm_classifier_scaled_insert(
+          c->vocab_size, g->run.classifier_chunk, scale, g->scaler.scale, mb->lnf.handle,
+          WG(g, TG_WTE, 0), mb->targets, backward ? mb->dlnf.handle : NULL,
+          backward ? G(g, TG_WTE, 0) : NULL, backward ? GMODE(g) : TG_REDUCE,
+          tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
+          OPT(2 * c->num_layers, TG_GPT_RANKS(c->num_layers), "m%d.classifier", i));
     if (rc == 0 && backward)
       rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
     else if (rc == 0)
@@ -469,11 +540,31 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
 int tg_gpt_forward_backward(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 1); }
 int tg_gpt_evaluate(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 0); }
 
+/* Mixed precision: the overflow flag of this step's gradients (loss
+ * scaling only: the flag stays 0 otherwise), read by the optimizer tasks,
+ * which skip their update when it is set. */
+static int tg_gpt_check_grads(tg_gpt *g) {
+  if (!g->scaler.enabled) return 0;
+  TG_TRY(tg_fill_insert(g->overflow.handle, 0.0f, NULL));
+  tg_gopts go;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
+      TG_TRY(tg_nonfinite_insert(g->g[p][l].handle, g->overflow.handle,
+                                 tg_gopt(&go, 0, TG_GPT_RANKS(g->cfg.num_layers), "%s.L%d.check",
+                                         tg_gpt_param_names[p], l)));
+  return 0;
+}
+
 int tg_gpt_update(tg_gpt *g, float lr) {
   g->step++;
   const tg_optimizer_config *o = &g->opt;
   tg_adamw_hyper h = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, g->step};
   int L = g->cfg.num_layers;
+  tg_dtype lowp = ACT(g);
+  if (lowp) {
+    TG_TRY(tg_gpt_check_grads(g));
+    h.grad_scale = 1.0f / g->scaler.scale; /* a power of two: exact */
+  }
   tg_gopts go;
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
@@ -481,11 +572,23 @@ int tg_gpt_update(tg_gpt *g, float lr) {
        * its very start, the final LayerNorm its end */
       int rank = !tg_gpt_param_per_layer((tg_gpt_param)p) ? (p == TG_LNFW || p == TG_LNFB ? 0 : L)
                                                            : L - l;
-      TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
-                             g->v[p][l].handle, &h,
-                             tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.opt",
-                                     tg_gpt_param_names[p], l)));
+      const tg_task_opts *opts = tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.opt",
+                                         tg_gpt_param_names[p], l);
+      if (lowp)
+        TG_TRY(tg_adamw_amp_insert(lowp, g->w[p][l].handle, g->g[p][l].handle,
+                                   g->m[p][l].handle, g->v[p][l].handle, g->wl[p][l].handle,
+                                   g->overflow.handle, &h, opts));
+      else
+        TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
+                               g->v[p][l].handle, &h, opts));
     }
+  if (g->scaler.enabled) {
+    /* the next step's scale depends on this step's flag: wait for it */
+    float flag = 0.0f;
+    TG_TRY(tg_tensor_read(&g->overflow, &flag));
+    if (flag != 0.0f) g->step--; /* skipped: AdamW's step count stays */
+    tg_loss_scaler_update(&g->scaler, flag != 0.0f);
+  }
   return 0;
 }
 
@@ -543,6 +646,7 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
   if (m) TG_TRY(tg_gpt_write(g, g->m, m));
   if (v) TG_TRY(tg_gpt_write(g, g->v, v));
   g->step = step;
+  if (params) TG_TRY(tg_gpt_refresh_lowp(g));
   return 0;
 }
 
@@ -561,8 +665,8 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   int b = n / T;
   for (int l = 0; l < c->num_layers && rc == 0; l++) {
     tg_gpt_attn *a = &attn[l];
-    rc = tg_temp(&a->qkv, n, 3 * c->channels);
-    if (rc == 0) rc = tg_temp(&a->out, n, c->channels);
+    rc = TEMP(&a->qkv, n, 3 * c->channels);
+    if (rc == 0) rc = TEMP(&a->out, n, c->channels);
     if (rc == 0)
       rc = g->run.attention == TG_ATTN_NAIVE ? tg_temp(&a->state, b * c->num_heads * T, T)
                                              : tg_temp(&a->state, n, c->num_heads);
@@ -577,8 +681,8 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   }
   if (rc == 0) rc = tg_temp(&out, n, c->padded_vocab_size);
   if (rc == 0)
-    rc = tg_gemm_insert(0, 1, 1.0f, mb->lnf.handle, W(g, TG_WTE, 0), 0.0f, out.handle,
-                        TG_OVERWRITE, NULL);
+    rc = tg_gemm_insert(0, 1, 1.0f, mb->lnf.handle, WG(g, TG_WTE, 0), 0.0f, out.handle,
+                        TG_OVERWRITE, &(tg_task_opts){0, -1, NULL, ACT(g)});
   if (mb) tg_gpt_release_forward(g, mb);
   for (int l = 0; attn && l < c->num_layers; l++) {
     tg_tensor_release(&attn[l].qkv);

@@ -22,20 +22,40 @@ typedef struct tg_gopts {
   char name[48];
 } tg_gopts;
 
+static inline const tg_task_opts *tg_gvopt(tg_gopts *g, tg_dtype lowp, int rank,
+                                           int nranks, const char *fmt, va_list ap) {
+  vsnprintf(g->name, sizeof g->name, fmt, ap);
+  g->opts.priority = tg_priority(rank, nranks);
+  g->opts.worker = -1;
+  g->opts.name = g->name;
+  g->opts.lowp = lowp;
+  return &g->opts;
+}
+
 static inline const tg_task_opts *tg_gopt(tg_gopts *g, int rank, int nranks,
                                           const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-
 static inline const tg_task_opts *tg_gopt(tg_gopts *g, int rank, int nranks,
                                           const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g->name, sizeof g->name, fmt, ap);
+  const tg_task_opts *o = tg_gvopt(g, TG_F32, rank, nranks, fmt, ap);
   va_end(ap);
-  g->opts.priority = tg_priority(rank, nranks);
-  g->opts.worker = -1;
-  g->opts.name = g->name;
-  return &g->opts;
+  return o;
+}
+
+/* The same for a task whose 2-byte buffers hold `lowp` values (mixed
+ * precision; TG_F32 when there are none). */
+static inline const tg_task_opts *tg_gopt_lowp(tg_gopts *g, tg_dtype lowp, int rank,
+                                               int nranks, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static inline const tg_task_opts *tg_gopt_lowp(tg_gopts *g, tg_dtype lowp, int rank,
+                                               int nranks, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const tg_task_opts *o = tg_gvopt(g, lowp, rank, nranks, fmt, ap);
+  va_end(ap);
+  return o;
 }
 
 #endif

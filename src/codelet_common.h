@@ -32,20 +32,38 @@
 
 uint32_t tg_footprint(struct starpu_task *task);
 
+/* Every codelet's functions run through the low-precision adapter
+ * (codelets/lowp_adapter.c): a task submitted with 2-byte buffers and
+ * opts->lowp gets f32 views of them; any other task calls fn directly. */
+void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
+#ifdef TG_HAVE_CUDA
+void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
+#define TG_CUDA_ENTRY(op, fn)                                               \
+  static void tg_##op##_cuda_entry(void *b[], void *a) { tg_lowp_cuda(b, a, fn); }
+#else
+#define TG_CUDA_ENTRY(op, fn)
+#endif
+
 #define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
+  static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
+  TG_CUDA_ENTRY(op, cuda_fn)                                                \
   static struct starpu_perfmodel tg_##op##_model = {                        \
       .type = STARPU_HISTORY_BASED,                                         \
       .symbol = "taskgrad_" #op,                                            \
       .footprint = tg_footprint,                                            \
   };                                                                        \
   struct starpu_codelet tg_##op##_cl = {                                    \
-      .cpu_funcs = {cpu_fn},                                                \
-      .cpu_funcs_name = {#cpu_fn},                                          \
-      TG_CUDA_IMPL(cuda_fn)                                                 \
+      .cpu_funcs = {tg_##op##_cpu_entry},                                   \
+      .cpu_funcs_name = {"tg_" #op "_cpu_entry"},                           \
+      TG_CUDA_IMPL(tg_##op##_cuda_entry)                                    \
       .nbuffers = STARPU_VARIABLE_NBUFFERS,                                 \
       .model = &tg_##op##_model,                                            \
       .name = "tg_" #op,                                                    \
   }
+
+/* The most buffers a taskgrad task has (the LayerNorm backward: 9), plus
+ * room; tg_submit refuses more. */
+#define TG_MAX_BUFFERS 16
 
 /* Submits one task of cl on nbuf buffers.  args (argsize bytes, starting with
  * the uint32_t shape key) is copied and freed by StarPU.  flops feeds
@@ -54,19 +72,48 @@ int tg_submit(struct starpu_codelet *cl, int nbuf,
               const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes, const void *args,
               size_t argsize, double flops, const tg_task_opts *opts);
+/* tg_submit for the codelets that take 2-byte buffers themselves (convert,
+ * gemm_lowp, nonfinite, adamw_amp): no low-precision adapter. */
+int tg_submit_native(struct starpu_codelet *cl, int nbuf,
+                     const starpu_data_handle_t *handles,
+                     const enum starpu_data_access_mode *modes, const void *args,
+                     size_t argsize, double flops, const tg_task_opts *opts);
+
+/* The adapter's side of submission (codelets/lowp_adapter.c): workspace
+ * bytes for f32 copies of h's 2-byte matrices (0: none; -EINVAL when one is
+ * a REDUX target or lowp names no 2-byte type), and the trailer that marks
+ * an adapted task's arguments. */
+int tg_lowp_plan(const char *op, int nbuf, const starpu_data_handle_t *h,
+                 const enum starpu_data_access_mode *modes, int lowp, size_t *bytes);
+size_t tg_lowp_trailer_size(void);
+void tg_lowp_trailer_write(void *dst, int lowp, int nbuf);
+/* TG_BF16 or TG_F16 for an adapted task (*nbuf: its buffers before the
+ * workspace), 0 otherwise. */
+int tg_lowp_of_task(const struct starpu_task *task, int *nbuf);
 
 /* A STARPU_SCRATCH workspace of at least `bytes` bytes: one handle per
  * size, registered on first use (no home node: StarPU allocates it on each
  * worker that runs a task with it) and unregistered at tg_shutdown(). */
 starpu_data_handle_t tg_scratch(size_t bytes);
+/* The same from a separate pool: handles of different pools are never the
+ * same, so a task may hold one from each (the low-precision adapter's
+ * workspace, TG_SCRATCH_LOWP, next to a codelet's own scratch). */
+#define TG_SCRATCH_LOWP 1
+starpu_data_handle_t tg_scratch_pool(size_t bytes, int pool);
 #define TG_VPTR(buf) ((float *)STARPU_VECTOR_GET_PTR(buf))
 
 /* The output mode for an accumulation choice. */
 enum starpu_data_access_mode tg_accum_mode(tg_accum accum);
 
-/* Shape of a matrix handle in row-major terms; -EINVAL if not a matrix. */
+/* Shape of a matrix handle in row-major terms; -EINVAL if not a matrix.
+ * tg_shape is for float slots: 4-byte elements, or 2-byte ones (bf16, f16
+ * storage that the adapter widens; tg_submit refuses them without
+ * opts->lowp).  tg_shape_any takes any element size. */
 int tg_shape(starpu_data_handle_t h, const char *what, int *rows, int *cols);
-/* -EINVAL unless h is a (rows, cols) matrix with elements of elemsize bytes. */
+int tg_shape_any(starpu_data_handle_t h, const char *what, int *rows, int *cols);
+/* -EINVAL unless h is a (rows, cols) matrix with elements of elemsize bytes;
+ * elemsize TG_FLOAT_SLOT accepts what tg_shape accepts. */
+#define TG_FLOAT_SLOT ((size_t)0)
 int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
               int rows, int cols, size_t elemsize);
 
@@ -74,9 +121,26 @@ int tg_expect(starpu_data_handle_t h, const char *op, const char *what,
  * index a table by row with no leading dimension (wte, wpe). */
 int tg_expect_contiguous(starpu_data_handle_t h, const char *op, const char *what);
 
+/* m, n, k of C(m, n) = op(A) op(B) after checking that the shapes agree and
+ * that A, B, C have elements of a_size, b_size, c_size bytes; -EINVAL with a
+ * message starting with `op` otherwise (codelets/gemm.c). */
+int tg_gemm_shapes(const char *op, int transa, int transb, starpu_data_handle_t A,
+                   size_t a_size, starpu_data_handle_t B, size_t b_size,
+                   starpu_data_handle_t C, size_t c_size, int *m, int *n, int *k);
+
+/* -EINVAL unless the n handles are float matrices of h[0]'s shape, all
+ * contiguous (the optimizers' parameter, gradient and state tensors);
+ * names[i] names h[i] in the message (codelets/optimizer.c). */
+int tg_param_check(const char *op, const char *const *names,
+                   const starpu_data_handle_t *h, int n);
+
+/* -EINVAL unless lowp is TG_BF16 or TG_F16 (codelets/precision.c). */
+int tg_expect_lowp(const char *op, int lowp);
+
 /* Unpacking a matrix buffer inside a codelet. */
 #define TG_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))
 #define TG_IPTR(buf) ((int32_t *)STARPU_MATRIX_GET_PTR(buf))
+#define TG_HPTR(buf) ((uint16_t *)STARPU_MATRIX_GET_PTR(buf)) /* bf16, f16 */
 #define TG_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))
 #define TG_COLS(buf) ((int)STARPU_MATRIX_GET_NX(buf))
 #define TG_LD(buf) ((int)STARPU_MATRIX_GET_LD(buf))

@@ -18,6 +18,8 @@ size_t tg_dtype_size(tg_dtype dtype) {
   switch (dtype) {
   case TG_F32: return sizeof(float);
   case TG_I32: return sizeof(int32_t);
+  case TG_BF16:
+  case TG_F16: return sizeof(uint16_t);
   }
   return 0;
 }
@@ -26,6 +28,8 @@ const char *tg_dtype_name(tg_dtype dtype) {
   switch (dtype) {
   case TG_F32: return "f32";
   case TG_I32: return "i32";
+  case TG_BF16: return "bf16";
+  case TG_F16: return "f16";
   }
   return "?";
 }
@@ -110,41 +114,61 @@ void tg_tensor_enable_reduction(tg_tensor *t) {
   starpu_data_set_reduction_methods(t->handle, &tg_accumulate_cl, &tg_fill_zero_cl);
 }
 
-/* ---- row-block splits --------------------------------------------------- */
+/* ---- row- and column-block splits -------------------------------------- */
 
-static int tg_split_init(tg_tensor *t, int n, tg_split *s) {
+/* by_cols: blocks of columns (nx) instead of rows (ny) */
+static int tg_split_init(tg_tensor *t, int n, tg_split *s, int by_cols) {
   memset(s, 0, sizeof *s);
-  if (n < 1 || n > TG_MAX_SPLIT || n > t->rows)
-    return tg_fail(EINVAL, "cannot split a (%d, %d) tensor into %d row blocks (at most %d)",
-                   t->rows, t->cols, n, TG_MAX_SPLIT);
+  if (n < 1 || n > TG_MAX_SPLIT || n > (by_cols ? t->cols : t->rows))
+    return tg_fail(EINVAL, "cannot split a (%d, %d) tensor into %d %s blocks (at most %d)",
+                   t->rows, t->cols, n, by_cols ? "column" : "row", TG_MAX_SPLIT);
   s->n = n;
   return 0;
 }
 
-static struct starpu_data_filter tg_row_filter(int n) {
+/* Column blocks keep the whole's leading dimension, except the blocks of a
+ * one-row matrix (a bias), which are contiguous: saying so (ld = nx) lets
+ * the codelets that require contiguous buffers (the optimizers) take them. */
+static void tg_filter_cols(void *parent, void *child, struct starpu_data_filter *f,
+                           unsigned id, unsigned nparts) {
+  starpu_matrix_filter_block(parent, child, f, id, nparts);
+  struct starpu_matrix_interface *c = child;
+  if (c->ny == 1) c->ld = c->nx;
+}
+
+/* Both filters size the blocks alike: the first (extent % n) blocks get one
+ * element more, so a row split of W (out, in) and a column split of
+ * b (1, out) or Z (rows, out) into n blocks cut `out` at the same places. */
+static struct starpu_data_filter tg_block_filter(int n, int by_cols) {
   struct starpu_data_filter f;
   memset(&f, 0, sizeof f);
-  f.filter_func = starpu_matrix_filter_vertical_block;
+  f.filter_func = by_cols ? tg_filter_cols : starpu_matrix_filter_vertical_block;
   f.nchildren = (unsigned)n;
   return f;
 }
 
 int tg_tensor_split_static(tg_tensor *t, int n, tg_split *s) {
-  TG_TRY(tg_split_init(t, n, s));
-  struct starpu_data_filter f = tg_row_filter(n);
+  TG_TRY(tg_split_init(t, n, s, 0));
+  struct starpu_data_filter f = tg_block_filter(n, 0);
   starpu_data_partition(t->handle, &f);
   for (int i = 0; i < n; i++) s->parts[i] = starpu_data_get_sub_data(t->handle, 1, i);
   s->active = 3; /* static: only tg_split_free undoes it */
   return 0;
 }
 
-int tg_split_plan(tg_tensor *t, int n, tg_split *s) {
-  TG_TRY(tg_split_init(t, n, s));
+static int tg_split_plan_dim(tg_tensor *t, int n, tg_split *s, int by_cols) {
+  TG_TRY(tg_split_init(t, n, s, by_cols));
   if (!t->host)
     return tg_fail(EINVAL, "a split plan needs a tensor with a home node (tg_tensor_alloc)");
-  struct starpu_data_filter f = tg_row_filter(n);
+  struct starpu_data_filter f = tg_block_filter(n, by_cols);
   starpu_data_partition_plan(t->handle, &f, s->parts);
   return 0;
+}
+
+int tg_split_plan(tg_tensor *t, int n, tg_split *s) { return tg_split_plan_dim(t, n, s, 0); }
+
+int tg_split_plan_cols(tg_tensor *t, int n, tg_split *s) {
+  return tg_split_plan_dim(t, n, s, 1);
 }
 
 void tg_split_readonly(tg_tensor *t, tg_split *s) {

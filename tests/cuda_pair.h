@@ -70,7 +70,7 @@ static void new_labels(tg_tensor *t, int rows, const int32_t *labels) {
 }
 
 static tg_task_opts on_worker(int worker) {
-  tg_task_opts o = {0, worker, g_task_name};
+  tg_task_opts o = {0, worker, g_task_name, TG_F32};
   return o;
 }
 

@@ -523,7 +523,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
 
   /* forward only: dlnf and dwte NULL */
   float loss = 0.25f;
-  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 0, NULL, 0, NULL,
+  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 0, NULL, 0, NULL,
                     &loss, scratch);
   {
     char w2[200];
@@ -541,7 +541,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   float *lnf0 = tg_copy_f(lnf, (size_t)n * ldl);
   float *wte0 = tg_copy_f(wte, (size_t)Vp * C);
   float loss2 = -0.5f;
-  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1, dlnf, lddl,
+  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 1, dlnf, lddl,
                     dwte, &loss2, scratch);
   {
     char w2[200];
@@ -627,7 +627,7 @@ static void test_classifier(tg_rng *rng) {
     float *dwte = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
     float *scratch = tg_const_mat(2, V, V, NAN, NAN);
     float loss = 0.0f;
-    tg_cpu_classifier(n, C, V, 2, lnf, C, wte, tg, 1.0f, 1, dlnf, C, dwte,
+    tg_cpu_classifier(n, C, V, 2, lnf, C, wte, tg, 1.0f, 1.0f, 1, dlnf, C, dwte,
                       &loss, scratch);
     int zero = 1;
     for (int j = 0; j < C; j++)

@@ -109,4 +109,32 @@ else
   fi
 fi
 
+# mixed precision flags
+gpt_fail "unknown precision" "--precision: 'fp8'" --init-from "$work/m.bin" --data "$work/train.bin" --precision fp8
+gpt_fail "loss scale with fp32" "--loss-scale and --loss-scale-window are for" --init-from "$work/m.bin" --data "$work/train.bin" --loss-scale 1024
+gpt_fail "loss scale 0" "--loss-scale" --init-from "$work/m.bin" --data "$work/train.bin" --precision fp16 --loss-scale 0
+gpt_fail "loss-scale window 0" "--loss-scale-window" --init-from "$work/m.bin" --data "$work/train.bin" --precision bf16 --loss-scale-window 0
+# an injected overflow: the first steps are skipped, the scale halves each
+# time, the progress lines and the summary show it
+if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" "${common[@]}" --steps 12 \
+     --precision fp16 --loss-scale 1e30 >"$work/fp16.out" 2>"$work/fp16.err"; then
+  k=$(grep -o 'skipped steps: [0-9]*' "$work/fp16.err" | awk '{print $3}')
+  if grep -q '^step 1 loss .* scale 5e+29 skipped 1$' "$work/fp16.out" && [ -n "$k" ] && [ "$k" -ge 1 ]; then
+    ok "fp16 --loss-scale 1e30: step 1 skipped, scale halved; summary: skipped steps: $k"
+  else
+    bad "fp16 --loss-scale 1e30: $(head -2 "$work/fp16.out") / $(tail -1 "$work/fp16.err")"
+  fi
+else
+  bad "fp16 run failed: $(tail -2 "$work/fp16.err")"
+fi
+for p in bf16 tf32; do
+  if "$tg" train gpt --init-from "$work/m.bin" --data "$work/train.bin" "${common[@]}" \
+       --precision $p >"$work/p.out" 2>"$work/p.err" && grep -q "^step 3 loss" "$work/p.out" &&
+     grep -q ", $p" "$work/p.err"; then
+    ok "--precision $p: trains ($(grep '^step 3' "$work/p.out"))"
+  else
+    bad "--precision $p: $(tail -2 "$work/p.err")"
+  fi
+done
+
 finish test_train_gpt_cli

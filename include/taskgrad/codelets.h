@@ -24,6 +24,7 @@
 #define TASKGRAD_CODELETS_H
 
 #include <starpu.h>
+#include "taskgrad/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,10 @@ typedef struct tg_task_opts {
   int worker;            /* >= 0: run on this worker; -1: scheduler decides */
   const char *name;      /* task name for traces, or NULL (the codelet's
                             name); copied at submission */
+  tg_dtype lowp;         /* TG_BF16 or TG_F16: the type of the task's 2-byte
+                            matrix buffers, which an f32 codelet reads and
+                            writes through f32 copies (mixed precision);
+                            TG_F32 (0): the task has none */
 } tg_task_opts;
 
 /* C = alpha op(A) op(B) + beta C (see tg_cpu_gemm). */
@@ -169,6 +174,14 @@ int tg_lm_classifier_insert(int V, int chunk, float scale,
                             starpu_data_handle_t dwte, tg_accum dwte_accum,
                             starpu_data_handle_t loss, tg_accum loss_accum,
                             const tg_task_opts *opts);
+/* The same with the gradients (dlnf, dwte) multiplied by grad_scale > 0,
+ * the loss scale of mixed-precision training; the loss is not scaled. */
+int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_scale,
+                                   starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                                   starpu_data_handle_t targets, starpu_data_handle_t dlnf,
+                                   starpu_data_handle_t dwte, tg_accum dwte_accum,
+                                   starpu_data_handle_t loss, tg_accum loss_accum,
+                                   const tg_task_opts *opts);
 
 /* X = value (write-only) */
 int tg_fill_insert(starpu_data_handle_t X, float value,

@@ -21,6 +21,7 @@
 #define TASKGRAD_GPT_H
 
 #include "taskgrad/codelets.h"
+#include "taskgrad/precision.h"
 #include "taskgrad/data.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/mlp.h"
@@ -40,6 +41,14 @@ typedef struct tg_gpt_run_config {
   int attn_splits;             /* attention tasks per micro-batch; divides
                                   B / nmicro; 0 = as many as CPU workers */
   int classifier_chunk;        /* classifier rows per chunk (default 256) */
+  /* mixed precision (include/taskgrad/precision.h): with bf16 or fp16 the
+   * activations, their gradients and the GEMMs' weight operands are 16-bit
+   * (weights as copies refreshed by the optimizer), master weights, AdamW
+   * state and weight gradients f32 */
+  tg_precision precision;      /* default TG_PREC_FP32 */
+  int loss_scaling;            /* dynamic loss scaling on (fp16's default) */
+  float loss_scale;            /* initial loss scale (TG_LOSS_SCALE_DEFAULT) */
+  int loss_scale_window;       /* clean steps before it doubles (2000) */
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -67,6 +76,12 @@ typedef struct tg_gpt {
   struct tg_sum *sums;         /* internal: the gradients' sums of the step
                                   being submitted ([param * MAX_LAYERS + l]) */
   tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
+  /* mixed precision: 16-bit copies of the GEMM weights (qkvw, attprojw,
+   * fcw, fcprojw, wte; empty otherwise), the step's overflow flag (1, 1)
+   * and the loss scaler */
+  tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+  tg_tensor overflow;
+  tg_loss_scaler scaler;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),

@@ -169,11 +169,14 @@ void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
  * `chunk` rows so that only a (chunk, V) block of logits exists at a time:
  *   logits = lnf wte[:V]^T;  *loss_acc += scale * sum_i -log p_i(targets[i])
  * and when backward != 0, with dlogits = scale (p - onehot):
- *   dlnf = dlogits wte[:V]   (written);   dwte[:V] += dlogits^T lnf.
+ *   dlnf = grad_scale dlogits wte[:V]   (written);
+ *   dwte[:V] += grad_scale dlogits^T lnf
+ * (grad_scale: the loss scale of mixed-precision training, 1 otherwise; it
+ * multiplies the gradients, never the loss). 
  * scratch: chunk * V floats. */
 void tg_cpu_classifier(int n, int C, int V, int chunk, const float *lnf,
                        int ldl, const float *wte, const int32_t *targets,
-                       float scale, int backward, float *dlnf, int lddl,
+                       float scale, float grad_scale, int backward, float *dlnf, int lddl,
                        float *dwte, float *loss_acc, float *scratch);
 
 #ifdef __cplusplus

@@ -131,7 +131,7 @@ cudaError_t tg_cuda_attention_chunked_bwd(int b, int T, int C, int NH,
 cudaError_t tg_cuda_classifier(cublasHandle_t handle, int n, int C, int V,
                                int chunk, const float *lnf, int ldl,
                                const float *wte, const int32_t *targets,
-                               float scale, int backward, float *dlnf,
+                               float scale, float grad_scale, int backward, float *dlnf,
                                int lddl, float *dwte, float *loss_acc,
                                float *scratch, cudaStream_t stream);
 

@@ -11,12 +11,14 @@
 #include "taskgrad/tensor.h"
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/codelets.h"
+#include "taskgrad/precision.h"
 #include "taskgrad/data.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/stats.h"
 #include "taskgrad/sched.h"
 #include "taskgrad/trace.h"
 #include "taskgrad/checkpoint.h"
+#include "taskgrad/dist.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda.h"
 #endif

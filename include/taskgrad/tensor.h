@@ -20,17 +20,11 @@
 #include <stdint.h>
 #include <starpu.h>
 
+#include "taskgrad/dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum tg_dtype {
-  TG_F32 = 0, /* float */
-  TG_I32 = 1, /* int32_t: labels */
-} tg_dtype;
-
-size_t tg_dtype_size(tg_dtype dtype);
-const char *tg_dtype_name(tg_dtype dtype);
 
 typedef struct tg_tensor {
   starpu_data_handle_t handle; /* NULL when the tensor is empty */
@@ -59,7 +53,7 @@ int tg_tensor_write(tg_tensor *t, const void *src);
  * start from zero (fill codelet) and are merged by the accumulate codelet. */
 void tg_tensor_enable_reduction(tg_tensor *t);
 
-/* ---- splitting a tensor into row blocks --------------------------------------
+/* ---- splitting a tensor into row (or column) blocks ---------------------------
  * Static: a permanent, synchronous partition made before any task touches
  * the tensor; the blocks are then used instead of the whole.
  * Asynchronous (a plan): blocks and whole alternate within the task graph:
@@ -77,6 +71,11 @@ typedef struct tg_split {
 
 int tg_tensor_split_static(tg_tensor *t, int n, tg_split *s);
 int tg_split_plan(tg_tensor *t, int n, tg_split *s);
+/* A plan over n blocks of columns (features) instead of rows: each block
+ * keeps the whole's leading dimension.  Row and column splits into n blocks
+ * cut at the same places (the first extent % n blocks one element larger),
+ * so W (out, in) by rows matches b (1, out) and Z (rows, out) by columns. */
+int tg_split_plan_cols(tg_tensor *t, int n, tg_split *s);
 void tg_split_readonly(tg_tensor *t, tg_split *s);
 void tg_split_write(tg_tensor *t, tg_split *s);
 void tg_split_join(tg_tensor *t, tg_split *s);

@@ -42,7 +42,7 @@ void tg_cpu_classifier(int n, int C, int V, int chunk,
                        const float *lnf, int ldl,   // (n, ldl)
                        const float *wte,            // (Vp, C), rows [0, V) used
                        const int32_t *targets,      // (n)
-                       float scale, int backward,
+                       float scale, float grad_scale, int backward,
                        float *dlnf, int lddl,       // (n, lddl), written
                        float *dwte,                 // (Vp, C), rows [0, V) +=
                        float *loss_acc,             // (1)
@@ -64,10 +64,10 @@ void tg_cpu_classifier(int n, int C, int V, int chunk,
 
     if (backward) {
       /* dlnf_chunk (rows, C) = dlogits (rows, V) wte[:V] (V, C) */
-      tg_cpu_gemm(0, 0, rows, C, V, 1.0f, scratch, V, wte, C, 0.0f,
+      tg_cpu_gemm(0, 0, rows, C, V, grad_scale, scratch, V, wte, C, 0.0f,
                   dlnf + (size_t)r0 * lddl, lddl);
       /* dwte[:V] (V, C) += dlogits^T (V, rows) lnf_chunk (rows, C) */
-      tg_cpu_gemm(1, 0, V, C, rows, 1.0f, scratch, V, l, ldl, 1.0f, dwte, C);
+      tg_cpu_gemm(1, 0, V, C, rows, grad_scale, scratch, V, l, ldl, 1.0f, dwte, C);
     }
   }
   *loss_acc = (float)((double)*loss_acc + total);

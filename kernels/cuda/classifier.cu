@@ -43,7 +43,7 @@ extern "C" cudaError_t tg_cuda_classifier(
     const float *lnf,        /* (n, ldl) */
     int ldl, const float *wte, /* (Vp, C), rows [0, V) used */
     const int32_t *targets,  /* (n) */
-    float scale, int backward,
+    float scale, float grad_scale, int backward,
     float *dlnf,             /* (n, lddl), written when backward */
     int lddl, float *dwte,   /* (Vp, C), rows [0, V) accumulated */
     float *loss_acc,         /* (1) */
@@ -68,12 +68,12 @@ extern "C" cudaError_t tg_cuda_classifier(
     if (e != cudaSuccess) return e;
     if (!backward) continue;
     /* dlnf_c(rows, C) = dlogits(rows, V) wte[:V](V, C) */
-    if (tg_cuda_gemm(handle, 0, 0, rows, C, V, 1.0f, scratch, V, wte, C, 0.0f,
+    if (tg_cuda_gemm(handle, 0, 0, rows, C, V, grad_scale, scratch, V, wte, C, 0.0f,
                      dlnf + (size_t)r0 * (size_t)lddl, lddl) !=
         CUBLAS_STATUS_SUCCESS)
       return cudaErrorUnknown;
     /* dwte[:V](V, C) += dlogits(rows, V)^T lnf_c(rows, C) */
-    if (tg_cuda_gemm(handle, 1, 0, V, C, rows, 1.0f, scratch, V, lnf_c, ldl,
+    if (tg_cuda_gemm(handle, 1, 0, V, C, rows, grad_scale, scratch, V, lnf_c, ldl,
                      1.0f, dwte, C) != CUBLAS_STATUS_SUCCESS)
       return cudaErrorUnknown;
   }

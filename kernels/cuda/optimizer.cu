@@ -16,6 +16,7 @@
  */
 #include "taskgrad/kernels_cuda.h"
 #include "cuda_common.cuh"
+#include "adamw.cuh"
 
 namespace {
 
@@ -42,23 +43,13 @@ __global__ void adamw_kernel(size_t n, float *__restrict__ w,    /* (n) */
                              float lr, float beta1, float beta2, float eps,
                              float weight_decay, float bc1, float bc2,
                              float grad_scale) {
-  /* the CPU kernel's (and PyTorch's) arrangement of the same formula:
-   * w = w (1 - lr wd) - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps) */
-  const float decay = 1.0f - lr * weight_decay;
-  const float step = lr / bc1;
-  const float sqrt_bc2 = sqrtf(bc2);
-  const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+  /* the update itself is in adamw.cuh, shared with the AMP optimizer */
+  const tg_adamw_consts k = tg_adamw_setup(lr, beta1, beta2, eps, weight_decay,
+                                           bc1, bc2, grad_scale);
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float g = grad_scale * grad[i];
-    const float mi = beta1 * m[i] + a1 * g;
-    const float vi = beta2 * v[i] + a2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi) / sqrt_bc2 + eps;
-    w[i] = w[i] * decay - step * (mi / denom);
-  }
+       i += stride)
+    tg_adamw_update(k, i, w, grad, m, v);
 }
 
 } // namespace

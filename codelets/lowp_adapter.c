@@ -1,0 +1,178 @@
+/*
+ * Low-precision storage for every f32 codelet (bf16, fp16 activations).
+ *
+ * Design note
+ * -----------
+ * Mixed-precision training stores activations and activation gradients in a
+ * 2-byte type but computes in fp32 (layer-norm statistics, softmax, GELU,
+ * attention, the GEMMs' accumulation).  Rather than a second, 16-bit copy of
+ * every kernel, a task whose buffers include 2-byte matrices runs its f32
+ * kernel through this adapter:
+ *
+ *   1. tg_submit (codelets/common.c) sees 2-byte matrix buffers and
+ *      opts->lowp = TG_BF16 or TG_F16; it appends a STARPU_SCRATCH workspace
+ *      large enough for f32 copies of those buffers, and a trailer after the
+ *      codelet's arguments (magic, lowp, number of real buffers);
+ *   2. the codelet's entry point (TG_CODELET wraps every cpu/cuda function)
+ *      finds the trailer, widens each 2-byte input (mode R or RW) into its
+ *      f32 copy in the workspace (exact), hands the f32 function matrix
+ *      interfaces that describe the copies (ld = cols, 4-byte elements), and
+ *      rounds each 2-byte output (mode W or RW) back, to nearest even, after
+ *      the function.
+ *
+ * The rounding points are those of a GPU kernel that loads 16-bit values,
+ * computes in f32 registers and stores 16-bit results: inputs exact, one
+ * rounding per stored output.  On CUDA the conversions are kernels on the
+ * worker's stream, queued before and after the f32 kernels on the same
+ * stream, so the task stays asynchronous.  The workspace is per worker
+ * (SCRATCH), so the 16-bit tensors alone stay alive between tasks: what is
+ * kept for the backward pass is half the f32 size.
+ *
+ * A 2-byte buffer in STARPU_REDUX mode is refused at submission (the
+ * reduction codelets add floats), as is a 2-byte buffer without opts->lowp.
+ * Codelets that take 16-bit buffers natively (codelets/precision.c,
+ * codelets/gemm_lowp.c) submit with tg_submit_native and skip all this.
+ */
+#include <string.h>
+
+#include "codelet_common.h"
+#include "taskgrad/precision.h"
+
+#define TG_LOWP_MAGIC 0x7467206c6f777021ull /* "tg lowp!" */
+#define TG_LOWP_ALIGN 16                    /* floats: 64-byte aligned copies */
+
+typedef struct tg_lowp_trailer {
+  uint64_t magic;
+  int32_t lowp;  /* TG_BF16 or TG_F16 */
+  int32_t nbuf;  /* buffers before the workspace */
+} tg_lowp_trailer;
+
+size_t tg_lowp_trailer_size(void) { return sizeof(tg_lowp_trailer); }
+
+void tg_lowp_trailer_write(void *dst, int lowp, int nbuf) {
+  tg_lowp_trailer t = {TG_LOWP_MAGIC, lowp, nbuf};
+  memcpy(dst, &t, sizeof t);
+}
+
+int tg_lowp_of_task(const struct starpu_task *task, int *nbuf) {
+  tg_lowp_trailer t;
+  if (!task || !task->cl_arg || task->cl_arg_size < sizeof t) return 0;
+  memcpy(&t, (const char *)task->cl_arg + task->cl_arg_size - sizeof t, sizeof t);
+  if (t.magic != TG_LOWP_MAGIC) return 0;
+  if (nbuf) *nbuf = t.nbuf;
+  return t.lowp;
+}
+
+static size_t tg_lowp_floats(int rows, int cols) {
+  size_t n = (size_t)rows * cols;
+  return (n + TG_LOWP_ALIGN - 1) / TG_LOWP_ALIGN * TG_LOWP_ALIGN;
+}
+
+static int tg_is_lowp_matrix(starpu_data_handle_t h) {
+  return h && starpu_data_get_interface_id(h) == STARPU_MATRIX_INTERFACE_ID &&
+         starpu_matrix_get_elemsize(h) == 2;
+}
+
+int tg_lowp_plan(const char *op, int nbuf, const starpu_data_handle_t *h,
+                 const enum starpu_data_access_mode *modes, int lowp, size_t *bytes) {
+  size_t floats = 0;
+  for (int i = 0; i < nbuf; i++) {
+    if (!tg_is_lowp_matrix(h[i])) continue;
+    if (lowp != TG_BF16 && lowp != TG_F16)
+      return tg_fail(EINVAL, "%s: buffer %d has 2-byte elements but the task names no "
+                     "low-precision type (tg_task_opts.lowp = TG_BF16 or TG_F16)", op, i);
+    if (modes[i] & STARPU_REDUX)
+      return tg_fail(EINVAL, "%s: buffer %d: a %s buffer cannot be a StarPU reduction "
+                     "target (gradients accumulate in f32)", op, i, tg_dtype_name(lowp));
+    floats += tg_lowp_floats((int)starpu_matrix_get_ny(h[i]), (int)starpu_matrix_get_nx(h[i]));
+  }
+  *bytes = floats * sizeof(float);
+  return 0;
+}
+
+/* The f32 view of buffer i in the workspace at `ws`; returns the floats it
+ * takes. */
+static size_t tg_lowp_view(struct starpu_matrix_interface *view,
+                           const struct starpu_matrix_interface *src, float *ws) {
+  *view = *src;
+  view->ptr = view->dev_handle = (uintptr_t)ws;
+  view->offset = 0;
+  view->ld = src->nx;
+  view->elemsize = sizeof(float);
+  view->allocsize = (size_t)src->nx * src->ny * sizeof(float);
+  return tg_lowp_floats((int)src->ny, (int)src->nx);
+}
+
+static int tg_lowp_buffer(void *buf) {
+  const struct starpu_matrix_interface *m = buf;
+  return m->id == STARPU_MATRIX_INTERFACE_ID && m->elemsize == 2;
+}
+
+void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
+  struct starpu_task *task = starpu_task_get_current();
+  int nbuf = 0;
+  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
+  if (!lowp) {
+    fn(buffers, cl_arg);
+    return;
+  }
+  struct starpu_matrix_interface views[TG_MAX_BUFFERS];
+  void *bufs[TG_MAX_BUFFERS + 1];
+  if (nbuf > TG_MAX_BUFFERS) TG_FATAL("lowp adapter: %d buffers", nbuf);
+  float *ws = TG_VPTR(buffers[nbuf]);
+  for (int i = 0; i < nbuf; i++) {
+    bufs[i] = buffers[i];
+    if (!tg_lowp_buffer(buffers[i])) continue;
+    const struct starpu_matrix_interface *m = buffers[i];
+    float *copy = ws;
+    ws += tg_lowp_view(&views[i], m, copy);
+    if (STARPU_TASK_GET_MODE(task, i) & STARPU_R)
+      tg_cpu_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr, (int)m->ld,
+                       copy, (int)m->nx);
+    bufs[i] = &views[i];
+  }
+  bufs[nbuf] = buffers[nbuf];
+  fn(bufs, cl_arg);
+  for (int i = 0; i < nbuf; i++) {
+    if (bufs[i] == buffers[i] || !(STARPU_TASK_GET_MODE(task, i) & STARPU_W)) continue;
+    const struct starpu_matrix_interface *m = buffers[i];
+    tg_cpu_to_lowp(lowp, (int)m->ny, (int)m->nx, (const float *)views[i].ptr, (int)m->nx,
+                   (uint16_t *)m->ptr, (int)m->ld);
+  }
+}
+
+#ifdef TG_HAVE_CUDA
+void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
+  struct starpu_task *task = starpu_task_get_current();
+  int nbuf = 0;
+  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
+  if (!lowp) {
+    fn(buffers, cl_arg);
+    return;
+  }
+  cudaStream_t stream = starpu_cuda_get_local_stream();
+  struct starpu_matrix_interface views[TG_MAX_BUFFERS];
+  void *bufs[TG_MAX_BUFFERS + 1];
+  if (nbuf > TG_MAX_BUFFERS) TG_FATAL("lowp adapter: %d buffers", nbuf);
+  float *ws = TG_VPTR(buffers[nbuf]);
+  for (int i = 0; i < nbuf; i++) {
+    bufs[i] = buffers[i];
+    if (!tg_lowp_buffer(buffers[i])) continue;
+    const struct starpu_matrix_interface *m = buffers[i];
+    float *copy = ws;
+    ws += tg_lowp_view(&views[i], m, copy);
+    if (STARPU_TASK_GET_MODE(task, i) & STARPU_R)
+      TG_CUDA_CHECK(tg_cuda_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr,
+                                      (int)m->ld, copy, (int)m->nx, stream));
+    bufs[i] = &views[i];
+  }
+  bufs[nbuf] = buffers[nbuf];
+  fn(bufs, cl_arg); /* queues its kernels on the same stream */
+  for (int i = 0; i < nbuf; i++) {
+    if (bufs[i] == buffers[i] || !(STARPU_TASK_GET_MODE(task, i) & STARPU_W)) continue;
+    const struct starpu_matrix_interface *m = buffers[i];
+    TG_CUDA_CHECK(tg_cuda_to_lowp(lowp, (int)m->ny, (int)m->nx, (const float *)views[i].ptr,
+                                  (int)m->nx, (uint16_t *)m->ptr, (int)m->ld, stream));
+  }
+}
+#endif

@@ -1,0 +1,59 @@
+/*
+ * taskgrad layer 1: CUDA twins of the mixed-precision kernels of
+ * precision.h (same argument order and semantics, device pointers, launched
+ * asynchronously on `stream`; bf16 / fp16 arrays are uint16_t bit patterns).
+ * Launchers return the launch status and never allocate or synchronise; the
+ * overflow flag is read and written on the device only.
+ *
+ * Only available when taskgrad was built with CUDA (TG_HAVE_CUDA); included
+ * by precision.h then.
+ */
+#ifndef TASKGRAD_KERNELS_CUDA_PRECISION_H
+#define TASKGRAD_KERNELS_CUDA_PRECISION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#include "taskgrad/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Y = lowp(X) (round to nearest even), Y = f32(X) (exact) */
+cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols, const float *X,
+                            int ldx, uint16_t *Y, int ldy, cudaStream_t stream);
+cudaError_t tg_cuda_from_lowp(tg_dtype lowp, int rows, int cols,
+                              const uint16_t *X, int ldx, float *Y, int ldy,
+                              cudaStream_t stream);
+/* X = lowp(beta * f32(X)), beta == 0 writing zeros (the k == 0 GEMM) */
+cudaError_t tg_cuda_scale_lowp(tg_dtype lowp, int rows, int cols, uint16_t *X,
+                               int ldx, float beta, cudaStream_t stream);
+
+/* Row-major low-precision GEMM through cublasGemmEx (CUBLAS_COMPUTE_32F):
+ * A, B in lowp, C in c_dtype (TG_F32 or lowp).  The handle must already be
+ * bound to the stream. */
+cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
+                                 int transa, int transb, int m, int n, int k,
+                                 float alpha, const uint16_t *A, int lda,
+                                 const uint16_t *B, int ldb, float beta,
+                                 tg_dtype c_dtype, void *C, int ldc);
+
+/* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
+cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,
+                                    cudaStream_t stream);
+
+/* tg_cpu_adamw_amp; flag is a device pointer read by the kernel */
+cudaError_t tg_cuda_adamw_amp(size_t n, float *w, const float *grad, float *m,
+                              float *v, const float *flag, tg_dtype lowp,
+                              uint16_t *w_low, float lr, float beta1,
+                              float beta2, float eps, float weight_decay,
+                              float bc1, float bc2, float grad_scale,
+                              cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

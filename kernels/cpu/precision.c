@@ -1,0 +1,164 @@
+/*
+ * taskgrad layer 1: bf16 / fp16 conversions, the non-finite check and the
+ * mixed-precision AdamW step on the CPU (see precision.h for the contract).
+ *
+ * Design note
+ * -----------
+ * Conversions work on bit patterns (memcpy, no type punning through unions
+ * of different types), so they behave the same whatever the compiler's
+ * floating-point flags (-fno-trapping-math here) and need no _Float16:
+ *  - f32 -> bf16 keeps the top 16 bits after adding 0x7fff plus the lowest
+ *    kept bit: round to nearest, ties to even.  The carry runs into the
+ *    exponent when the mantissa overflows, which also rounds the largest
+ *    finite values up to Inf, as IEEE wants.  NaN is handled first (the
+ *    addition could turn a NaN with low payload bits into Inf).
+ *  - f32 -> f16 rebiases the exponent (127 -> 15) for normal results and
+ *    shifts the implicit-bit mantissa right for subnormal ones, rounding the
+ *    dropped bits to nearest even in both cases; |x| >= 65520 gives Inf
+ *    (65520 is the tie between 65504 and 2^16, and 65504's mantissa is odd),
+ *    |x| <= 2^-25 gives zero (2^-25 is the tie between 0 and 2^-24).
+ *  - widening is exact: bf16 is the top half of an f32; an f16 subnormal
+ *    m * 2^-24 is computed as a float product, which is exact.
+ * NaN payloads keep their top bits and get the quiet bit, so a NaN stays a
+ * NaN in both directions.
+ *
+ * The AMP AdamW step runs the plain tg_cpu_adamw on chunks of AMP_CHUNK
+ * elements and converts each chunk right after its update, while it is in
+ * L1: one pass over memory, and the same arithmetic as the fp32 optimizer
+ * bit for bit.
+ */
+#include <string.h>
+
+#include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision.h"
+
+enum { AMP_CHUNK = 1024 }; /* 4 arrays x 4 KiB: stays in a 32 KiB L1 */
+
+static inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+static inline uint16_t to_bf16(float x) {
+  uint32_t u = f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet bit, keep sign and top payload */
+    return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static inline float from_bf16(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* rounds v >> shift to nearest, ties to even (shift >= 1) */
+static inline uint32_t shift_rne(uint32_t v, unsigned shift) {
+  uint32_t q = v >> shift, rem = v & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  return q + (rem > half || (rem == half && (q & 1u)));
+}
+
+static inline uint16_t to_f16(float x) {
+  uint32_t u = f32_bits(x);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) /* NaN: quiet bit, keep the top payload bits */
+    return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520, Inf */
+  if (a >= 0x38800000u) /* >= 2^-14: normal; a carry out of the mantissa
+                           correctly bumps the exponent */
+    return (uint16_t)(sign | shift_rne(a - 0x38000000u, 13));
+  if (a <= 0x33000000u) return sign; /* <= 2^-25: zero (2^-25 ties to even 0) */
+  /* subnormal result: value = mant * 2^(e - 150) = (mant >> (126 - e)) * 2^-24,
+   * with 14 <= 126 - e <= 24; a carry to 0x400 is the smallest normal */
+  uint32_t e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u;
+  return (uint16_t)(sign | shift_rne(mant, 126u - e));
+}
+
+static inline float from_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return bits_f32(sign | 0x7f800000u | (m << 13)); /* Inf, NaN */
+  if (e == 0) return bits_f32(sign | f32_bits((float)m * 0x1p-24f)); /* 0, subnormal */
+  return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t tg_f32_to_bf16(float x) { return to_bf16(x); }
+float tg_bf16_to_f32(uint16_t h) { return from_bf16(h); }
+uint16_t tg_f32_to_f16(float x) { return to_f16(x); }
+float tg_f16_to_f32(uint16_t h) { return from_f16(h); }
+
+void tg_f32_to_bf16_n(size_t n, const float *restrict src, uint16_t *restrict dst) {
+  for (size_t i = 0; i < n; i++) dst[i] = to_bf16(src[i]);
+}
+void tg_bf16_to_f32_n(size_t n, const uint16_t *restrict src, float *restrict dst) {
+  for (size_t i = 0; i < n; i++) dst[i] = from_bf16(src[i]);
+}
+void tg_f32_to_f16_n(size_t n, const float *restrict src, uint16_t *restrict dst) {
+  for (size_t i = 0; i < n; i++) dst[i] = to_f16(src[i]);
+}
+void tg_f16_to_f32_n(size_t n, const uint16_t *restrict src, float *restrict dst) {
+  for (size_t i = 0; i < n; i++) dst[i] = from_f16(src[i]);
+}
+
+void tg_cpu_to_lowp(tg_dtype lowp, int rows, int cols,
+                    const float *X, int ldx, // (rows, ldx)
+                    uint16_t *Y, int ldy)    // (rows, ldy)
+{
+  for (int r = 0; r < rows; r++) {
+    const float *x = X + (size_t)r * ldx;
+    uint16_t *y = Y + (size_t)r * ldy;
+    if (lowp == TG_BF16)
+      tg_f32_to_bf16_n((size_t)cols, x, y);
+    else
+      tg_f32_to_f16_n((size_t)cols, x, y);
+  }
+}
+
+void tg_cpu_from_lowp(tg_dtype lowp, int rows, int cols,
+                      const uint16_t *X, int ldx, // (rows, ldx)
+                      float *Y, int ldy)          // (rows, ldy)
+{
+  for (int r = 0; r < rows; r++) {
+    const uint16_t *x = X + (size_t)r * ldx;
+    float *y = Y + (size_t)r * ldy;
+    if (lowp == TG_BF16)
+      tg_bf16_to_f32_n((size_t)cols, x, y);
+    else
+      tg_f16_to_f32_n((size_t)cols, x, y);
+  }
+}
+
+void tg_cpu_nonfinite_check(const float *g, // (n)
+                            size_t n, float *flag) {
+  /* an all-ones exponent is Inf or NaN; OR-ing the tests keeps the loop
+   * branch-free (it vectorises) and reads every element once */
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad |= (f32_bits(g[i]) & 0x7f800000u) == 0x7f800000u;
+  if (bad) *flag = 1.0f;
+}
+
+void tg_cpu_adamw_amp(size_t n,
+                      float *w,          // (n) fp32 master weights
+                      const float *grad, // (n) scaled gradients
+                      float *m,          // (n) first moment
+                      float *v,          // (n) second moment
+                      const float *flag, // (1) overflow flag: != 0 skips
+                      tg_dtype lowp,
+                      uint16_t *w_low,   // (n) or NULL: lowp copy of w
+                      float lr, float beta1, float beta2, float eps,
+                      float weight_decay, float bc1, float bc2,
+                      float grad_scale) {
+  const int skip = *flag != 0.0f; /* NaN compares unequal: it skips too */
+  for (size_t i = 0; i < n; i += AMP_CHUNK) {
+    size_t c = n - i < AMP_CHUNK ? n - i : AMP_CHUNK;
+    if (!skip)
+      tg_cpu_adamw(c, w + i, grad + i, m + i, v + i, lr, beta1, beta2, eps,
+                   weight_decay, bc1, bc2, grad_scale);
+    if (w_low) tg_cpu_to_lowp(lowp, 1, (int)c, w + i, (int)c, w_low + i, (int)c);
+  }
+}

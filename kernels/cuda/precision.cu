@@ -1,0 +1,155 @@
+/*
+ * taskgrad layer 1: CUDA mixed-precision kernels: bf16 / fp16 conversions,
+ * the non-finite check and the AMP AdamW step, device twins of
+ * kernels/cpu/precision.c (contract in precision.h).
+ *
+ * Design note
+ * -----------
+ * - Conversions use the hardware's round-to-nearest-even conversions
+ *   (__float2bfloat16_rn, __float2half_rn: cvt.rn), which agree with the CPU
+ *   bit for bit on every non-NaN value, subnormals and overflow to Inf
+ *   included.  A NaN stays a NaN, though not necessarily with the CPU's
+ *   payload (the device returns a canonical NaN).  The element type is a
+ *   template parameter, so each kernel has one conversion inlined.
+ * - The non-finite check is a grid-stride scan whose blocks vote with
+ *   __syncthreads_or; a block that saw an Inf or NaN stores 1.0f into the
+ *   flag.  Several blocks may store concurrently, but they store the same
+ *   value, so no atomics are needed, and the flag never leaves the device.
+ * - The AMP AdamW reads the flag in every thread (one cached word); when it
+ *   is set, the update is skipped and w, m, v are not written at all, but the
+ *   low-precision copy is still written from w, since the task declares it an
+ *   output.  The update is adamw.cuh's, shared with the fp32 optimizer.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "taskgrad/kernels_cuda_precision.h"
+#include "adamw.cuh"
+#include "cuda_common.cuh"
+
+namespace {
+
+template <bool BF>
+__device__ __forceinline__ uint16_t to_low(float x) {
+  if (BF) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+template <bool BF>
+__device__ __forceinline__ float from_low(uint16_t h) {
+  if (BF) return __bfloat162float(__ushort_as_bfloat16(h));
+  return __half2float(__ushort_as_half(h));
+}
+
+template <bool BF> struct ToLow {
+  const float *X; // (rows, ldx)
+  int ldx;
+  uint16_t *Y;    // (rows, ldy)
+  int ldy;
+  __device__ void operator()(size_t r, size_t c) const {
+    Y[r * ldy + c] = to_low<BF>(X[r * ldx + c]);
+  }
+};
+
+template <bool BF> struct FromLow {
+  const uint16_t *X; // (rows, ldx)
+  int ldx;
+  float *Y;          // (rows, ldy)
+  int ldy;
+  __device__ void operator()(size_t r, size_t c) const {
+    Y[r * ldy + c] = from_low<BF>(X[r * ldx + c]);
+  }
+};
+
+template <bool BF> struct ScaleLow {
+  uint16_t *X; // (rows, ldx)
+  int ldx;
+  float beta;
+  __device__ void operator()(size_t r, size_t c) const {
+    uint16_t *x = X + r * ldx + c;
+    *x = beta == 0.0f ? to_low<BF>(0.0f) : to_low<BF>(beta * from_low<BF>(*x));
+  }
+};
+
+__global__ void nonfinite_kernel(const float *__restrict__ g, /* (n) */
+                                 size_t n, float *flag) {
+  int bad = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    bad |= (__float_as_uint(g[i]) & 0x7f800000u) == 0x7f800000u;
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1.0f;
+}
+
+template <bool BF>
+__global__ void adamw_amp_kernel(size_t n, float *__restrict__ w,  /* (n) */
+                                 const float *__restrict__ grad,   /* (n) */
+                                 float *__restrict__ m,            /* (n) */
+                                 float *__restrict__ v,            /* (n) */
+                                 const float *__restrict__ flag,   /* (1) */
+                                 uint16_t *__restrict__ w_low,     /* (n) or NULL */
+                                 float lr, float beta1, float beta2,
+                                 float eps, float weight_decay, float bc1,
+                                 float bc2, float grad_scale) {
+  const bool skip = *flag != 0.0f; /* NaN compares unequal: it skips too */
+  const tg_adamw_consts k = tg_adamw_setup(lr, beta1, beta2, eps, weight_decay,
+                                           bc1, bc2, grad_scale);
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float wi = skip ? w[i] : tg_adamw_update(k, i, w, grad, m, v);
+    if (w_low) w_low[i] = to_low<BF>(wi);
+  }
+}
+
+} // namespace
+
+extern "C" cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols,
+                                       const float *X, int ldx, uint16_t *Y,
+                                       int ldy, cudaStream_t stream) {
+  if (lowp == TG_BF16) return tg_map2d(rows, cols, ToLow<true>{X, ldx, Y, ldy}, stream);
+  return tg_map2d(rows, cols, ToLow<false>{X, ldx, Y, ldy}, stream);
+}
+
+extern "C" cudaError_t tg_cuda_from_lowp(tg_dtype lowp, int rows, int cols,
+                                         const uint16_t *X, int ldx, float *Y,
+                                         int ldy, cudaStream_t stream) {
+  if (lowp == TG_BF16) return tg_map2d(rows, cols, FromLow<true>{X, ldx, Y, ldy}, stream);
+  return tg_map2d(rows, cols, FromLow<false>{X, ldx, Y, ldy}, stream);
+}
+
+extern "C" cudaError_t tg_cuda_scale_lowp(tg_dtype lowp, int rows, int cols,
+                                          uint16_t *X, int ldx, float beta,
+                                          cudaStream_t stream) {
+  if (lowp == TG_BF16) return tg_map2d(rows, cols, ScaleLow<true>{X, ldx, beta}, stream);
+  return tg_map2d(rows, cols, ScaleLow<false>{X, ldx, beta}, stream);
+}
+
+extern "C" cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n,
+                                               float *flag,
+                                               cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  nonfinite_kernel<<<tg_cuda_blocks(n, TG_CUDA_THREADS), TG_CUDA_THREADS, 0,
+                     stream>>>(g, n, flag);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_adamw_amp(size_t n, float *w, const float *grad,
+                                         float *m, float *v, const float *flag,
+                                         tg_dtype lowp, uint16_t *w_low,
+                                         float lr, float beta1, float beta2,
+                                         float eps, float weight_decay,
+                                         float bc1, float bc2, float grad_scale,
+                                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = tg_cuda_blocks(n, TG_CUDA_THREADS);
+  if (lowp == TG_BF16)
+    adamw_amp_kernel<true><<<blocks, TG_CUDA_THREADS, 0, stream>>>(
+        n, w, grad, m, v, flag, w_low, lr, beta1, beta2, eps, weight_decay, bc1,
+        bc2, grad_scale);
+  else
+    adamw_amp_kernel<false><<<blocks, TG_CUDA_THREADS, 0, stream>>>(
+        n, w, grad, m, v, flag, w_low, lr, beta1, beta2, eps, weight_decay, bc1,
+        bc2, grad_scale);
+  return cudaGetLastError();
+}

@@ -1,0 +1,104 @@
+/*
+ * Helpers shared by the mixed-precision tests (test_precision_*.c,
+ * test_cuda_precision.c): 16-bit tensors filled from f32 data, reading any
+ * tensor back as f32, and running a test body once per CPU worker count in
+ * a child process (a fresh StarPU each time).  All static inline, so a test
+ * that uses only some of them compiles without warnings.
+ */
+#ifndef TASKGRAD_PRECISION_TESTLIB_H
+#define TASKGRAD_PRECISION_TESTLIB_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "self_spawn.h"
+#include "taskgrad/precision.h"
+#include "taskgrad/runtime.h"
+#include "taskgrad/tensor.h"
+#include "testutil.h"
+
+static const tg_dtype LOWP[2] = {TG_BF16, TG_F16};
+
+static inline int mant_bits(tg_dtype t) { return t == TG_BF16 ? 7 : 10; }
+
+static inline float round16(tg_dtype t, float x) {
+  return t == TG_BF16 ? tg_bf16_to_f32(tg_f32_to_bf16(x)) : tg_f16_to_f32(tg_f32_to_f16(x));
+}
+
+static inline void fatal_error(const char *what) {
+  fprintf(stderr, "FATAL: %s: %s\n", what, tg_last_error());
+  exit(1);
+}
+
+/* (rows, cols) f32 host tensor holding data (zeros when NULL) */
+static inline void new_f32(tg_tensor *t, int rows, int cols, const float *data) {
+  if (tg_tensor_alloc(t, rows, cols, TG_F32) != 0) fatal_error("tg_tensor_alloc");
+  if (data && tg_tensor_write(t, data) != 0) fatal_error("tg_tensor_write");
+}
+
+/* (rows, cols) 16-bit host tensor holding data rounded to the type */
+static inline void new_low(tg_tensor *t, tg_dtype dt, int rows, int cols, const float *data) {
+  size_t n = (size_t)rows * cols;
+  uint16_t *h = tg_test_malloc(sizeof(uint16_t) * n);
+  tg_cpu_to_lowp(dt, 1, (int)n, data, (int)n, h, (int)n);
+  if (tg_tensor_alloc(t, rows, cols, dt) != 0) fatal_error("tg_tensor_alloc");
+  if (tg_tensor_write(t, h) != 0) fatal_error("tg_tensor_write");
+  free(h);
+}
+
+/* the tensor's values as f32 (dt: its type, TG_F32 or 16-bit); caller frees */
+static inline float *read_as_f32(const tg_tensor *t, tg_dtype dt) {
+  size_t n = tg_tensor_numel(t);
+  float *f = tg_test_malloc(sizeof(float) * n);
+  if (dt == TG_F32) {
+    if (tg_tensor_read(t, f) != 0) fatal_error("tg_tensor_read");
+    return f;
+  }
+  uint16_t *h = tg_test_malloc(sizeof(uint16_t) * n);
+  if (tg_tensor_read(t, h) != 0) fatal_error("tg_tensor_read");
+  tg_cpu_from_lowp(dt, 1, (int)n, h, (int)n, f, (int)n);
+  free(h);
+  return f;
+}
+
+/* An insert that must be refused: -EINVAL and a message naming `op`. */
+#define CHECK_REFUSED(call, op, why)                                              \
+  do {                                                                            \
+    int rc_ = (call);                                                             \
+    CHECK(rc_ == -EINVAL && strstr(tg_last_error(), op) != NULL,                  \
+          "%s: expected -EINVAL from %s, got %d (%s)", why, op, rc_, tg_last_error()); \
+  } while (0)
+
+/* main() of a test whose body runs under StarPU with 1 and then 2 CPU
+ * workers (STARPU_NCUDA=0): each configuration re-runs the program as
+ * "child", which calls body() between tg_init and tg_shutdown. */
+static inline int precision_run_configs(int argc, char **argv, const char *name,
+                                        void (*body)(void)) {
+  if (argc > 1 && strcmp(argv[1], "child") == 0) {
+    if (tg_init(NULL) != 0) fatal_error("tg_init");
+    printf("workers=%d\n", tg_ncpu_workers());
+    body();
+    tg_shutdown();
+    return tg_test_finish(name);
+  }
+  static const char *const drop[] = {"STARPU_NCPU=", "STARPU_NCPUS=", "STARPU_NCUDA=", NULL};
+  static char out[1 << 16];
+  for (int ncpu = 1; ncpu <= 2; ncpu++) {
+    char var[32], label[64];
+    snprintf(var, sizeof var, "STARPU_NCPU=%d", ncpu);
+    const char *const add[] = {var, "STARPU_NCUDA=0", NULL};
+    snprintf(label, sizeof label, "%s, %d CPU worker(s)", name, ncpu);
+    int ok = tg_test_run_self(NULL, drop, add, out, sizeof out, label) == 0;
+    printf("---- %s ----\n%s", label, out);
+    CHECK(ok, "%s: the child failed (see above)", label);
+    int workers = -1;
+    const char *w = strstr(out, "workers=");
+    if (w) sscanf(w, "workers=%d", &workers);
+    CHECK(workers == ncpu, "%s: the child ran with %d CPU workers", label, workers);
+  }
+  return tg_test_finish(name);
+}
+
+#endif
