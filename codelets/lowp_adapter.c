@@ -108,7 +108,13 @@ static int tg_lowp_buffer(void *buf) {
   return m->id == STARPU_MATRIX_INTERFACE_ID && m->elemsize == 2;
 }
 
-void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
+/* Widens (to_lowp == 0) or rounds (to_lowp != 0) one buffer m <-> its f32
+ * copy (ld = cols), on the CPU or queued on a CUDA stream (ctx). */
+typedef void (*tg_lowp_convert_fn)(tg_dtype lowp, const struct starpu_matrix_interface *m,
+                                   float *copy, int to_lowp, void *ctx);
+
+static void tg_lowp_run(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                        tg_lowp_convert_fn convert, void *ctx) {
   struct starpu_task *task = starpu_task_get_current();
   int nbuf = 0;
   tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
@@ -123,56 +129,47 @@ void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
   for (int i = 0; i < nbuf; i++) {
     bufs[i] = buffers[i];
     if (!tg_lowp_buffer(buffers[i])) continue;
-    const struct starpu_matrix_interface *m = buffers[i];
     float *copy = ws;
-    ws += tg_lowp_view(&views[i], m, copy);
-    if (STARPU_TASK_GET_MODE(task, i) & STARPU_R)
-      tg_cpu_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr, (int)m->ld,
-                       copy, (int)m->nx);
+    ws += tg_lowp_view(&views[i], buffers[i], copy);
+    if (STARPU_TASK_GET_MODE(task, i) & STARPU_R) convert(lowp, buffers[i], copy, 0, ctx);
     bufs[i] = &views[i];
   }
   bufs[nbuf] = buffers[nbuf];
-  fn(bufs, cl_arg);
-  for (int i = 0; i < nbuf; i++) {
-    if (bufs[i] == buffers[i] || !(STARPU_TASK_GET_MODE(task, i) & STARPU_W)) continue;
-    const struct starpu_matrix_interface *m = buffers[i];
-    tg_cpu_to_lowp(lowp, (int)m->ny, (int)m->nx, (const float *)views[i].ptr, (int)m->nx,
-                   (uint16_t *)m->ptr, (int)m->ld);
-  }
+  fn(bufs, cl_arg); /* on CUDA: queues its kernels on the same stream */
+  for (int i = 0; i < nbuf; i++)
+    if (bufs[i] != buffers[i] && (STARPU_TASK_GET_MODE(task, i) & STARPU_W))
+      convert(lowp, buffers[i], (float *)views[i].ptr, 1, ctx);
+}
+
+static void tg_lowp_convert_cpu(tg_dtype lowp, const struct starpu_matrix_interface *m,
+                                float *copy, int to_lowp, void *ctx) {
+  (void)ctx;
+  if (to_lowp)
+    tg_cpu_to_lowp(lowp, (int)m->ny, (int)m->nx, copy, (int)m->nx, (uint16_t *)m->ptr,
+                   (int)m->ld);
+  else
+    tg_cpu_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr, (int)m->ld, copy,
+                     (int)m->nx);
+}
+
+void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL);
 }
 
 #ifdef TG_HAVE_CUDA
+static void tg_lowp_convert_cuda(tg_dtype lowp, const struct starpu_matrix_interface *m,
+                                 float *copy, int to_lowp, void *ctx) {
+  cudaStream_t stream = *(cudaStream_t *)ctx;
+  if (to_lowp)
+    TG_CUDA_CHECK(tg_cuda_to_lowp(lowp, (int)m->ny, (int)m->nx, copy, (int)m->nx,
+                                  (uint16_t *)m->ptr, (int)m->ld, stream));
+  else
+    TG_CUDA_CHECK(tg_cuda_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr,
+                                    (int)m->ld, copy, (int)m->nx, stream));
+}
+
 void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
-  struct starpu_task *task = starpu_task_get_current();
-  int nbuf = 0;
-  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
-  if (!lowp) {
-    fn(buffers, cl_arg);
-    return;
-  }
   cudaStream_t stream = starpu_cuda_get_local_stream();
-  struct starpu_matrix_interface views[TG_MAX_BUFFERS];
-  void *bufs[TG_MAX_BUFFERS + 1];
-  if (nbuf > TG_MAX_BUFFERS) TG_FATAL("lowp adapter: %d buffers", nbuf);
-  float *ws = TG_VPTR(buffers[nbuf]);
-  for (int i = 0; i < nbuf; i++) {
-    bufs[i] = buffers[i];
-    if (!tg_lowp_buffer(buffers[i])) continue;
-    const struct starpu_matrix_interface *m = buffers[i];
-    float *copy = ws;
-    ws += tg_lowp_view(&views[i], m, copy);
-    if (STARPU_TASK_GET_MODE(task, i) & STARPU_R)
-      TG_CUDA_CHECK(tg_cuda_from_lowp(lowp, (int)m->ny, (int)m->nx, (const uint16_t *)m->ptr,
-                                      (int)m->ld, copy, (int)m->nx, stream));
-    bufs[i] = &views[i];
-  }
-  bufs[nbuf] = buffers[nbuf];
-  fn(bufs, cl_arg); /* queues its kernels on the same stream */
-  for (int i = 0; i < nbuf; i++) {
-    if (bufs[i] == buffers[i] || !(STARPU_TASK_GET_MODE(task, i) & STARPU_W)) continue;
-    const struct starpu_matrix_interface *m = buffers[i];
-    TG_CUDA_CHECK(tg_cuda_to_lowp(lowp, (int)m->ny, (int)m->nx, (const float *)views[i].ptr,
-                                  (int)m->nx, (uint16_t *)m->ptr, (int)m->ld, stream));
-  }
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cuda, &stream);
 }
 #endif
