@@ -79,6 +79,32 @@ else
   bad "deterministic: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
 fi
 
+# fp16 with dynamic loss scaling: overflows skip steps (a small window
+# makes the scale climb back and overflow again); the resumed half continues
+# with the interrupted run's scale, skipped count and AdamW step
+d="$work/fp16"
+mkdir -p "$d"
+amp=("${det[@]}" --precision fp16 --loss-scale 1e8 --loss-scale-window 3)
+scales() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .* scale ([^ ]+) skipped ([0-9]+)$/\1 \2 \3 \4/p' "$@"; }
+if "$tg" train gpt --init-from "$work/m.bin" "${amp[@]}" --steps 20 --save "$d/full.bin" \
+     >"$d/full.out" 2>"$d/full.err" &&
+   "$tg" train gpt --init-from "$work/m.bin" "${amp[@]}" --steps 10 --checkpoint "$d/ck" \
+     >"$d/a.out" 2>"$d/a.err" &&
+   "$tg" train gpt --resume "$d/ck" "${amp[@]}" --steps 20 --save "$d/resumed.bin" \
+     >"$d/b.out" 2>"$d/b.err"; then
+  scales "$d/full.out" >"$d/l1"
+  scales "$d/a.out" "$d/b.out" >"$d/l2"
+  k=$(awk 'END {print $4}' "$d/l1")
+  if [ "$(wc -l <"$d/l1")" -eq 20 ] && [ "${k:-0}" -ge 1 ] && cmp -s "$d/l1" "$d/l2" &&
+     cmp -s "$d/full.bin" "$d/resumed.bin"; then
+    ok "fp16, loss scaling, deterministic: 20 losses, scales and skip counts ($k skipped) and parameters of one run = 10 + 10 resumed"
+  else
+    bad "fp16 resume differs: $(diff "$d/l1" "$d/l2" | head -4 | tr '\n' ' ') (skipped: ${k:-none})"
+  fi
+else
+  bad "fp16: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
+fi
+
 # refusals
 cp -r "$work/sequential/ck" "$work/corrupt"
 "$py" - "$work/corrupt/checkpoint.bin" <<'PY'
