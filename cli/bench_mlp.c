@@ -24,6 +24,8 @@ static void bench_usage(void) {
        "  --micro-batches M    (default 2)\n"
        "  --hidden LIST        hidden widths (default 512,256)\n"
        "  --activation NAME    relu or gelu (default relu)\n"
+       "  --tiles N            output-feature blocks per layer (1..64, at most\n"
+       "                       the narrowest layer; default 1: untiled)\n"
        "  --steps N            measured steps (default 30)\n"
        "  --warmup N           unmeasured steps first, which also calibrate\n"
        "                       the perfmodels (default 5)\n"
@@ -36,7 +38,7 @@ static void bench_usage(void) {
 
 int tg_cmd_bench_mlp(int argc, char **argv) {
   int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0, per_step = 0;
-  tg_mlp_config cfg = {3, {784, 512, 256, 10}, TG_ACT_RELU};
+  tg_mlp_config cfg = {3, {784, 512, 256, 10}, TG_ACT_RELU, 1};
   tg_runtime_config rt = tg_runtime_config_default();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -59,6 +61,8 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
       if (!strcmp(v, "relu")) cfg.act = TG_ACT_RELU;
       else if (!strcmp(v, "gelu")) cfg.act = TG_ACT_GELU;
       else tg_cli_die("--activation: '%s' is not relu or gelu", v);
+    } else if (!strcmp(a, "--tiles")) {
+      cfg.tiles = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, TG_MAX_SPLIT);
     } else if (!strcmp(a, "--quiet")) {
       quiet = 1;
     } else if (!strcmp(a, "--per-step")) {
@@ -69,6 +73,9 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   }
   if (micro > batch) tg_cli_die("--micro-batches %d is larger than --batch %d", micro, batch);
   cfg.widths[cfg.nlayers] = 10;
+  if (cfg.tiles > tg_mlp_max_tiles(&cfg))
+    tg_cli_die("--tiles %d is larger than the narrowest layer (%d output features)",
+               cfg.tiles, tg_mlp_max_tiles(&cfg));
   tg_cli_instrument_check(&rt);
 
   rt.profiling = 1;
@@ -133,8 +140,10 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   for (int w = 0; w < st.nworkers; w++) overhead_us += st.workers[w].overhead_us;
   printf("bench mlp: widths");
   for (int l = 0; l <= cfg.nlayers; l++) printf("%c%d", l ? '-' : ' ', cfg.widths[l]);
-  printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s\n", batch,
+  printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s", batch,
          micro, steps, st.nworkers, starpu_sched_ctx_get_sched_policy(0)->policy_name);
+  if (cfg.tiles > 1) printf(", %d tiles", cfg.tiles);
+  printf("\n");
   printf("step time:        %.2f ms\n", st.wall_us / steps * 1e-3);
   if (per_step) {
     qsort(ms, steps, sizeof *ms, tg_cli_cmp_double);

@@ -52,6 +52,10 @@ static void train_usage(void) {
        "  --steps N            stop after N optimizer steps (default: all epochs)\n"
        "  --save FILE          write the trained parameters as safetensors\n"
        "                       (layers.<l>.weight (out, in), layers.<l>.bias)\n"
+       "  --tiles N            split every layer's output features into N blocks\n"
+       "                       (1..64, at most the narrowest layer, 10 classes\n"
+       "                       included), one task per block, so that a layer can\n"
+       "                       span several workers or GPUs (default 1: off)\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
        "(--batch and --micro-batches must be multiples of the number of ranks,\n"
@@ -76,6 +80,7 @@ static void parse(int argc, char **argv, train_opts *o) {
   o->model.widths[2] = 256;
   o->model.widths[3] = 10;
   o->model.act = TG_ACT_RELU;
+  o->model.tiles = 1;
   o->opt = tg_optimizer_default(TG_OPT_ADAMW);
   o->seed = 1;
   o->data_dir = TG_FASHION_MNIST_DIR;
@@ -117,6 +122,8 @@ static void parse(int argc, char **argv, train_opts *o) {
     } else if (!strcmp(a, "--save")) {
       o->save = tg_cli_value(argc, argv, &i);
       if (!*o->save) tg_cli_die("--save: empty file name");
+    } else if (!strcmp(a, "--tiles")) {
+      o->model.tiles = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, TG_MAX_SPLIT);
     } else if (!strcmp(a, "--seed")) {
       o->seed = tg_cli_u64(a, tg_cli_value(argc, argv, &i));
     } else if (!strcmp(a, "--data-dir")) {
@@ -130,6 +137,9 @@ static void parse(int argc, char **argv, train_opts *o) {
   if (o->micro > o->batch)
     tg_cli_die("--micro-batches %d is larger than --batch %d", o->micro, o->batch);
   o->model.widths[o->model.nlayers] = 10;
+  if (o->model.tiles > tg_mlp_max_tiles(&o->model))
+    tg_cli_die("--tiles %d is larger than the narrowest layer (%d output features)",
+               o->model.tiles, tg_mlp_max_tiles(&o->model));
 }
 
 /* Runs one pass of the loader's batches (at most *budget when training,

@@ -10,14 +10,15 @@
 #include "reduce.h"
 #include "taskgrad/dist.h"
 
-int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {
+static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
+                        int allreduce, int ordered) {
   memset(s, 0, sizeof *s);
   s->target = target;
   s->persistent = persistent;
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
   if (!persistent) TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
-  if (!tg_deterministic() && !(persistent && s->allreduce)) return 0;
+  if (!ordered && !tg_deterministic() && !(persistent && s->allreduce)) return 0;
   s->leaves = calloc((size_t)nmicro, sizeof *s->leaves);
   if (!s->leaves) return tg_fail(ENOMEM, "reduction: out of memory for %d leaves", nmicro);
   for (int i = 0; i < nmicro; i++) {
@@ -29,6 +30,15 @@ int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int a
     TG_TRY(tg_fill_insert(s->leaves[i].handle, 0.0f, NULL));
   }
   return 0;
+}
+
+int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, 0);
+}
+
+int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
+                         int allreduce) {
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, 1);
 }
 
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {

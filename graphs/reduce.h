@@ -37,6 +37,13 @@ typedef struct tg_sum {
 /* Starts the step's sum of `target` over nmicro micro-batches; allreduce:
  * also over the ranks (training steps; evaluation passes are local). */
 int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce);
+/* The same, always with leaves and the fixed tree (deterministic or not):
+ * for targets that are blocks of a partition plan (tensor.h), which StarPU
+ * 1.3 cannot reduce with STARPU_REDUX: the reduction tasks it submits when
+ * the blocks are joined access them while inactive, and its automatic
+ * partitioning then re-partitions the whole behind the graph's back. */
+int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
+                         int allreduce);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
 /* TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);

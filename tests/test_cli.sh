@@ -19,6 +19,25 @@ expect_fail "bad hidden list" "--hidden" train mlp --hidden 512,,256
 expect_fail "negative lr" "--lr" train mlp --lr -1
 expect_fail "unknown scheduler" "unknown scheduling policy 'nosuch'" train mlp --sched nosuch
 expect_fail "missing data directory" "does not exist" train mlp --data-dir "$work/nowhere"
+# --tiles: 1..64 and at most the narrowest layer (the 10 classes, or a hidden
+# width), refused while parsing, before the data directory is read
+"$tg" train mlp --help | grep -q -- "--tiles N" && ok "train mlp --help documents --tiles" \
+  || bad "train mlp --help: no --tiles"
+"$tg" bench mlp --help | grep -q -- "--tiles N" && ok "bench mlp --help documents --tiles" \
+  || bad "bench mlp --help: no --tiles"
+for cmd in train bench; do
+  nodata=()
+  [ $cmd = train ] && nodata=(--data-dir "$work/nowhere")
+  expect_fail "$cmd mlp --tiles 0" "--tiles: 0 is out of range \\[1, 64\\]" $cmd mlp --tiles 0
+  expect_fail "$cmd mlp --tiles -2" "--tiles: -2 is out of range" $cmd mlp --tiles -2
+  expect_fail "$cmd mlp --tiles 65" "--tiles: 65 is out of range" $cmd mlp --tiles 65
+  expect_fail "$cmd mlp --tiles x" "--tiles: 'x' is not an integer" $cmd mlp --tiles x
+  expect_fail "$cmd mlp --tiles 11 (10 classes)" \
+    "--tiles 11 is larger than the narrowest layer \\(10 output features\\)" \
+    $cmd mlp --tiles 11 "${nodata[@]}"
+  expect_fail "$cmd mlp --tiles 8 with a hidden width 7" "narrowest layer \\(7 output" \
+    $cmd mlp --hidden 64,7 --tiles 8 "${nodata[@]}"
+done
 
 for variant in truncated bad-magic count-mismatch bad-label; do
   "$py" "$TG_SOURCE_DIR/tests/make_idx.py" "$work/$variant" 50 20 --variant $variant
@@ -46,6 +65,17 @@ if "$tg" train mlp --data-dir "$work/good" --epochs 3 --batch 50 --micro-batches
     || bad "synthetic test accuracy '$acc'"
 else
   bad "training run failed: $(tail -3 "$work/err")"
+fi
+
+# The same short run, tiled (3 blocks: remainders in the 64 hidden features
+# and the 10 classes), trains as well.
+if "$tg" train mlp --data-dir "$work/good" --epochs 3 --batch 50 --micro-batches 3 \
+     --hidden 64 --tiles 3 >"$work/out" 2>"$work/err"; then
+  acc=$(sed -nE 's/^test accuracy: ([0-9.]+)$/\1/p' "$work/out")
+  [ -n "$acc" ] && awk -v a="$acc" 'BEGIN{exit !(a > 0.9)}' && ok "--tiles 3: synthetic test accuracy $acc > 0.9" \
+    || bad "--tiles 3: synthetic test accuracy '$acc'"
+else
+  bad "--tiles 3 training run failed: $(tail -3 "$work/err")"
 fi
 
 finish test_cli

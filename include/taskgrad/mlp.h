@@ -12,6 +12,21 @@
  * task per parameter tensor runs.  Nothing waits on the host: the loss and
  * the number of correct predictions accumulate in (1, 1) tensors that
  * tg_mlp_metrics() reads when the caller asks.
+ *
+ * Tiling (tg_mlp_config.tiles = N > 1) splits every layer's output features
+ * into N blocks, so that one big layer can span several workers or GPUs:
+ * W (out, in), its gradient and optimizer state are partitioned into N row
+ * blocks W_j (out_j, in), b into N column blocks, and each layer runs as N
+ * tasks per micro-batch: forward Z[:, j] = X W_j^T + b_j (H likewise);
+ * weight gradients dW_j += dZ[:, j]^T X per block; the data gradient
+ * dX = (sum_j dZ[:, j] W_j) * act'(Zprev), the blocks' products added in
+ * block order.  Blocks have out / N features, the first out % N one more.
+ * Each block computes its slice of the untiled forward and weight gradient;
+ * only the data gradient adds its terms in a different order, so a tiled
+ * step agrees with the untiled one to rounding, not bitwise.  The gradient
+ * blocks always merge over the micro-batches in the deterministic mode's
+ * fixed order (dist.h; StarPU 1.3 cannot STARPU_REDUX the blocks of a
+ * partition), so tiled steps are bitwise reproducible.
  */
 #ifndef TASKGRAD_MLP_H
 #define TASKGRAD_MLP_H
@@ -46,7 +61,13 @@ typedef struct tg_mlp_config {
   int nlayers;                          /* number of linear layers, >= 1 */
   int widths[TG_MLP_MAX_LAYERS + 1];    /* widths[0] inputs .. widths[nlayers] classes */
   tg_activation act;
+  int tiles;                            /* output-feature blocks per layer: 0 or 1
+                                           untiled (default), else 2 .. TG_MAX_SPLIT
+                                           and at most every widths[l + 1] */
 } tg_mlp_config;
+
+/* Tiled mode's partitions and per-micro-batch activation buffers (mlp.c). */
+typedef struct tg_mlp_tiling tg_mlp_tiling;
 
 typedef struct tg_mlp {
   tg_mlp_config cfg;
@@ -64,11 +85,16 @@ typedef struct tg_mlp {
   tg_tensor correct;                     /* (1, 1) correct predictions */
   int metric_batches;                    /* batches accumulated in loss */
   int metric_samples;                    /* samples accumulated in correct */
+  tg_mlp_tiling *tiling;                 /* NULL unless cfg.tiles > 1 */
 } tg_mlp;
 
 /* Allocates parameters (PyTorch's nn.Linear initialisation, uniform in
  * +-1/sqrt(fan_in), from a seeded generator), gradients and optimizer state.
- * Call after tg_init(). */
+ * Call after tg_init().  The initial parameters do not depend on cfg.tiles.
+ * Tiled, every entry point below leaves the parameters, gradients and state
+ * whole (joined) when its tasks have run, so tg_tensor_read() on them works
+ * as untiled; the activations are then pinned host buffers kept per
+ * micro-batch and shape (StarPU 1.3 cannot partition a temporary). */
 int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
                   const tg_optimizer_config *opt, uint64_t seed);
 void tg_mlp_destroy(tg_mlp *m);
@@ -87,6 +113,10 @@ int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch);
  * the accuracy over the batches since the last reset; reset != 0 starts a new
  * accumulation (asynchronously). */
 int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset);
+
+/* The most tiles cfg's layers allow: the fewest output features of a layer
+ * (the classes included), at most TG_MAX_SPLIT. */
+int tg_mlp_max_tiles(const tg_mlp_config *cfg);
 
 /* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
  * during a step on `rows` samples with `nworkers` workers, at most: every
