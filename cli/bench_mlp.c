@@ -29,7 +29,7 @@ static void bench_usage(void) {
        "  --steps N            measured steps (default 30)\n"
        "  --warmup N           unmeasured steps first, which also calibrate\n"
        "                       the perfmodels (default 5)\n"
-       TG_CLI_RUNTIME_HELP
+       TG_CLI_PRECISION_HELP TG_CLI_RUNTIME_HELP
        "  --per-step           wait for each step and print the median, min and\n"
        "                       max step time (as bench gpt does); without it the\n"
        "                       steps are pipelined and the mean is printed\n"
@@ -38,8 +38,11 @@ static void bench_usage(void) {
 
 int tg_cmd_bench_mlp(int argc, char **argv) {
   int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0, per_step = 0;
-  tg_mlp_config cfg = {3, {784, 512, 256, 10}, TG_ACT_RELU, 1};
+  tg_mlp_config cfg = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
+                       .tiles = 1};
   tg_runtime_config rt = tg_runtime_config_default();
+  tg_cli_precision prec;
+  tg_cli_precision_default(&prec);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -67,6 +70,8 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
       quiet = 1;
     } else if (!strcmp(a, "--per-step")) {
       per_step = 1;
+    } else if (tg_cli_precision_flag(argc, argv, &i, &prec)) {
+      continue;
     } else if (!tg_cli_runtime_flag(argc, argv, &i, &rt)) {
       tg_cli_die("unknown flag '%s' for 'bench mlp' (see --help)", a);
     }
@@ -76,12 +81,15 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   if (cfg.tiles > tg_mlp_max_tiles(&cfg))
     tg_cli_die("--tiles %d is larger than the narrowest layer (%d output features)",
                cfg.tiles, tg_mlp_max_tiles(&cfg));
+  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  tg_cli_precision_finish(&prec);
+  tg_cli_precision_mlp(&prec, &cfg, &opt);
   tg_cli_instrument_check(&rt);
 
   rt.profiling = 1;
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
   tg_cli_instrument_begin_bench(&rt);
-  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  tg_cli_precision_start(&prec);
   tg_cli_check_memory_limit(
       tg_mlp_managed_bytes(&cfg, batch, tg_ncpu_workers() + tg_ncuda_workers()),
       "this MLP and batch");
@@ -143,6 +151,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s", batch,
          micro, steps, st.nworkers, starpu_sched_ctx_get_sched_policy(0)->policy_name);
   if (cfg.tiles > 1) printf(", %d tiles", cfg.tiles);
+  if (cfg.precision != TG_PREC_FP32) printf(", %s", tg_precision_name(cfg.precision));
   printf("\n");
   printf("step time:        %.2f ms\n", st.wall_us / steps * 1e-3);
   if (per_step) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdnoreturn.h>
 
+#include "taskgrad/mlp.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/runtime.h"
 
@@ -115,6 +116,10 @@ int tg_cli_precision_flag(int argc, char **argv, int *i, tg_cli_precision *p);
 void tg_cli_precision_finish(tg_cli_precision *p);
 void tg_cli_precision_start(const tg_cli_precision *p);
 void tg_cli_precision_status(char *buf, size_t len, const tg_loss_scaler *s);
+/* copies the precision into an MLP's configuration; exit 2 for a 16-bit
+ * precision with SGD or with tiles */
+void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
+                          const tg_optimizer_config *opt);
 #define TG_CLI_PRECISION_HELP                                                 \
   "  --precision P        fp32, tf32 (TF32 tensor-core GEMMs on GPUs), bf16\n"  \
   "                       or fp16: 16-bit GEMM operands and activations,\n"    \

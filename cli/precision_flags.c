@@ -52,3 +52,18 @@ void tg_cli_precision_status(char *buf, size_t len, const tg_loss_scaler *s) {
   }
   snprintf(buf, len, " scale %g skipped %ld", s->scale, s->skipped);
 }
+
+void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
+                          const tg_optimizer_config *opt) {
+  model->precision = p->precision;
+  model->loss_scaling = p->dynamic;
+  model->loss_scale = (float)p->scale;
+  model->loss_scale_window = p->window;
+  if (!tg_precision_lowp(p->precision)) return;
+  if (opt->kind != TG_OPT_ADAMW)
+    tg_cli_die("--precision %s needs --optimizer adamw (fp32 master weights and moments)",
+               tg_precision_name(p->precision));
+  if (model->tiles > 1)
+    tg_cli_die("--precision %s and --tiles %d cannot be combined yet",
+               tg_precision_name(p->precision), model->tiles);
+}

@@ -28,6 +28,7 @@ typedef struct train_opts {
   uint64_t seed;
   const char *data_dir;
   tg_runtime_config rt;
+  tg_cli_precision prec;
 } train_opts;
 
 static void train_usage(void) {
@@ -61,7 +62,7 @@ static void train_usage(void) {
        "(--batch and --micro-batches must be multiples of the number of ranks,\n"
        "a power of two) and gradients are summed over the ranks; rank 0 prints\n"
        "and writes files.\n"
-       TG_CLI_RUNTIME_HELP
+       TG_CLI_PRECISION_HELP TG_CLI_RUNTIME_HELP
        "  -h, --help           this text\n"
        "\n"
        "Bad flags or data files: one message on stderr, exit status 2.");
@@ -85,6 +86,7 @@ static void parse(int argc, char **argv, train_opts *o) {
   o->seed = 1;
   o->data_dir = TG_FASHION_MNIST_DIR;
   o->rt = tg_runtime_config_default();
+  tg_cli_precision_default(&o->prec);
   float lr = -1, wd = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -128,6 +130,8 @@ static void parse(int argc, char **argv, train_opts *o) {
       o->seed = tg_cli_u64(a, tg_cli_value(argc, argv, &i));
     } else if (!strcmp(a, "--data-dir")) {
       o->data_dir = tg_cli_value(argc, argv, &i);
+    } else if (tg_cli_precision_flag(argc, argv, &i, &o->prec)) {
+      continue;
     } else if (!tg_cli_runtime_flag(argc, argv, &i, &o->rt)) {
       tg_cli_die("unknown flag '%s' for 'train mlp' (see --help)", a);
     }
@@ -140,6 +144,8 @@ static void parse(int argc, char **argv, train_opts *o) {
   if (o->model.tiles > tg_mlp_max_tiles(&o->model))
     tg_cli_die("--tiles %d is larger than the narrowest layer (%d output features)",
                o->model.tiles, tg_mlp_max_tiles(&o->model));
+  tg_cli_precision_finish(&o->prec);
+  tg_cli_precision_mlp(&o->prec, &o->model, &o->opt);
 }
 
 /* Runs one pass of the loader's batches (at most *budget when training,
@@ -162,7 +168,11 @@ static void run_epoch(tg_mlp *m, tg_loader *ld, int train, tg_progress *bar,
     if (bar && ((k + 1) % every == 0 || k + 1 == nb)) {
       double l, a;
       if (tg_mlp_metrics(m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
+      char scale[64];
+      tg_cli_precision_status(scale, sizeof scale, &m->scaler);
+      bar->extra = scale;
       tg_progress_update(bar, k + 1, l, a, samples / (tg_cli_now() - t0));
+      bar->extra = NULL;
     }
   }
   if (tg_mlp_metrics(m, loss, acc, 1) < 0) tg_cli_die_last("reading the loss");
@@ -239,16 +249,17 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   tg_cli_instrument_begin(&o.rt);
   if (root)
     fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA workers%s, "
-            "scheduler %s%s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
+            "scheduler %s, %s%s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
             R > 1 ? " per rank" : "",
             o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"),
-            tg_deterministic() ? ", deterministic reductions" : "");
+            tg_precision_name(o.model.precision), tg_deterministic() ? ", deterministic reductions" : "");
   if (root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d samples and %d micro-batches each per step\n",
             R, o.batch / R, o.micro / R);
   tg_cli_check_memory_limit(
       tg_mlp_managed_bytes(&o.model, o.batch / R, tg_ncpu_workers() + tg_ncuda_workers()),
       "this MLP and batch");
+  tg_cli_precision_start(&o.prec);
   tg_mlp m;
   if (tg_mlp_create(&m, &o.model, &o.opt, o.seed) < 0) tg_cli_die_last("creating the model");
   /* every replica starts from rank 0's parameters */
@@ -290,6 +301,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
               (double)nb * o.batch / dt);
   }
   tg_loader_destroy(ld);
+  if (root && m.scaler.enabled)
+    fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
+            tg_precision_name(o.model.precision), m.scaler.scale, m.scaler.skipped);
   uint64_t sum = param_checksum(&m);
   if (R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),

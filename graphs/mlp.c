@@ -122,6 +122,14 @@ static int tg_mlp_check_config(const tg_mlp_config *cfg) {
     if (cfg->tiles > cfg->widths[l])
       return tg_fail(EINVAL, "MLP: %d tiles exceed the %d output features of layer %d",
                      cfg->tiles, cfg->widths[l], l - 1);
+  if ((unsigned)cfg->precision > TG_PREC_FP16)
+    return tg_fail(EINVAL, "MLP: unknown precision %d", (int)cfg->precision);
+  if (tg_precision_lowp(cfg->precision) && cfg->tiles > 1)
+    return tg_fail(EINVAL, "MLP: %s training is not available with tiles (%d)",
+                   tg_precision_name(cfg->precision), cfg->tiles);
+  if (cfg->loss_scaling && !tg_precision_lowp(cfg->precision))
+    return tg_fail(EINVAL, "MLP: loss scaling is for bf16 and fp16 training, not %s",
+                   tg_precision_name(cfg->precision));
   return 0;
 }
 
@@ -257,6 +265,30 @@ static int tg_mlp_tiling_create(tg_mlp *m) {
   return 0;
 }
 
+/* Mixed precision: the 16-bit type of activations (TG_F32: none). */
+#define MLP_LOWP(m) tg_precision_lowp((m)->cfg.precision)
+
+/* Mixed precision: 16-bit weight copies from the initial weights, the
+ * overflow flag, the loss scaler. */
+static int tg_mlp_lowp_create(tg_mlp *m) {
+  tg_dtype lowp = MLP_LOWP(m);
+  const tg_mlp_config *c = &m->cfg;
+  TG_TRY(tg_loss_scaler_init(&m->scaler, c->loss_scaling,
+                             c->loss_scale > 0 ? c->loss_scale : TG_LOSS_SCALE_DEFAULT,
+                             c->loss_scale_window > 0 ? c->loss_scale_window
+                                                      : TG_LOSS_SCALE_WINDOW));
+  if (!lowp) return 0;
+  if (m->opt.kind != TG_OPT_ADAMW)
+    return tg_fail(EINVAL, "MLP: %s training needs the AdamW optimizer (its mixed-precision "
+                   "step keeps fp32 master weights)", tg_precision_name(c->precision));
+  for (int l = 0; l < c->nlayers; l++) {
+    TG_TRY(tg_tensor_alloc(&m->wl[l], c->widths[l + 1], c->widths[l], lowp));
+    TG_TRY(tg_convert_insert(lowp, m->w[l].handle, m->wl[l].handle, NULL));
+  }
+  TG_TRY(tg_tensor_alloc(&m->overflow, 1, 1, TG_F32));
+  return tg_fill_insert(m->overflow.handle, 0.0f, NULL);
+}
+
 int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
                   const tg_optimizer_config *opt, uint64_t seed) {
   memset(m, 0, sizeof *m);
@@ -295,6 +327,10 @@ int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
   }
   tg_tensor_enable_reduction(&m->loss);
   tg_tensor_enable_reduction(&m->correct);
+  if ((rc = tg_mlp_lowp_create(m)) < 0) {
+    tg_mlp_destroy(m);
+    return rc;
+  }
   if (cfg->tiles > 1 && (rc = tg_mlp_tiling_create(m)) < 0) {
     tg_mlp_destroy(m);
     return rc;
@@ -307,9 +343,10 @@ void tg_mlp_destroy(tg_mlp *m) {
   for (int l = 0; l < TG_MLP_MAX_LAYERS; l++) {
     tg_tensor *all[] = {&m->w[l], &m->b[l], &m->dw[l], &m->db[l],
                         &m->state1_w[l], &m->state1_b[l], &m->state2_w[l],
-                        &m->state2_b[l]};
+                        &m->state2_b[l], &m->wl[l]};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_free(all[k]);
   }
+  tg_tensor_free(&m->overflow);
   tg_tensor_free(&m->loss);
   tg_tensor_free(&m->correct);
 }
@@ -319,23 +356,55 @@ void tg_mlp_destroy(tg_mlp *m) {
 /* critical-path ranks (graph_common.h) */
 #define TG_MLP_RANKS(L) (3 * (L) + 1)
 
+/* Every task of the untiled graph names the 16-bit type of its 2-byte
+ * buffers (mixed precision; TG_F32 otherwise). */
+#define MOPT(...) tg_gopt_lowp(&g, MLP_LOWP(m), __VA_ARGS__)
+
+/* An activation temporary: 16-bit in mixed precision. */
+static int tg_mlp_act_temp(const tg_mlp *m, tg_tensor *t, int rows, int cols) {
+  tg_dtype lowp = MLP_LOWP(m);
+  return tg_tensor_temp(t, rows, cols, lowp ? lowp : TG_F32);
+}
+
+/* The weight the GEMMs read: its 16-bit copy in mixed precision. */
+static starpu_data_handle_t tg_mlp_wg(const tg_mlp *m, int l) {
+  return m->wl[l].handle ? m->wl[l].handle : m->w[l].handle;
+}
+
+/* x: the micro-batch's input (f32); in mixed precision *xl receives its
+ * 16-bit copy (released by the backward, or by the caller). */
 static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
-                                tg_tensor *Z, tg_tensor *H, int micro) {
+                                tg_tensor *Z, tg_tensor *H, tg_tensor *xl, int micro) {
   const tg_mlp_config *c = &m->cfg;
   int L = c->nlayers;
   tg_gopts g;
   starpu_data_handle_t in = x;
+  if (MLP_LOWP(m)) {
+    TG_TRY(tg_mlp_act_temp(m, xl, rows, c->widths[0]));
+    TG_TRY(tg_convert_insert(MLP_LOWP(m), x, xl->handle,
+                             MOPT(3 * L, TG_MLP_RANKS(L), "m%d.cast", micro)));
+    in = xl->handle;
+  }
   for (int l = 0; l < c->nlayers; l++) {
     int last = l + 1 == c->nlayers;
-    TG_TRY(tg_tensor_temp(&Z[l], rows, c->widths[l + 1], TG_F32));
-    if (!last) TG_TRY(tg_tensor_temp(&H[l], rows, c->widths[l + 1], TG_F32));
-    TG_TRY(tg_linear_fwd_insert(in, m->w[l].handle, m->b[l].handle,
+    TG_TRY(tg_mlp_act_temp(m, &Z[l], rows, c->widths[l + 1]));
+    if (!last) TG_TRY(tg_mlp_act_temp(m, &H[l], rows, c->widths[l + 1]));
+    TG_TRY(tg_linear_fwd_insert(in, tg_mlp_wg(m, l), m->b[l].handle,
                                 last ? TG_ACT_NONE : c->act, Z[l].handle,
                                 last ? NULL : H[l].handle,
-                                tg_gopt(&g, 3 * L - l, TG_MLP_RANKS(L), "L%d.m%d.fwd", l, micro)));
+                                MOPT(3 * L - l, TG_MLP_RANKS(L), "L%d.m%d.fwd", l, micro)));
     if (!last) in = H[l].handle;
   }
   return 0;
+}
+
+/* A weight gradient dW (+)= dY^T X: through the 16-bit GEMM codelet when
+ * both are 16-bit, else the f32 one (its adapter widens a 16-bit side). */
+static int tg_mlp_wgrad(const tg_mlp *m, starpu_data_handle_t dY, starpu_data_handle_t X,
+                        starpu_data_handle_t dW, tg_accum mode, const tg_task_opts *o) {
+  if (MLP_LOWP(m) && starpu_matrix_get_elemsize(dY) == 2 && starpu_matrix_get_elemsize(X) == 2)
+    return tg_gemm_lowp_insert(MLP_LOWP(m), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
+  return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
 }
 
 static int tg_mlp_backward_micro(tg_mlp *m, tg_mlp_sums *S, starpu_data_handle_t x, int rows,
@@ -346,17 +415,17 @@ static int tg_mlp_backward_micro(tg_mlp *m, tg_mlp_sums *S, starpu_data_handle_t
   tg_tensor cur = *dZ; /* gradient of the current layer's pre-activation */
   for (int l = c->nlayers - 1; l >= 0; l--) {
     starpu_data_handle_t in = l > 0 ? H[l - 1].handle : x;
-    TG_TRY(tg_gemm_insert(1, 0, 1.0f, cur.handle, in, 1.0f, tg_sum_handle(&S->dw[l][0], micro),
-                          tg_sum_mode(&S->dw[l][0]), tg_gopt(&g, L - l, R, "L%d.m%d.dW", l, micro)));
+    TG_TRY(tg_mlp_wgrad(m, cur.handle, in, tg_sum_handle(&S->dw[l][0], micro),
+                        tg_sum_mode(&S->dw[l][0]), MOPT(L - l, R, "L%d.m%d.dW", l, micro)));
     TG_TRY(tg_bias_grad_insert(cur.handle, tg_sum_handle(&S->db[l][0], micro),
                                tg_sum_mode(&S->db[l][0]),
-                               tg_gopt(&g, L - l, R, "L%d.m%d.db", l, micro)));
+                               MOPT(L - l, R, "L%d.m%d.db", l, micro)));
     if (l == 0) break;
     tg_tensor dprev;
-    TG_TRY(tg_tensor_temp(&dprev, rows, c->widths[l], TG_F32));
-    TG_TRY(tg_linear_bwd_data_insert(cur.handle, m->w[l].handle, c->act,
+    TG_TRY(tg_mlp_act_temp(m, &dprev, rows, c->widths[l]));
+    TG_TRY(tg_linear_bwd_data_insert(cur.handle, tg_mlp_wg(m, l), c->act,
                                      Z[l - 1].handle, dprev.handle,
-                                     tg_gopt(&g, L + l, R, "L%d.m%d.bwd", l, micro)));
+                                     MOPT(L + l, R, "L%d.m%d.bwd", l, micro)));
     tg_tensor_release(&cur);
     tg_tensor_release(&H[l - 1]);
     tg_tensor_release(&Z[l - 1]);
@@ -497,20 +566,26 @@ static int tg_mlp_micros(tg_mlp *m, tg_mlp_sums *S, const tg_batch *batch, int b
       if (backward) TG_TRY(tg_mlp_backward_tiled(m, S, A, batch->x[i], rows, i));
       continue;
     }
-    tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits;
-    TG_TRY(tg_mlp_forward_micro(m, batch->x[i], rows, Z, H, i));
+    tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits, xl = {0};
+    TG_TRY(tg_mlp_forward_micro(m, batch->x[i], rows, Z, H, &xl, i));
     tg_tensor *logits = &Z[c->nlayers - 1];
+    /* the logits' gradient stays f32 (classes wide): scaled by the loss
+     * scale before anything 16-bit holds it */
     TG_TRY(tg_tensor_temp(&dlogits, rows, c->widths[c->nlayers], TG_F32));
     tg_gopts g;
     int L = c->nlayers;
     TG_TRY(tg_softmax_xent_insert(logits->handle, batch->y[i], scale, dlogits.handle,
                                   tg_sum_handle(&S->loss, i), tg_sum_mode(&S->loss),
-                                  tg_gopt(&g, 2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
+                                  MOPT(2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
     TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], tg_sum_handle(&S->correct, i),
-                              tg_sum_mode(&S->correct), NULL));
+                              tg_sum_mode(&S->correct), MOPT(2 * L, TG_MLP_RANKS(L), "m%d.acc", i)));
+    if (backward && m->scaler.enabled)
+      TG_TRY(tg_scale_insert(dlogits.handle, m->scaler.scale,
+                             MOPT(2 * L, TG_MLP_RANKS(L), "m%d.scale", i)));
     tg_tensor_release(logits);
+    starpu_data_handle_t x = xl.handle ? xl.handle : batch->x[i];
     if (backward) {
-      TG_TRY(tg_mlp_backward_micro(m, S, batch->x[i], rows, Z, H, &dlogits, i));
+      TG_TRY(tg_mlp_backward_micro(m, S, x, rows, Z, H, &dlogits, i));
     } else {
       tg_tensor_release(&dlogits);
       for (int l = 0; l < c->nlayers; l++) {
@@ -518,6 +593,7 @@ static int tg_mlp_micros(tg_mlp *m, tg_mlp_sums *S, const tg_batch *batch, int b
         tg_tensor_release(&H[l]);
       }
     }
+    tg_tensor_release(&xl);
   }
   return 0;
 }
@@ -612,9 +688,47 @@ static int tg_mlp_update_tiled(tg_mlp *m) {
   return rc;
 }
 
+/* Mixed precision: non-finite checks of every gradient into the overflow
+ * flag (loss scaling only), then AdamW on the fp32 master weights, skipped
+ * on the device when the flag is set, refreshing the 16-bit copies; the
+ * host reads the flag afterwards for the next step's scale. */
+static int tg_mlp_update_lowp(tg_mlp *m) {
+  int L = m->cfg.nlayers;
+  tg_dtype lowp = MLP_LOWP(m);
+  tg_gopts g;
+  if (m->scaler.enabled) {
+    TG_TRY(tg_fill_insert(m->overflow.handle, 0.0f, NULL));
+    for (int l = 0; l < L; l++) {
+      TG_TRY(tg_nonfinite_insert(m->dw[l].handle, m->overflow.handle,
+                                 tg_gopt(&g, 0, TG_MLP_RANKS(L), "L%d.check", l)));
+      TG_TRY(tg_nonfinite_insert(m->db[l].handle, m->overflow.handle,
+                                 tg_gopt(&g, 0, TG_MLP_RANKS(L), "L%d.check", l)));
+    }
+  }
+  const tg_optimizer_config *o = &m->opt;
+  tg_adamw_hyper h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                      1.0f / m->scaler.scale, m->step};
+  for (int l = 0; l < L; l++) {
+    const tg_task_opts *ow = tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt", l);
+    TG_TRY(tg_adamw_amp_insert(lowp, m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle,
+                               m->state2_w[l].handle, m->wl[l].handle, m->overflow.handle,
+                               &h, ow));
+    TG_TRY(tg_adamw_amp_insert(lowp, m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
+                               m->state2_b[l].handle, NULL, m->overflow.handle, &h, ow));
+  }
+  if (m->scaler.enabled) {
+    float flag = 0.0f;
+    TG_TRY(tg_tensor_read(&m->overflow, &flag));
+    if (flag != 0.0f) m->step--; /* skipped: AdamW's step count stays */
+    tg_loss_scaler_update(&m->scaler, flag != 0.0f);
+  }
+  return 0;
+}
+
 int tg_mlp_update(tg_mlp *m) {
   m->step++;
   if (m->tiling) return tg_mlp_update_tiled(m);
+  if (MLP_LOWP(m)) return tg_mlp_update_lowp(m);
   int L = m->cfg.nlayers;
   tg_gopts g;
   for (int l = 0; l < L; l++) {

@@ -78,4 +78,30 @@ else
   bad "--tiles 3 training run failed: $(tail -3 "$work/err")"
 fi
 
+# Mixed precision: the same short run in bf16 and in fp16 with an injected
+# overflow (initial loss scale 1e9: the first steps are skipped, the scale
+# halves each time, then training proceeds) trains as well; the combinations
+# without a mixed-precision path are refused before any work.
+expect_fail "bf16 with SGD" "--precision bf16 needs --optimizer adamw" \
+  train mlp --precision bf16 --optimizer sgd "${nodata[@]}"
+expect_fail "bf16 with tiles" "--precision bf16 and --tiles 2 cannot be combined" \
+  train mlp --precision bf16 --tiles 2 "${nodata[@]}"
+expect_fail "loss scale in fp32" "are for --precision bf16 or fp16, not fp32" \
+  bench mlp --loss-scale 8
+for p in "bf16" "fp16 --loss-scale 1e9"; do
+  if "$tg" train mlp --data-dir "$work/good" --epochs 3 --batch 50 --micro-batches 3 \
+       --hidden 64 --precision $p >"$work/out" 2>"$work/err"; then
+    acc=$(sed -nE 's/^test accuracy: ([0-9.]+)$/\1/p' "$work/out")
+    skipped=$(grep -o 'skipped steps: [0-9]*' "$work/err" | awk '{print $3}')
+    if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN{exit !(a > 0.9)}' &&
+       { [ "$p" = bf16 ] || [ "${skipped:-0}" -ge 1 ]; }; then
+      ok "--precision $p: synthetic test accuracy $acc > 0.9${skipped:+, skipped steps: $skipped}"
+    else
+      bad "--precision $p: test accuracy '$acc', skipped steps '${skipped:-}'"
+    fi
+  else
+    bad "--precision $p training run failed: $(tail -3 "$work/err")"
+  fi
+done
+
 finish test_cli

@@ -35,6 +35,7 @@
 
 #include "taskgrad/codelets.h"
 #include "taskgrad/data.h"
+#include "taskgrad/precision.h"
 #include "taskgrad/tensor.h"
 
 #ifdef __cplusplus
@@ -64,6 +65,14 @@ typedef struct tg_mlp_config {
   int tiles;                            /* output-feature blocks per layer: 0 or 1
                                            untiled (default), else 2 .. TG_MAX_SPLIT
                                            and at most every widths[l + 1] */
+  /* mixed precision (precision.h; untiled, AdamW): with bf16 or fp16 the
+   * activations, their gradients, the inputs and the weights' copies read
+   * by the GEMMs are 16-bit; parameters, AdamW state, weight gradients,
+   * logits' gradients, loss and accuracy f32.  0 = TG_PREC_FP32. */
+  tg_precision precision;
+  int loss_scaling;                     /* dynamic loss scaling (fp16's usual) */
+  float loss_scale;                     /* initial scale (0: TG_LOSS_SCALE_DEFAULT) */
+  int loss_scale_window;                /* (0: TG_LOSS_SCALE_WINDOW) */
 } tg_mlp_config;
 
 /* Tiled mode's partitions and per-micro-batch activation buffers (mlp.c). */
@@ -86,6 +95,9 @@ typedef struct tg_mlp {
   int metric_batches;                    /* batches accumulated in loss */
   int metric_samples;                    /* samples accumulated in correct */
   tg_mlp_tiling *tiling;                 /* NULL unless cfg.tiles > 1 */
+  tg_tensor wl[TG_MLP_MAX_LAYERS];       /* mixed precision: 16-bit copies of w */
+  tg_tensor overflow;                    /* (1, 1): the step's gradients overflowed */
+  tg_loss_scaler scaler;
 } tg_mlp;
 
 /* Allocates parameters (PyTorch's nn.Linear initialisation, uniform in
