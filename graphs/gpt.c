@@ -582,13 +582,9 @@ int tg_gpt_update(tg_gpt *g, float lr) {
         TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
                                g->v[p][l].handle, &h, opts));
     }
-  if (g->scaler.enabled) {
-    /* the next step's scale depends on this step's flag: wait for it */
-    float flag = 0.0f;
-    TG_TRY(tg_tensor_read(&g->overflow, &flag));
-    if (flag != 0.0f) g->step--; /* skipped: AdamW's step count stays */
-    tg_loss_scaler_update(&g->scaler, flag != 0.0f);
-  }
+  int skipped = tg_loss_scaler_after_step(&g->scaler, &g->overflow);
+  TG_TRY(skipped);
+  g->step -= skipped; /* a skipped step leaves AdamW's count as it was */
   return 0;
 }
 

@@ -716,12 +716,9 @@ static int tg_mlp_update_lowp(tg_mlp *m) {
     TG_TRY(tg_adamw_amp_insert(lowp, m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
                                m->state2_b[l].handle, NULL, m->overflow.handle, &h, ow));
   }
-  if (m->scaler.enabled) {
-    float flag = 0.0f;
-    TG_TRY(tg_tensor_read(&m->overflow, &flag));
-    if (flag != 0.0f) m->step--; /* skipped: AdamW's step count stays */
-    tg_loss_scaler_update(&m->scaler, flag != 0.0f);
-  }
+  int skipped = tg_loss_scaler_after_step(&m->scaler, &m->overflow);
+  TG_TRY(skipped);
+  m->step -= skipped; /* a skipped step leaves AdamW's count as it was */
   return 0;
 }
 

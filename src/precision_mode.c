@@ -45,6 +45,14 @@ int tg_loss_scaler_init(tg_loss_scaler *s, int enabled, float scale, int window)
   return 0;
 }
 
+int tg_loss_scaler_after_step(tg_loss_scaler *s, tg_tensor *flag) {
+  if (!s->enabled) return 0;
+  float f = 0.0f;
+  TG_TRY(tg_tensor_read(flag, &f));
+  tg_loss_scaler_update(s, f != 0.0f);
+  return f != 0.0f;
+}
+
 void tg_loss_scaler_update(tg_loss_scaler *s, int overflow) {
   if (!s->enabled) return;
   if (overflow) {

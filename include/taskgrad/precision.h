@@ -174,6 +174,11 @@ typedef struct tg_loss_scaler {
 int tg_loss_scaler_init(tg_loss_scaler *s, int enabled, float scale, int window);
 /* after a step: overflow != 0 when the step's flag was set */
 void tg_loss_scaler_update(tg_loss_scaler *s, int overflow);
+/* After a step's optimizer tasks were submitted: reads the step's overflow
+ * flag ((1, 1) f32; waits for the step: the next step's scale depends on
+ * it) and updates the scaler.  1 when the step was skipped, 0 when it was
+ * applied or the scaler is off, a negative errno when the read failed. */
+int tg_loss_scaler_after_step(tg_loss_scaler *s, tg_tensor *flag);
 
 #ifdef __cplusplus
 }
