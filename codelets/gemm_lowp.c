@@ -8,7 +8,9 @@
  * so TG_REDUCE is refused for it.  The CPU implementation widens tiles of A
  * and B into a STARPU_SCRATCH workspace (bounded: three 256 x 256 float
  * tiles at most, see kernels/cpu/gemm_lowp.c); the CUDA one is cublasGemmEx
- * on the worker's handle and stream and ignores the scratch buffer.
+ * on the worker's handle and stream, which uses the scratch for copies of A
+ * and B with the inner dimension zero-padded to a multiple of 8 when it is
+ * not one (tensor-core alignment; the results are the unpadded ones).
  */
 #include "codelet_common.h"
 #include "taskgrad/precision.h"
@@ -43,11 +45,12 @@ static void tg_gemm_lowp_cuda(void *buffers[], void *cl_arg) {
   const tg_gemm_lowp_args *a = cl_arg;
   int m, n, k;
   tg_gemm_lowp_dims(buffers, a, &m, &n, &k);
-  TG_CUBLAS_CHECK(tg_cuda_gemm_lowp(
+  TG_CUBLAS_CHECK(tg_cuda_gemm_lowp_aligned(
       starpu_cublas_get_local_handle(), (tg_dtype)a->lowp, a->transa, a->transb, m,
       n, k, a->alpha, TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
       TG_LD(buffers[1]), a->beta, (tg_dtype)a->c_dtype,
-      (void *)STARPU_MATRIX_GET_PTR(buffers[2]), TG_LD(buffers[2])));
+      (void *)STARPU_MATRIX_GET_PTR(buffers[2]), TG_LD(buffers[2]),
+      (uint16_t *)TG_VPTR(buffers[3])));
 }
 #endif
 
@@ -77,7 +80,11 @@ int tg_gemm_lowp_insert(tg_dtype lowp, int transa, int transb, float alpha,
   if (accum == TG_REDUCE) args.beta = 1.0f;
   int key[4] = {lowp, c_dtype, args.transa, args.transb};
   args.shape = tg_hash_ints(key, 4);
+  /* the CPU widens tiles into the scratch, the GPU pads k to a multiple of
+   * 8 there when it is not one (tensor-core alignment) */
   size_t work = sizeof(float) * tg_cpu_gemm_lowp_work_floats(m, n, k);
+  size_t pad = sizeof(uint16_t) * tg_gemm_lowp_pad_elems(m, n, k);
+  if (pad > work) work = pad;
   starpu_data_handle_t h[4] = {A, B, C, tg_scratch(work)};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, tg_accum_mode(accum),
                                         STARPU_SCRATCH};

@@ -41,6 +41,19 @@ cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
                                  const uint16_t *B, int ldb, float beta,
                                  tg_dtype c_dtype, void *C, int ldc);
 
+/* The same with the inner dimension padded for the tensor cores: when k is
+ * not a multiple of 8, A and B are first copied into `work` (device memory,
+ * tg_gemm_lowp_pad_elems(m, n, k) 16-bit elements) with k rounded up to a
+ * multiple of 8 and the new rows or columns zero, so the products and sums
+ * are those of the unpadded problem (zeros add nothing).  Copies are queued
+ * on the handle's stream; work may be NULL when k is a multiple of 8. */
+cublasStatus_t tg_cuda_gemm_lowp_aligned(cublasHandle_t handle, tg_dtype lowp,
+                                         int transa, int transb, int m, int n, int k,
+                                         float alpha, const uint16_t *A, int lda,
+                                         const uint16_t *B, int ldb, float beta,
+                                         tg_dtype c_dtype, void *C, int ldc,
+                                         uint16_t *work);
+
 /* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
 cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,
                                     cudaStream_t stream);

@@ -84,6 +84,15 @@ void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
                       const uint16_t *B, int ldb, float beta, tg_dtype c_dtype,
                       void *C, int ldc, float *work);
 
+/* 16-bit elements of the zero-padded copies of A and B that the CUDA GEMM
+ * (tg_cuda_gemm_lowp_aligned) makes when k is not a multiple of 8, the
+ * tensor cores' alignment; 0 when it is. */
+static inline size_t tg_gemm_lowp_pad_elems(int m, int n, int k) {
+  if (k % 8 == 0) return 0;
+  size_t k8 = ((size_t)k + 7) / 8 * 8;
+  return k8 * ((size_t)m + (size_t)n);
+}
+
 /* *flag = 1 when any of the n values of g is +-Inf or NaN; otherwise *flag
  * is left as it is, so several tensors can be checked into one flag (and a
  * StarPU reduction that sums per-worker flags starting at zero also works). */

@@ -59,3 +59,41 @@ cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
   return cublasGemmEx(handle, opB, opA, n, m, k, &alpha, B, ab, ldb, A, ab, lda,
                       &beta, C, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
+
+/* dst (rows x dcols, ld dcols) = src (rows x cols, ld ld) with zero columns
+ * cols..dcols-1, or dst (drows x cols) = src with zero rows after `rows`:
+ * zero everything, then copy the rows (2-byte elements). */
+static cudaError_t pad_copy(uint16_t *dst, int drows, int dcols, const uint16_t *src,
+                            int rows, int cols, int ld, cudaStream_t stream) {
+  cudaError_t e = cudaMemsetAsync(dst, 0, sizeof(uint16_t) * (size_t)drows * dcols, stream);
+  if (e != cudaSuccess) return e;
+  return cudaMemcpy2DAsync(dst, sizeof(uint16_t) * (size_t)dcols, src,
+                           sizeof(uint16_t) * (size_t)ld, sizeof(uint16_t) * (size_t)cols,
+                           (size_t)rows, cudaMemcpyDeviceToDevice, stream);
+}
+
+cublasStatus_t tg_cuda_gemm_lowp_aligned(cublasHandle_t handle, tg_dtype lowp,
+                                         int transa, int transb, int m, int n, int k,
+                                         float alpha, const uint16_t *A, int lda,
+                                         const uint16_t *B, int ldb, float beta,
+                                         tg_dtype c_dtype, void *C, int ldc,
+                                         uint16_t *work) {
+  if (k <= 0 || k % 8 == 0 || m <= 0 || n <= 0 || !work)
+    return tg_cuda_gemm_lowp(handle, lowp, transa, transb, m, n, k, alpha, A, lda, B, ldb,
+                             beta, c_dtype, C, ldc);
+  cudaStream_t stream = NULL;
+  cublasStatus_t st = cublasGetStream(handle, &stream);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  const int k8 = (k + 7) / 8 * 8;
+  uint16_t *Ap = work, *Bp = work + (size_t)k8 * m; /* (m, k8) or (k8, m); B likewise */
+  /* op(A) (m, k): stored (m, k) -> (m, k8) with zero columns, or (k, m) ->
+   * (k8, m) with zero rows; op(B) (k, n) the other way round */
+  cudaError_t e = transa ? pad_copy(Ap, k8, m, A, k, m, lda, stream)
+                         : pad_copy(Ap, m, k8, A, m, k, lda, stream);
+  if (e == cudaSuccess)
+    e = transb ? pad_copy(Bp, n, k8, B, n, k, ldb, stream)
+               : pad_copy(Bp, k8, n, B, k, n, ldb, stream);
+  if (e != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  return tg_cuda_gemm_lowp(handle, lowp, transa, transb, m, n, k8, alpha, Ap,
+                           transa ? m : k8, Bp, transb ? k8 : n, beta, c_dtype, C, ldc);
+}
