@@ -42,7 +42,11 @@ void tg_cli_precision_finish(tg_cli_precision *p) {
 }
 
 void tg_cli_precision_start(const tg_cli_precision *p) {
-  if (tg_set_tf32(p->precision == TG_PREC_TF32) < 0) tg_cli_die_last("--precision tf32");
+  /* bf16 / fp16: the f32 GEMMs that the low-precision adapter runs on
+   * widened 16-bit operands lose nothing to TF32 (10 mantissa bits hold
+   * every bf16 and fp16 value), so they take the tensor cores too */
+  int tf32 = p->precision == TG_PREC_TF32 || tg_precision_lowp(p->precision);
+  if (tg_set_tf32(tf32) < 0) tg_cli_die_last("--precision");
 }
 
 void tg_cli_precision_status(char *buf, size_t len, const tg_loss_scaler *s) {

@@ -158,8 +158,12 @@ const char *tg_precision_name(tg_precision p);
 tg_dtype tg_precision_lowp(tg_precision p);
 
 /* Sets cuBLAS's math mode on every CUDA worker's handle: TF32 tensor-core
- * math for f32 GEMMs when on, the default (pedantic-free) mode otherwise.
- * Nothing to do without CUDA workers.  Call after tg_init. */
+ * math for f32 GEMMs when on, the default mode otherwise.  Nothing to do
+ * without CUDA workers.  Call after tg_init.  Worth turning on for bf16 and
+ * fp16 training too: the f32 GEMMs that the low-precision adapter runs on
+ * widened 16-bit operands lose nothing to TF32's 10-bit mantissa (only
+ * their f32 operands, such as the softmax's gradient, get rounded), and
+ * `taskgrad --precision bf16|fp16` does so. */
 int tg_set_tf32(int on);
 
 /* Dynamic loss scaling.  The loss is multiplied by `scale` before the
