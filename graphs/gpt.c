@@ -130,7 +130,7 @@ static int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
                               const tg_gpt_run_config *r, int b) {
   int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
   memset(a, 0, sizeof *a);
-  tg_dtype act = tg_precision_lowp(r->precision) ? tg_precision_lowp(r->precision) : TG_F32;
+  tg_dtype act = tg_precision_lowp(r->precision); /* TG_F32 unless 16-bit */
   TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, act));
   TG_TRY(tg_tensor_alloc(&a->out, n, C, act));
   TG_TRY(tg_tensor_alloc(&a->dout, n, C, act));
@@ -278,8 +278,7 @@ static int tg_temp(tg_tensor *t, int rows, int cols) {
 
 /* activations and their gradients: 16-bit in mixed precision */
 static int tg_act_temp(const tg_gpt *g, tg_tensor *t, int rows, int cols) {
-  tg_dtype lowp = ACT(g);
-  return tg_tensor_temp(t, rows, cols, lowp ? lowp : TG_F32);
+  return tg_tensor_temp(t, rows, cols, ACT(g)); /* TG_F32 unless 16-bit */
 }
 #define TEMP(t, r, c) tg_act_temp(g, t, r, c)
 

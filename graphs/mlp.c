@@ -362,8 +362,7 @@ void tg_mlp_destroy(tg_mlp *m) {
 
 /* An activation temporary: 16-bit in mixed precision. */
 static int tg_mlp_act_temp(const tg_mlp *m, tg_tensor *t, int rows, int cols) {
-  tg_dtype lowp = MLP_LOWP(m);
-  return tg_tensor_temp(t, rows, cols, lowp ? lowp : TG_F32);
+  return tg_tensor_temp(t, rows, cols, MLP_LOWP(m)); /* TG_F32 unless 16-bit */
 }
 
 /* The weight the GEMMs read: its 16-bit copy in mixed precision. */

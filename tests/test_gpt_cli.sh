@@ -67,6 +67,18 @@ fi
   --out "$work/p4.bin" >/dev/null 2>&1 && check_model "$work/p4.bin" 1 16 2 8 100 112 >/dev/null 2>&1 \
   && ok "--padded-vocab 112" || bad "--padded-vocab 112"
 
+# bench gpt: the vocabulary padded to a multiple of 64 unless --padded-vocab
+# says otherwise, which may not be below --vocab
+expect_fail "bench gpt: padded vocab < vocab" "--padded-vocab 200 is below --vocab 256" \
+  bench gpt --vocab 256 --padded-vocab 200
+if "$tg" bench gpt --layers 1 --channels 16 --heads 2 --max-seq 8 --seq 8 --batch 2 \
+     --vocab 250 --steps 1 --warmup 0 --quiet >"$work/b.out" 2>/dev/null &&
+   grep -q "V=250 Vp=256" "$work/b.out"; then
+  ok "bench gpt --vocab 250: padded to Vp=256"
+else
+  bad "bench gpt --vocab 250: $(head -1 "$work/b.out")"
+fi
+
 g=(init gpt --layers 2 --channels 32 --heads 4 --max-seq 16 --vocab 256)
 expect_fail "init gpt: missing --layers" "needs --layers" init gpt --channels 32 --heads 4 \
   --max-seq 16 --vocab 256 --out "$work/x.bin"

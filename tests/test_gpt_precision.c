@@ -94,14 +94,22 @@ static int32_t *random_tokens(tg_rng *rng, int n, int V) {
   return t;
 }
 
+/* GPT-2 initial parameters of cfg (tg_gpt_init_params); *np: their count */
+static float *init_params(const tg_gpt_config *cfg, uint64_t seed, size_t *np) {
+  size_t sizes[TG_GPT_NPARAMS];
+  *np = tg_gpt_param_sizes(cfg, sizes);
+  float *params = tg_test_malloc(sizeof(float) * *np);
+  tg_gpt_init_params(cfg, seed, params);
+  return params;
+}
+
 /* ---- 1. closeness to fp32 ----------------------------------------------------- */
 
 static void closeness(void) {
   tg_gpt_config cfg = {32, 128, 2, 4, 64, 128};
   tg_rng rng = {11};
-  size_t sizes[TG_GPT_NPARAMS], np = tg_gpt_param_sizes(&cfg, sizes);
-  float *params = tg_test_malloc(sizeof(float) * np);
-  tg_gpt_init_params(&cfg, 5, params);
+  size_t np;
+  float *params = init_params(&cfg, 5, &np);
   int32_t *tok = random_tokens(&rng, 4 * 32, cfg.vocab_size);
   float *g32 = tg_test_malloc(sizeof(float) * np), *g16 = tg_test_malloc(sizeof(float) * np);
   double l32 = 0;
@@ -175,9 +183,8 @@ static void padding(void) {
 
 static void overflow(void) {
   tg_gpt_config cfg = {16, 64, 2, 4, 32, 64};
-  size_t sizes[TG_GPT_NPARAMS], np = tg_gpt_param_sizes(&cfg, sizes);
-  float *params = tg_test_malloc(sizeof(float) * np);
-  tg_gpt_init_params(&cfg, 3, params);
+  size_t np;
+  float *params = init_params(&cfg, 3, &np);
   tg_rng rng = {31};
   int32_t *tok = random_tokens(&rng, 4 * 16, cfg.vocab_size);
   model m;
@@ -241,9 +248,8 @@ static void *poller(void *arg) {
 
 static long long step_peak(tg_precision prec) {
   tg_gpt_config cfg = {64, 64, 4, 4, 64, 64};
-  size_t sizes[TG_GPT_NPARAMS], np = tg_gpt_param_sizes(&cfg, sizes);
-  float *params = tg_test_malloc(sizeof(float) * np);
-  tg_gpt_init_params(&cfg, 7, params);
+  size_t np;
+  float *params = init_params(&cfg, 7, &np);
   tg_rng rng = {41};
   int32_t *tok = random_tokens(&rng, 8 * 64, cfg.vocab_size);
   model m;

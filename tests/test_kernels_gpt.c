@@ -617,6 +617,35 @@ static void test_classifier(tg_rng *rng) {
   cls_case(rng, 100, 1, 7, 16, 64, 1e30f, 1);
   cls_case(rng, 5, 64, 33, 40, 2, NAN, 1);
 
+  /* grad_scale (the loss scale) multiplies dlnf and dwte's increment, never
+   * the loss: a power of two, so exactly 8 times the unscaled results */
+  {
+    int n = 9, C = 11, V = 13, Vp = 16;
+    float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
+    float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+    int32_t tg[9];
+    for (int i = 0; i < n; i++) tg[i] = (i * 5) % V;
+    float *dlnf[2], *dwte[2], loss[2] = {0.0f, 0.0f};
+    float *scratch = tg_const_mat(4, V, V, NAN, NAN);
+    for (int s = 0; s < 2; s++) {
+      dlnf[s] = tg_const_mat(n, C, C, NAN, NAN);
+      dwte[s] = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
+      tg_cpu_classifier(n, C, V, 4, lnf, C, wte, tg, 0.25f, s ? 8.0f : 1.0f, 1, dlnf[s], C,
+                        dwte[s], &loss[s], scratch);
+    }
+    int exact = loss[0] == loss[1];
+    for (int i = 0; i < n * C; i++) exact &= dlnf[1][i] == 8.0f * dlnf[0][i];
+    for (int i = 0; i < Vp * C; i++) exact &= dwte[1][i] == 8.0f * dwte[0][i];
+    CHECK(exact, "classifier grad_scale 8: loss unchanged, dlnf and dwte exactly 8x");
+    for (int s = 0; s < 2; s++) {
+      free(dlnf[s]);
+      free(dwte[s]);
+    }
+    free(lnf);
+    free(wte);
+    free(scratch);
+  }
+
   /* out-of-range targets: NaN loss, zero dlnf rows, no gradient from them */
   {
     int n = 4, C = 7, V = 9, Vp = 16;
