@@ -71,10 +71,13 @@ static void gpt_usage(void) {
        "                       the end and on SIGINT/SIGTERM; DIR is created\n"
        "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
        "                       end and on a signal)\n"
-       "  --resume DIR         continue the run saved in DIR/checkpoint.bin (instead\n"
-       "                       of --init-from): model, AdamW state and step, data\n"
-       "                       position, order and seed; --steps counts the whole\n"
-       "                       run, so it stops where an uninterrupted run would\n"
+       "  --resume DIR         continue the run saved in DIR/checkpoint.bin: model,\n"
+       "                       AdamW state and step, data position, order and seed;\n"
+       "                       --steps counts the whole run, so it stops where an\n"
+       "                       uninterrupted run would.  With --init-from FILE too,\n"
+       "                       one command line serves the first run and every\n"
+       "                       restart: no checkpoint in DIR yet starts from FILE,\n"
+       "                       and a checkpoint must match FILE's model shape\n"
        "  --sample N           print N generated tokens (as bytes) at the end\n"
        "  --temperature X      sampling temperature (default 1; 0.7 in the\n"
        "                       demonstration)\n"
@@ -174,9 +177,6 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
     tg_cli_die("--attn-splits %d does not divide the %d sequences of a micro-batch",
                o->attn_splits, o->B / o->micro);
-  if (o->init_from && o->resume)
-    tg_cli_die("give --init-from or --resume, not both (a resumed run's model is the "
-               "checkpoint's)");
   if (!(o->init_from || o->resume) != !o->data)
     tg_cli_die("give both --init-from and --data (or --resume and --data, or neither, for the "
                "KJV demonstration)");
@@ -358,6 +358,33 @@ static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
   o->val = val;
 }
 
+/* --resume DIR: 1 when DIR holds a checkpoint to continue from; 0 when it
+ * holds none yet and --init-from names the start (a requeued job's first
+ * run); exits 2 otherwise. */
+static int resume_from_checkpoint(const gpt_opts *o) {
+  int have = tg_checkpoint_exists(o->resume);
+  if (have < 0) tg_cli_die_last("--resume");
+  if (!have && !o->init_from)
+    tg_cli_die("--resume %s: no checkpoint there yet; give --init-from FILE too, to start "
+               "the run from FILE when there is none", o->resume);
+  return have;
+}
+
+/* A checkpoint continues the run that --init-from started: same model. */
+static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
+  need_file("--init-from", init_from);
+  tg_gpt_config cfg;
+  float *params = NULL;
+  if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
+  free(params);
+  if (memcmp(&cfg, ck, sizeof cfg))
+    tg_cli_die("--init-from %s (L=%d C=%d NH=%d V=%d Vp=%d T=%d) is not the model of the "
+               "checkpoint in the --resume directory (L=%d C=%d NH=%d V=%d Vp=%d T=%d)",
+               init_from, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
+               cfg.padded_vocab_size, cfg.max_seq_len, ck->num_layers, ck->channels,
+               ck->num_heads, ck->vocab_size, ck->padded_vocab_size, ck->max_seq_len);
+}
+
 int tg_cmd_train_gpt(int argc, char **argv) {
   gpt_opts o;
   parse(argc, argv, &o);
@@ -369,6 +396,12 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   tg_checkpoint ck;
   int have_ck = 0;
   memset(&ck, 0, sizeof ck);
+  if (o.resume && !resume_from_checkpoint(&o)) {
+    /* the first run of a requeued job: nothing saved yet */
+    fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from %s\n", o.resume,
+            o.init_from);
+    o.resume = NULL;
+  }
   if (o.demo) {
     demo_prepare(&o, train_path, val_path, sizeof train_path);
     cfg = (tg_gpt_config){256, 256, 4, 4, 128, 256};
@@ -384,6 +417,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (tg_checkpoint_load(o.resume, &ck) < 0) tg_cli_die_last("--resume");
     have_ck = 1;
     cfg = ck.cfg;
+    if (o.init_from) check_same_model(o.init_from, &cfg);
     /* the data sequence continues only with the same shape, order and seed */
     if (o.shape_given[0] && o.B != ck.B)
       tg_cli_die("--batch %d disagrees with the checkpoint's %d", o.B, ck.B);

@@ -338,3 +338,17 @@ int tg_checkpoint_load(const char *dir, tg_checkpoint *c) {
   free(path);
   return rc;
 }
+
+int tg_checkpoint_exists(const char *dir) {
+  if (!dir) return tg_fail(EINVAL, "tg_checkpoint_exists: NULL argument");
+  char *path = join(dir, TG_CHECKPOINT_FILE);
+  if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
+  struct stat st;
+  int rc = 0;
+  if (stat(path, &st) == 0)
+    rc = S_ISREG(st.st_mode) ? 1 : tg_fail(EINVAL, "%s: not a regular file", path);
+  else if (errno != ENOENT && errno != ENOTDIR)
+    rc = tg_fail(errno, "%s: %s", path, strerror(errno));
+  free(path);
+  return rc;
+}

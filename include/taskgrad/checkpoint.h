@@ -62,6 +62,10 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c);
 /* Reads and validates <dir>/checkpoint.bin; the arrays are malloc'd
  * (tg_checkpoint_free).  On failure c holds no allocation. */
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c);
+/* 1 when <dir>/checkpoint.bin exists, 0 when it (or dir) does not: a job
+ * that is started again with the same --resume DIR begins fresh the first
+ * time; a negative errno when it cannot be told (permissions, not a file). */
+int tg_checkpoint_exists(const char *dir);
 
 #ifdef __cplusplus
 }
