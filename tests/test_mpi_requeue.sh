@@ -31,7 +31,6 @@ PY
 export TG_TASKGRAD="$tg" TG_LAUNCH="mpirun -np 2 --bind-to none" TG_MODEL="$work/m.bin"
 export TG_DATA="$work/train.bin" TG_STEPS=150 TG_CHECKPOINT_EVERY=10
 export TG_FLAGS="--batch 4 --seq 16 --micro-batches 2 --lr 3e-3 --deterministic"
-losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 
 TG_RUN_DIR="$work/full" timeout 300 bash "$script" >"$work/full.out" 2>"$work/full.err" \
   || { bad "uninterrupted run: $(tail -3 "$work/full.err")"; finish test_mpi_requeue; exit; }
