@@ -9,7 +9,8 @@
 #    save bitwise identical parameters, for AdamW and SGD, 1 worker and 2
 #    deterministic workers with 4 micro-batches (the halves under different
 #    schedulers), fp16 with dynamic loss scaling (overflows skip steps: the
-#    scale and skip count go on), and --tiles 2;
+#    scale and skip count go on), and --tiles 2; with 2 MPI ranks too when
+#    built with StarPU-MPI (that part alone is skipped otherwise);
 #  - a requeued job runs one command line (--resume DIR --checkpoint DIR):
 #    the first run starts from --seed, is killed (SIGKILL), and the same
 #    command resumes from the last periodic checkpoint and ends bitwise
@@ -89,6 +90,27 @@ mkdir -p "$d"
   cmp -s "$d/resumed.st" "$work/det-adamw/full.st" &&
   ok "deterministic: halves under lws and eager end as one run under the default" ||
   bad "deterministic: halves under other schedulers differ: $(tail -1 "$d/b.err")"
+
+# 2 MPI ranks (rank 0 writes, every rank reads the checkpoint), when built
+# with StarPU-MPI: the same 20 = 10 + 10
+if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STARPU_WORKERS_NOBIND=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+  d="$work/mpi"
+  mkdir -p "$d"
+  mpi=(timeout 300 mpirun -np 2 --bind-to none "$tg" train mlp "${base[@]}" --deterministic
+       --micro-batches 2)
+  if "${mpi[@]}" --steps 20 --save "$d/full.st" >/dev/null 2>"$d/full.err" &&
+     "${mpi[@]}" --steps 10 --checkpoint "$d/ck" >/dev/null 2>"$d/a.err" &&
+     "${mpi[@]}" --steps 20 --resume "$d/ck" --save "$d/resumed.st" >/dev/null 2>"$d/b.err" &&
+     cmp -s "$d/full.st" "$d/resumed.st"; then
+    ok "2 MPI ranks: 20 steps = 10 + 10 resumed, parameters bitwise"
+  else
+    bad "2 MPI ranks: resume differs or failed: $(tail -qn 1 "$d"/*.err | tr '\n' ' ')"
+  fi
+else
+  echo "skip 2 MPI ranks: no mpirun or no StarPU-MPI"
+fi
 
 # refusals, against the 1-worker AdamW checkpoint of step 10
 src="$work/adamw/ck"
