@@ -255,7 +255,7 @@ static void save_params(tg_mlp *m, const char *path) {
 /* ---- checkpoints ----------------------------------------------------------- */
 
 /* The run's description as a checkpoint stores it (no arrays). */
-static tg_mlp_checkpoint run_shape(const train_opts *o, int samples, int bpe) {
+static tg_mlp_checkpoint run_shape(const train_opts *o, int samples) {
   tg_mlp_checkpoint c = {.nlayers = o->model.nlayers,
                          .activation = (int)o->model.act,
                          .optimizer = (int)o->opt.kind,
@@ -264,7 +264,6 @@ static tg_mlp_checkpoint run_shape(const train_opts *o, int samples, int bpe) {
                          .batch = o->batch,
                          .shuffled = 1,
                          .samples = samples,
-                         .batches_per_epoch = bpe,
                          .seed = o->seed,
                          .loss_scaling = o->model.loss_scaling != 0,
                          .scaler = {.scale = 1.0f}};
@@ -304,8 +303,6 @@ static void check_same_run(const tg_mlp_checkpoint *ck, const tg_mlp_checkpoint 
       {"--seed", (long long)run->seed, (long long)ck->seed, NULL},
       {"shuffling", run->shuffled, ck->shuffled, NULL},
       {"training samples (--data-dir)", run->samples, ck->samples, NULL},
-      {"batches per epoch (data set or MPI ranks)", run->batches_per_epoch,
-       ck->batches_per_epoch, NULL},
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     if (f[i].run == f[i].ck) continue;
@@ -388,6 +385,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
     tg_cli_die("--batch %d is larger than the %d training samples", o.batch, train.n);
   o.model.widths[0] = train.features;
   if (o.checkpoint) tg_cli_checkpoint_dir(o.checkpoint);
+  /* the checkpoint, and whether it continues this run, before any work */
+  tg_mlp_checkpoint shape = run_shape(&o, train.n), ck = {0};
+  int have_ck = o.resume && resume_checkpoint(&o, &shape, &ck);
 
   if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
   int R = tg_dist_size(), root = tg_cli_is_root();
@@ -396,17 +396,19 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   if (o.batch % R || o.micro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
                o.batch, o.micro, R);
+  /* the loader starts at the checkpoint's batch of its epoch's permutation */
   tg_loader_config lc = {.batch = o.batch, .nmicro = o.micro / R, .prefetch = o.prefetch,
-                         .shuffle = 1, .seed = o.seed, .shard = tg_dist_rank(), .nshards = R};
-  /* the epoch length as the loader counts it (the loader itself starts once
-   * the position is known) */
-  tg_loader *probe = tg_loader_create(&train, &lc);
-  if (!probe) tg_cli_die_last("training data loader");
-  const int bpe = tg_loader_batches_per_epoch(probe);
-  tg_loader_destroy(probe);
-  const tg_mlp_checkpoint shape = run_shape(&o, train.n, bpe);
-  tg_mlp_checkpoint ck = {0};
-  int have_ck = o.resume && resume_checkpoint(&o, &shape, &ck);
+                         .shuffle = 1, .seed = o.seed, .shard = tg_dist_rank(), .nshards = R,
+                         .start_batch = have_ck ? ck.batches : 0};
+  tg_loader *ld = tg_loader_create(&train, &lc);
+  if (!ld) tg_cli_die_last("training data loader");
+  const int bpe = tg_loader_batches_per_epoch(ld);
+  shape.batches_per_epoch = bpe;
+  /* with the same data and batch, only the number of MPI ranks can change
+   * the epoch's length (a last partial batch they cannot share is dropped) */
+  if (have_ck && ck.batches_per_epoch != bpe)
+    tg_cli_die("--resume %s: %d batches per epoch with %d MPI ranks, the checkpoint's run had "
+               "%d", o.resume, bpe, R, ck.batches_per_epoch);
   long long total = (long long)o.epochs * bpe, start = have_ck ? ck.batches : 0;
   if (o.steps > 0 && o.steps < total) total = o.steps;
   if (start > total)
@@ -441,9 +443,6 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   } else if (tg_mlp_metrics(&m, NULL, NULL, 1) < 0) {
     tg_cli_die_last("resetting the metrics");
   }
-  lc.start_batch = start;
-  tg_loader *ld = tg_loader_create(&train, &lc);
-  if (!ld) tg_cli_die_last("training data loader");
   /* after StarPU's own handlers (tg_init), which would end the process */
   tg_cli_catch_signals();
   double test_acc = -1, test_loss = 0, t_train = 0; /* evaluations excluded */
