@@ -34,8 +34,6 @@ with open(f"{sys.argv[1]}/train.bin", "wb") as f:
 PY
 common=(--data "$work/train.bin" --batch 4 --seq 16 --micro-batches 1 --lr 3e-3)
 
-# losses: "step N loss X" -> "N X", one line per step
-losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 
 for order in sequential shuffled; do
   d="$work/$order"
