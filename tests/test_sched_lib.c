@@ -67,9 +67,10 @@ static int child(void) {
   const char *name = "?";
 #endif
   tg_rng rng = {.s = 42};
-  int min = starpu_sched_get_min_priority(), max = starpu_sched_get_max_priority();
+  /* 64-bit: a policy without a range of its own may span all of int */
+  int64_t min = starpu_sched_get_min_priority(), max = starpu_sched_get_max_priority();
   for (int i = 0; i < NTASKS; i++) {
-    int prio = min + (int)(tg_rng_next(&rng) % (uint64_t)(max - min + 1));
+    int prio = (int)(min + (int64_t)(tg_rng_next(&rng) % (uint64_t)(max - min + 1)));
     int rc = starpu_task_insert(&bump_cl, STARPU_VALUE, &i, sizeof i, STARPU_PRIORITY, prio, 0);
     if (rc != 0) {
       fprintf(stderr, "starpu_task_insert: %d\n", rc);
