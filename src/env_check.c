@@ -12,7 +12,8 @@
  *
  * The lists hold every variable that StarPU 1.3.10's own sources (src/,
  * mpi/src/) read through those helpers, found by grepping the source
- * package, plus taskgrad's numeric variables.  A variable set to the empty
+ * package, plus taskgrad's numeric variables; built against StarPU 1.4
+ * (same helpers), also those that only 1.4.10 reads.  A variable set to the empty
  * string is what StarPU reads as 0, so it passes.  The same parsing rules as
  * StarPU's: base-10 integers with nothing after them, >= 0; floats as
  * strtof reads them, with nothing after them.
