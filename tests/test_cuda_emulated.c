@@ -66,6 +66,27 @@
 static const float kSentinel = 777.0f; /* output padding: must survive */
 
 static tg_rng g_rng = {0x243F6A8885A308D3ULL};
+
+/* TG_EMU_QUICK=1: a subset of the shapes (still every launcher, and every
+ * path through shared memory and barriers that the full set has: partial
+ * tiles, multi-block grids, both softmax layouts, a head size per DPL up to
+ * 128), for the
+ * sanitizer builds (always), where every access is instrumented and, under
+ * AddressSanitizer, every emulated thread is a real thread
+ * (scripts/check-sanitizers). */
+static int g_quick;
+/* a sanitizer build is slower: quick */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+#define FULL_ONLY(cond) if (g_quick && (cond)) continue
 static cublasHandle_t g_blas;
 
 /* ---- the launcher table ----------------------------------------------------- */
@@ -181,7 +202,8 @@ static void expect_failure(tg_emu_selftest_case c, const char *kernel, const cha
  * collectives' bookkeeping but not the waiting. */
 static void test_emulator_mode(int mode) {
   tg_emu_use_threads(mode);
-  printf("(the 'cuda_emu: error' lines below are expected: %s)\n", mode ? "threads" : "fibers");
+  printf("(the 'cuda_emu: error' lines below are expected: %s)\n",
+         mode ? "threads" : "fibers, or threads in a sanitizer build");
   fflush(stdout);
   expect_failure(TG_EMU_PARTIAL_BARRIER, "partial_barrier_kernel", "__syncthreads");
   expect_failure(TG_EMU_DIVERGENT_BARRIER, "divergent_barrier_kernel", "divergent barriers");
@@ -291,6 +313,7 @@ static void test_activation(const activation *a, int rows, int cols, int ld, con
 
 static void test_elementwise(void) {
   for (int s = 0; s < NSHAPES; s++) {
+    FULL_ONLY(s == 0 || s == 2);
     const int rows = g_shapes[s][0], cols = g_shapes[s][1], ld = cols + 3;
     const size_t n = (size_t)rows * ld;
     float *X = input(rows, cols, ld, 2.0f), *B = input(1, cols, cols, 1.0f);
@@ -366,6 +389,7 @@ static void test_softmax(void) {
   /* <= 1024 columns: a warp per row; 1537: a block per row */
   static const int shapes[][2] = {{1, 1}, {7, 33}, {257, 10}, {33, 257}, {7, 1537}};
   for (int s = 0; s < 5; s++) {
+    FULL_ONLY(s != 1 && s != 4);
     const int rows = shapes[s][0], cols = shapes[s][1], ld = cols + 1;
     const size_t n = (size_t)rows * ld;
     float *X = input(rows, cols, ld, 4.0f);
@@ -423,6 +447,7 @@ static void test_softmax(void) {
 static void test_optimizers(void) {
   static const size_t sizes[] = {1, 1000, 70001}; /* 70001: 274 blocks */
   for (int s = 0; s < 3; s++) {
+    FULL_ONLY(s == 2);
     const size_t n = sizes[s];
     float *g = input(1, (int)n, (int)n, 1.0f);
     float *w[2], *m[2], *v[2];
@@ -493,6 +518,7 @@ static void test_linear(void) {
   for (int s = 0; s < 4; s++)
     for (int act = 0; act < 3; act++)
       for (int bias = 0; bias < 2; bias++) {
+        FULL_ONLY(s != 1);
         const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         float *X = input(rows, in, in + 1, 1.0f), *W = input(out, in, in, 1.0f);
         float *b = bias ? input(1, out, out, 1.0f) : NULL, *Z[2], *H[2];
@@ -537,6 +563,7 @@ static void test_embedding(void) {
    * a partial last one; T > n: fewer positions than T */
   static const int shapes[][4] = {{21, 7, 33, 50}, {70, 9, 300, 130}, {5, 8, 40, 3}};
   for (int s = 0; s < 3; s++) {
+    FULL_ONLY(s == 1);
     const int n = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
     const int maxT = T + 2, ld = C + 5;
     int32_t *tok = tokens(n, V);
@@ -565,6 +592,7 @@ static void test_layernorm(void) {
   /* n = 130: three row blocks in the dw / db partial sums */
   static const int shapes[][2] = {{1, 1}, {7, 33}, {33, 257}, {64, 768}, {130, 40}};
   for (int s = 0; s < 5; s++) {
+    FULL_ONLY(s != 1 && s != 4);
     const int n = shapes[s][0], C = shapes[s][1], ld = C + 2;
     const size_t sz = (size_t)n * ld;
     float *X = tg_pad_mat(&g_rng, n, C, ld, 2.0f, 3.0f, NAN); /* non-zero mean */
@@ -655,6 +683,12 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
 }
 
 static void test_attention(void) {
+  if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
+    attention_case(1, 33, 16, 2, 1);
+    attention_case(1, 17, 128, 2, 0);
+    attention_case(1, 1, 128, 1, 1);
+    return;
+  }
   /* test_cuda_gpt_codelets' shapes (hs = 8): T = 1, 17, 64 and 100 (not
    * multiples of the 32-query tile, nor of the CPU's 16-row chunk) */
   static const int Ts[] = {1, 17, 64, 100};
@@ -673,6 +707,7 @@ static void test_classifier(void) {
   int32_t *tok = tokens(n, V);
   for (int chunk = 7; chunk <= 64; chunk *= 9)
     for (int backward = 0; backward < 2; backward++) {
+      FULL_ONLY(chunk == 7 || !backward);
       float *dlnf[2], *dwte[2], loss[2] = {0.5f, 0.5f};
       outputs(dlnf, n, C, ldl, 0);
       outputs(dwte, Vp, C, C, 1);
@@ -740,14 +775,15 @@ static void test_conversions(void) {
     tg_cpu_to_lowp(lp, rows, cols, X, ld, Y[1], ld + 1);
     compare16("tg_cuda_to_lowp", "Y", lp, Y[0], Y[1], (size_t)rows * (ld + 1));
 
-    /* every 16-bit pattern back to f32 */
+    /* every 16-bit pattern back to f32 (quick: every 16th) */
+    const int fr = g_quick ? 16 : 256, step = 256 / fr;
     uint16_t *all = tg_test_malloc(sizeof(uint16_t) * 65536);
-    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)(i * step);
     float *F[2];
-    outputs(F, 256, 256, 257, 0);
-    ok("tg_cuda_from_lowp", "", tg_cuda_from_lowp(lp, 256, 256, all, 256, F[0], 257, NULL));
-    tg_cpu_from_lowp(lp, 256, 256, all, 256, F[1], 257);
-    compare("tg_cuda_from_lowp", "all patterns", F[0], F[1], 256 * 257, EXACT);
+    outputs(F, fr, 256, 257, 0);
+    ok("tg_cuda_from_lowp", "", tg_cuda_from_lowp(lp, fr, 256, all, 256, F[0], 257, NULL));
+    tg_cpu_from_lowp(lp, fr, 256, all, 256, F[1], 257);
+    compare("tg_cuda_from_lowp", "all patterns", F[0], F[1], (size_t)fr * 257, EXACT);
     free2(F);
     free(all);
 
@@ -920,6 +956,8 @@ static void check_declared(const char *header) {
 
 int main(void) {
   if (race_only()) return 0;
+  const char *quick = getenv("TG_EMU_QUICK");
+  g_quick = (quick && strcmp(quick, "1") == 0) || SANITIZED;
   if (cublasCreate(&g_blas) != CUBLAS_STATUS_SUCCESS) {
     fprintf(stderr, "FATAL: cublasCreate (emulated) failed\n");
     return 1;

@@ -13,12 +13,15 @@
  *     increasing order in odd ones: a thread that reads shared memory
  *     another thread writes before a barrier reads the poison (NaN) in one
  *     of the two orders when the barrier is missing.
+ *   Under ThreadSanitizer, fibers too, with TSan told of every switch (a
+ *     TSan fiber per CUDA thread, switches into a fiber synchronising,
+ *     switches back not): only the collectives' mutexes order two CUDA
+ *     threads, so a shared-memory race between two barrier phases is
+ *     reported as a race between two threads.
  *   threads (TG_EMU_THREADS=1 in the environment, and always under
- *     ThreadSanitizer or AddressSanitizer): one pthread per CUDA thread
- *     (small stacks, kStack), reused for every block of the launch, which
- *     meet after each block at an internal rendezvous.  This is what the
- *     sanitizers model: TSan sees a shared-memory race between two barrier
- *     phases as a race between two threads.
+ *     AddressSanitizer, which does not follow ucontext stacks): one pthread
+ *     per CUDA thread (small stacks, kStack), reused for every block of the
+ *     launch, which meet after each block at an internal rendezvous.
  *   Blocks run one at a time in both (races between blocks are not seen;
  *   races inside a block are).  Before each block, shared memory is filled
  *   with 0xff bytes (see cuda_emu.h).
@@ -62,6 +65,29 @@
 
 #include "cuda_runtime.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define TG_EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TG_EMU_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TG_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TG_EMU_ASAN 1
+#endif
+#endif
+
+#ifdef TG_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void AnnotateIgnoreReadsBegin(const char *file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char *file, int line);
+extern "C" void AnnotateIgnoreWritesBegin(const char *file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char *file, int line);
+#endif
+
 __thread tg_emu_uint3 threadIdx, blockIdx, blockDim, gridDim;
 
 /* bounds of the section holding every static __shared__ variable (weak: a
@@ -81,7 +107,41 @@ constexpr uint64_t kFinished = 1ull << 32;
 struct Abort {};
 
 bool g_fibers; /* this launch runs fibers (else threads) */
-std::vector<unsigned> g_ready; /* fibers ready to run (fiber mode) */
+/* Fibers ready to run, a ring (fiber mode): a fiber is in it at most once,
+ * so nthreads + 1 slots suffice.  Under ThreadSanitizer its accesses are
+ * hidden (see ready_push): they are the emulator's scheduling, not the
+ * kernel's synchronisation, and must not order the fibers. */
+struct ReadyRing {
+  std::vector<unsigned> slot;
+  size_t head = 0, tail = 0;
+  void reset(size_t cap) {
+    slot.assign(cap + 1, 0);
+    head = tail = 0;
+  }
+  bool empty() const { return head == tail; }
+  void push(unsigned t) {
+    slot[tail] = t;
+    tail = (tail + 1) % slot.size();
+  }
+  unsigned pop() {
+    const unsigned t = slot[head];
+    head = (head + 1) % slot.size();
+    return t;
+  }
+} g_ready;
+
+/* Runs f with ThreadSanitizer's view of memory accesses switched off. */
+template <typename F> void tsan_hidden(F f) {
+#ifdef TG_EMU_TSAN
+  AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+  AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+  f();
+  AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+  AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#else
+  f();
+#endif
+}
 
 /* Threads wait on a condition variable; fibers wait by giving the launching
  * thread back control until notify_all makes them ready again. */
@@ -94,7 +154,9 @@ struct WaitQueue {
       cv.notify_all();
       return;
     }
-    g_ready.insert(g_ready.end(), fibers.begin(), fibers.end());
+    tsan_hidden([&] {
+      for (unsigned t : fibers) g_ready.push(t);
+    });
     fibers.clear();
   }
 };
@@ -142,6 +204,12 @@ struct Pool {
   /* fiber mode */
   std::unique_ptr<ucontext_t[]> fctx;
   ucontext_t sched;
+  std::atomic<unsigned> fibers_done{0}; /* atomic: no order between fibers */
+  int block_end = 0; /* TSan: fibers release it when done, the scheduler acquires */
+#ifdef TG_EMU_TSAN
+  void *tsan_sched = nullptr;
+  std::vector<void *> tsan_fiber;
+#endif
 };
 
 __thread Pool *t_pool;
@@ -324,8 +392,6 @@ void *thread_main(void *arg) {
 
 /* ---- fiber mode ---- */
 
-unsigned g_fibers_done;
-
 void fiber_entry() {
   Pool *p = t_pool;
   try {
@@ -333,13 +399,21 @@ void fiber_entry() {
     thread_finished();
   } catch (const Abort &) {
   }
-  g_fibers_done++;
+  p->fibers_done++;
+#ifdef TG_EMU_TSAN
+  __tsan_release(&p->block_end); /* the end of the kernel for this thread */
+#endif
 } /* returns to uc_link: the scheduler */
 
+/* Fiber mode: the launching thread's thread-local index variables are the
+ * running fiber's; hidden from TSan, to which each fiber is a thread that
+ * reads them while the scheduler rewrites them for the next one. */
 void set_thread_index(unsigned tid) {
   const dim3 b = t_pool->spec.block;
-  t_tid = tid;
-  threadIdx = tg_emu_uint3{tid % b.x, tid / b.x % b.y, tid / (b.x * b.y)};
+  tsan_hidden([&] {
+    t_tid = tid;
+    threadIdx = tg_emu_uint3{tid % b.x, tid / b.x % b.y, tid / (b.x * b.y)};
+  });
 }
 
 /* a function of its own: getcontext returns twice, like setjmp */
@@ -352,34 +426,74 @@ void init_fiber(Pool &p, unsigned t, char *stack) {
   makecontext(&c, fiber_entry, 0);
 }
 
+/* Runs fiber t until it waits or finishes.  ThreadSanitizer is told of both
+ * switches here, on the scheduler's side: into the fiber with
+ * synchronisation (the fiber sees the scheduler's writes: its thread
+ * index, the launch's arguments), back without, so that nothing orders two
+ * fibers but the collectives' mutexes, as for real threads. */
+void resume(Pool &p, unsigned t) {
+  set_thread_index(t);
+  /* everything read before the switch: between the two TSan switches, TSan
+   * counts accesses as the fiber's */
+  ucontext_t *const sched = &p.sched, *const fiber = &p.fctx[t];
+#ifdef TG_EMU_TSAN
+  void *const tsan_sched = p.tsan_sched;
+  __tsan_switch_to_fiber(p.tsan_fiber[t], 0);
+#endif
+  const int rc = swapcontext(sched, fiber);
+#ifdef TG_EMU_TSAN
+  __tsan_switch_to_fiber(tsan_sched, __tsan_switch_to_fiber_no_sync);
+#endif
+  if (rc != 0) die("swapcontext");
+}
+
 void run_fibers(Pool &p) {
   std::unique_ptr<char[]> stacks(new char[kFiberStack * p.nthreads]);
   p.fctx.reset(new ucontext_t[p.nthreads]);
   t_pool = &p;
+#ifdef TG_EMU_TSAN
+  p.tsan_sched = __tsan_get_current_fiber();
+  for (unsigned t = 0; t < p.nthreads; ++t) p.tsan_fiber.push_back(__tsan_create_fiber(0));
+#endif
   const dim3 b = p.spec.block, g = p.spec.grid;
   blockDim = tg_emu_uint3{b.x, b.y, b.z};
   gridDim = tg_emu_uint3{g.x, g.y, g.z};
   for (uint64_t blk = 0; blk < p.nblocks && !p.failed.load(); ++blk) {
-    blockIdx = tg_emu_uint3{(unsigned)(blk % g.x), (unsigned)(blk / g.x % g.y),
-                            (unsigned)(blk / ((uint64_t)g.x * g.y))};
-    g_ready.clear();
-    g_fibers_done = 0;
+    tsan_hidden([&] {
+      blockIdx = tg_emu_uint3{(unsigned)(blk % g.x), (unsigned)(blk / g.x % g.y),
+                              (unsigned)(blk / ((uint64_t)g.x * g.y))};
+    });
+    g_ready.reset(p.nthreads);
+    p.fibers_done.store(0);
     for (unsigned i = 0; i < p.nthreads; ++i) {
       const unsigned t = blk % 2 ? i : p.nthreads - 1 - i; /* start order */
       init_fiber(p, t, stacks.get() + kFiberStack * t);
-      g_ready.push_back(t);
+      g_ready.push(t);
     }
-    for (size_t head = 0; head < g_ready.size(); ++head) { /* FIFO */
-      set_thread_index(g_ready[head]);
-      if (swapcontext(&p.sched, &p.fctx[t_tid]) != 0) die("swapcontext");
+    for (;;) { /* FIFO */
+      bool empty = false;
+      unsigned t = 0;
+      tsan_hidden([&] {
+        empty = g_ready.empty();
+        if (!empty) t = g_ready.pop();
+      });
+      if (empty) break;
+      resume(p, t);
     }
-    if (g_fibers_done != p.nthreads && !p.failed.load()) { /* cannot happen */
-      fprintf(stderr, "cuda_emu: fatal: %u fibers left waiting\n", p.nthreads - g_fibers_done);
+#ifdef TG_EMU_TSAN
+    __tsan_acquire(&p.block_end);
+#endif
+    if (p.fibers_done != p.nthreads && !p.failed.load()) { /* cannot happen */
+      fprintf(stderr, "cuda_emu: fatal: %u fibers left waiting\n",
+              p.nthreads - p.fibers_done.load());
       abort();
     }
     p.block = blk + 1;
     reset_block(&p);
   }
+#ifdef TG_EMU_TSAN
+  for (void *f : p.tsan_fiber) __tsan_destroy_fiber(f);
+#endif
   t_pool = nullptr;
 }
 
@@ -429,15 +543,12 @@ void run_threads(Pool &p, const std::string &who) {
 
 int g_force_threads = -1; /* tg_emu_use_threads(); -1: decide here */
 
-/* Threads under the sanitizers (they model threads, not ucontext fibers),
- * when asked for, or when forced by the test; fibers otherwise. */
+/* Threads under AddressSanitizer (it does not follow ucontext stacks), when
+ * asked for, or when forced by the test; fibers otherwise, ThreadSanitizer
+ * included (told of every switch, see resume()). */
 bool use_threads() {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#ifdef TG_EMU_ASAN
   return true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-  return true;
-#endif
 #endif
   if (g_force_threads >= 0) return g_force_threads != 0;
   const char *e = getenv("TG_EMU_THREADS");
