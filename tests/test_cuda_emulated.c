@@ -247,7 +247,7 @@ static void expect_failure(tg_emu_selftest_case c, const char *kernel, const cha
 static void test_emulator_mode(int mode) {
   tg_emu_use_threads(mode);
   printf("(the 'cuda_emu: error' lines below are expected: %s)\n",
-         mode ? "threads" : "fibers, or threads in a sanitizer build");
+         mode ? "threads" : "fibers, or threads under AddressSanitizer");
   fflush(stdout);
   expect_failure(TG_EMU_PARTIAL_BARRIER, "partial_barrier_kernel", "__syncthreads");
   expect_failure(TG_EMU_DIVERGENT_BARRIER, "divergent_barrier_kernel", "divergent barriers");

@@ -241,10 +241,14 @@ cudaError_t g_last_error = cudaSuccess;
 std::string g_last_message;
 std::unordered_map<const void *, int> g_max_dyn_smem;
 
+/* "file.cu:123" */
+std::string where_str(const char *file, int line) {
+  const char *base = file ? strrchr(file, '/') : nullptr;
+  return std::string(base ? base + 1 : file ? file : "?") + ":" + std::to_string(line);
+}
+
 std::string site_str(const Site &s) {
-  const char *base = s.file ? strrchr(s.file, '/') : nullptr;
-  return std::string(s.what ? s.what : "?") + " (" +
-         (base ? base + 1 : s.file ? s.file : "?") + ":" + std::to_string(s.line) + ")";
+  return std::string(s.what ? s.what : "?") + " (" + where_str(s.file, s.line) + ")";
 }
 
 std::string thread_str(unsigned tid) {
@@ -691,7 +695,7 @@ int block_collective(const Site &s, BlockOp op, int pred) {
 cudaError_t run(const LaunchSpec &spec, void (*body)(void *), void *ctx) {
   std::lock_guard<std::mutex> g(g_launch_mutex);
   const std::string who = std::string("kernel ") + spec.name + " launched at " +
-                          site_str(Site{"<<<>>>", spec.file, spec.line}).substr(7);
+                          where_str(spec.file, spec.line);
   const dim3 b = spec.block, gr = spec.grid;
   const uint64_t nthreads = (uint64_t)b.x * b.y * b.z;
   if (nthreads == 0 || nthreads > 1024 || b.z > 64 || gr.x == 0 || gr.y == 0 ||
