@@ -745,6 +745,10 @@ static void test_attention(void) {
   attention_case(1, 40, 128, 1, 0);
   /* T > 256: the naive kernels' loops over 256-query and 256-key chunks */
   attention_case(1, 300, 8, 1, 1);
+  /* hs = 40, not a multiple of the 32 lanes (masked channels); hs = 256,
+   * the largest head (DPL 8, > 96 KiB of shared memory: the opt-in) */
+  attention_case(2, 20, 80, 2, 1);
+  attention_case(1, 33, 256, 1, 0);
 }
 
 static void test_classifier(void) {
