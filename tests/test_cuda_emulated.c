@@ -1,21 +1,25 @@
 /*
  * test_cuda_emulated: every launcher of include/taskgrad/kernels_cuda*.h,
- * compiled from kernels/cuda by the host compiler and run on CPU threads by
- * tests/cuda_emu (one thread per CUDA thread, real barriers, 32-lane warps,
- * cuBLAS on OpenBLAS), against its CPU kernel, on every build.
+ * compiled from kernels/cuda by the host compiler and run on the CPU by
+ * tests/cuda_emu (a fiber or a pthread per CUDA thread, real barriers,
+ * 32-lane warps, cuBLAS on OpenBLAS), against its CPU kernel, on every
+ * build.
  *
  * Design note
  * -----------
  * - Shapes are those of tests/test_cuda_*.c: odd sizes and remainder tiles,
  *   leading dimensions larger than the width (padding NaN in inputs, a
  *   sentinel in outputs that must survive), T = 1 and T not a multiple of
- *   the attention tile, head sizes 8, 32, 64 and 128, bf16 and fp16, the
+ *   the attention tile or above the naive kernels' 256-wide chunks, head
+ *   sizes 8, 32, 40, 64, 128 and 256, bf16 and fp16, the
  *   16-bit GEMM's k = 29 and 513 (zero-padding path), and the aliasing the
  *   API allows (in-place activations, residual, softmax).  Write-only
  *   outputs start as NaN, so an element a kernel forgets stays NaN.
  * - Errors are normwise: ||emu - cpu|| / ||cpu|| over the whole buffer
- *   (tg_rel_err_f32), so near-zero entries do not dominate.  EXACT means
- *   bit-for-bit equality (and is reported as error 0).
+ *   (rel_err: tg_rel_err_f32 where NaN or Inf on both sides is equal), so
+ *   near-zero entries do not dominate; attention gradients per q / k / v
+ *   third (compare_qkv).  EXACT means bit-for-bit equality (and is reported
+ *   as error 0).
  * - Tolerances (the emulator runs the kernels' arithmetic in the host's
  *   float with libm's expf / logf and without FMA contraction; on a GPU,
  *   nvcc contracts a * b + c into one FMA and expf / logf are within 2 ulp,
@@ -25,7 +29,7 @@
  *              relu, bias_add, residual, embedding (the same float adds in
  *              the same order by design), conversions, flags, counts.
  *     kTolEw   1e-6: one element-wise formula of a few float operations
- *              (SGD, AdamW, GELU): a few ulp (2^-24 = 6e-8 each) from FMA
+ *              (SGD, AdamW, GELU; bias_grad's double sums rounded once): a few ulp (2^-24 = 6e-8 each) from FMA
  *              contraction, libm vs device expf and the CPU's polynomial
  *              exp in GELU; 1e-6 is ~16 ulp.
  *     kTolRed  1e-5: float sums over a row or a head in another order
