@@ -43,8 +43,9 @@ static void simulate_usage(void) {
        "\n"
        "  --platform NAME      platforms/NAME.* (h100x1, h100x2, h100x4, h100x8, ...;\n"
        "                       TG_PLATFORM_DIR overrides the directory)\n"
-       "  --gpus N|LIST        simulated GPUs (default 1); a list (1,2,4,8) runs a\n"
-       "                       sweep and writes a scaling chart\n"
+       "  --gpus N|LIST        simulated GPUs (default 1; 0 with --ncpus: a CPU\n"
+       "                       machine); a list (1,2,4,8) runs a sweep and\n"
+       "                       writes a scaling chart\n"
        "  --ncpus N            CPU workers (default 0: every task on the GPUs)\n"
        "  --sched A[,B...]     scheduling policy; a list compares them (chart)\n"
        "  --perfmodels DIR     a StarPU sampling directory (DIR/codelets/45/...)\n"
@@ -312,6 +313,43 @@ static int run_many(const tg_sim_options *o, char **pass, int npass, const int *
   return failed ? 1 : 0;
 }
 
+/* Runs this command again in taskgrad-sim (next to this binary), whose
+ * StarPU starts SimGrid on the prepared platform; returns its exit status
+ * once it is done (the temporary directory is removed at exit). */
+static int run_in_sim_process(int argc, char **argv) {
+  char self[4096], prog[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) tg_cli_die("simulate: cannot find this program: %s", strerror(errno));
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  snprintf(prog, sizeof prog, "%s/taskgrad-sim", self);
+  if (access(prog, X_OK) != 0)
+    tg_cli_die("simulate: %s is missing (it is built with -DTG_SIMGRID=ON)", prog);
+  if (setenv("TG_SIM_PREPARED", "1", 1) != 0) tg_cli_die("simulate: setenv failed");
+  char *args[MAX_PASS + 16];
+  int a = 0;
+  args[a++] = "taskgrad-sim";
+  args[a++] = "--log=root.thres:warning"; /* SimGrid strips it: no info chatter */
+  for (int i = 0; i < argc && a < MAX_PASS + 15; i++) args[a++] = argv[i];
+  args[a] = NULL;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) tg_cli_die("simulate: fork: %s", strerror(errno));
+  if (pid == 0) {
+    execv(prog, args);
+    fprintf(stderr, "taskgrad: error: simulate: cannot run %s: %s\n", prog, strerror(errno));
+    _exit(TG_EXIT_USAGE);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) < 0) tg_cli_die("simulate: waitpid: %s", strerror(errno));
+  if (WIFSIGNALED(status)) {
+    fprintf(stderr, "taskgrad: error: the simulation died of signal %d\n", WTERMSIG(status));
+    return 1;
+  }
+  return WEXITSTATUS(status);
+}
+
 /* ---- flags ------------------------------------------------------------------- */
 
 int tg_cmd_simulate(int argc, char **argv) {
@@ -394,10 +432,14 @@ int tg_cmd_simulate(int argc, char **argv) {
   int have = platform_gpus(dir, o.platform);
   read_roofline(dir, o.platform, &o.roofline);
   int gpus[MAX_LIST];
-  int ngpus = tg_cli_int_list("--gpus", gpus_text, gpus, MAX_LIST, 1, 64);
-  for (int g = 0; g < ngpus; g++)
+  int ngpus = tg_cli_int_list("--gpus", gpus_text, gpus, MAX_LIST, 0, 64);
+  for (int g = 0; g < ngpus; g++) {
     if (gpus[g] > have)
       tg_cli_die("--gpus %d: platform %s has %d GPU(s)", gpus[g], o.platform, have);
+    /* --gpus 0 simulates a CPU machine (bench/sim-validate.sh) */
+    if (gpus[g] == 0 && o.ncpus == 0)
+      tg_cli_die("--gpus 0 with --ncpus 0: no worker would run the tasks");
+  }
   char sched[MAX_LIST][64] = {""};
   int nsched = 1;
   if (sched_text) {
@@ -433,8 +475,9 @@ int tg_cmd_simulate(int argc, char **argv) {
     return run_many(&o, pass, npass, gpus, ngpus, sched, nsched, chart, csv);
   }
   o.gpus = gpus[0];
-  if (!o.batch) o.batch = (o.is_gpt ? 8 : 2048) * o.gpus;
-  if (!o.micro) o.micro = 2 * o.gpus;
+  int per = o.gpus > 0 ? o.gpus : 1;
+  if (!o.batch) o.batch = (o.is_gpt ? 8 : 2048) * per;
+  if (!o.micro) o.micro = 2 * per;
   if (o.micro > o.batch || o.batch % o.micro)
     tg_cli_die("--micro-batches %d does not divide --batch %d", o.micro, o.batch);
   if (o.is_gpt) {
@@ -451,6 +494,7 @@ int tg_cmd_simulate(int argc, char **argv) {
   rt.ncpus = o.ncpus;
   rt.ncuda = o.gpus;
   tg_cli_instrument_check(&rt);
+  if (getenv("TG_SIM_PREPARED")) return tg_sim_run(&o, &rt); /* in taskgrad-sim */
   prepare_model_dir(dir, o.platform, perfmodels);
-  return tg_sim_run(&o, &rt);
+  return run_in_sim_process(argc, argv);
 }

@@ -11,7 +11,7 @@ expect_fail "no platform" "--platform NAME is required" simulate mlp
 expect_fail "unknown platform" "no platform 'h200x4' .*known: .*h100x4" simulate mlp --platform h200x4
 expect_fail "platform path" "no platform '\.\./platforms/h100x1'" simulate mlp --platform ../platforms/h100x1
 expect_fail "empty platform" "no platform ''" simulate gpt --platform ""
-expect_fail "zero GPUs" "--gpus" simulate mlp --platform h100x4 --gpus 0
+expect_fail "zero GPUs and no CPU" "--gpus 0 with --ncpus 0: no worker" simulate mlp --platform h100x4 --gpus 0
 expect_fail "more GPUs than the platform" "--gpus 8: platform h100x4 has 4 GPU" simulate mlp --platform h100x4 --gpus 8
 expect_fail "one too many in a list" "--gpus 2: platform h100x1 has 1 GPU" simulate gpt --platform h100x1 --gpus 1,2
 expect_fail "GPU count not a number" "--gpus" simulate mlp --platform h100x2 --gpus two
