@@ -4,10 +4,13 @@
 # calibrated history exists for an H100 here.
 #  1. GPT-2 124M and 350M, T=1024, 8 sequences per GPU (weak scaling), fp32
 #     and bf16, on 1, 2, 4 and 8 GPUs of h100x8: CSV + chart each;
-#  2. schedulers on GPT-2 124M bf16, 4 GPUs;
+#  2. schedulers on GPT-2 124M bf16, 4 GPUs, and the 1-8 GPU sweep again
+#     under dmda and tg-critpath (the sweeps of 1. use StarPU's default, lws);
 #  3. GPT-2 124M fp32 on 1 GPU with 32 sequences, without and with
 #     STARPU_LIMIT_CUDA_MEM=16384 (16 GiB).
 # Simulated time does not depend on the host's load; the wall time does.
+# Host memory: the simulation process holds real RAM copies (about 4 GB for
+# 124M on 1 GPU, 22 GB for 350M on 8): 350M on 4-8 GPUs needs more than 24 GB.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: bench/sim-h100.sh BUILD_SIM OUTDIR" >&2; exit 2; }
 tg="$1/bin/taskgrad" out="$2"
@@ -33,6 +36,9 @@ done
 run gpt124m-bf16-sched gpt "${g124[@]}" --precision bf16 --platform h100x4 --gpus 4 --steps 2 \
   --sched lws,eager,prio,ws,dmda,dmdas,heteroprio,tg-critpath,tg-memaware \
   --csv "$out/gpt124m-bf16-sched.csv" --chart "$out/gpt124m-bf16-sched.png"
+run gpt124m-bf16-sched-sweep gpt "${g124[@]}" --precision bf16 --platform h100x8 --gpus 1,2,4,8 \
+  --steps 2 --sched dmda,tg-critpath --csv "$out/gpt124m-bf16-sched-sweep.csv" \
+  --chart "$out/gpt124m-bf16-sched-sweep.png"
 run gpt124m-fp32-b32 gpt "${g124[@]}" --platform h100x1 --gpus 1 --batch 32 --micro-batches 4 --steps 2
 STARPU_LIMIT_CUDA_MEM=16384 run gpt124m-fp32-b32-16g gpt "${g124[@]}" --platform h100x1 --gpus 1 \
   --batch 32 --micro-batches 4 --steps 2

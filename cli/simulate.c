@@ -229,30 +229,37 @@ static void run_child(char **argv, sim_row *row) {
   row->ok = seen == 2 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* A sweep (ngpus > 1): tokens/s against GPUs, one line per scheduler,
+ * plus linear scaling from the first scheduler's first point.  Otherwise a
+ * bar per scheduler.  rows[g * nsched + s]. */
 static void write_chart(const char *path, const char *model, const char *platform,
-                        const sim_row *rows, int n, int sweep, const char *unit) {
+                        const sim_row *rows, int ngpus, int nsched, const char *unit) {
   FILE *gp = popen("gnuplot 2>&1", "w");
   if (!gp) tg_cli_die("simulate: cannot start gnuplot (apt-get install gnuplot-nox)");
   fprintf(gp, "set terminal pngcairo size 800,500\nset output '%s'\n", path);
   fprintf(gp, "set title \"simulated %s on %s (roofline predictions unless calibrated)\"\n",
           model, platform);
   fprintf(gp, "set ylabel '%s'\nset grid\nset key left top\n", unit);
-  if (sweep) {
-    double base = rows[0].ok ? rows[0].rate / rows[0].gpus : 0;
-    fprintf(gp, "set xlabel 'GPUs'\nset logscale x 2\n"
-                "plot '-' using 1:2 with linespoints lw 2 title 'simulated', "
-                "'-' using 1:2 with lines dt 2 title 'linear from %d GPU'\n", rows[0].gpus);
-    for (int pass = 0; pass < 2; pass++) {
-      for (int i = 0; i < n; i++)
-        if (rows[i].ok) fprintf(gp, "%d %g\n", rows[i].gpus, pass ? base * rows[i].gpus : rows[i].rate);
+  if (ngpus > 1) {
+    fprintf(gp, "set xlabel 'GPUs'\nset logscale x 2\nplot ");
+    for (int s = 0; s < nsched; s++)
+      fprintf(gp, "'-' using 1:2 with linespoints lw 2 title '%s', ", rows[s].sched);
+    fprintf(gp, "'-' using 1:2 with lines dt 2 title 'linear from %d GPU'\n", rows[0].gpus);
+    for (int s = 0; s <= nsched; s++) {
+      for (int g = 0; g < ngpus; g++) {
+        const sim_row *r = &rows[g * nsched + (s < nsched ? s : 0)];
+        double base = rows[0].ok ? rows[0].rate / rows[0].gpus : 0;
+        if (r->ok) fprintf(gp, "%d %g\n", r->gpus, s < nsched ? r->rate : base * r->gpus);
+      }
       fprintf(gp, "e\n");
     }
   } else {
     fprintf(gp, "set style data histograms\nset style fill solid 0.7\nset boxwidth 0.7\n"
                 "set yrange [0:*]\nset xtics rotate by -30\n"
                 "plot '-' using 2:xtic(1) title '%s'\n", unit);
-    for (int i = 0; i < n; i++)
-      if (rows[i].ok) fprintf(gp, "%s %g\n", rows[i].sched, rows[i].rate);
+    /* quoted: a data line starting with "e" (eager) would end the data */
+    for (int i = 0; i < nsched; i++)
+      if (rows[i].ok) fprintf(gp, "\"%s\" %g\n", rows[i].sched, rows[i].rate);
     fprintf(gp, "e\n");
   }
   if (pclose(gp) != 0) tg_cli_die("simulate: gnuplot failed writing %s", path);
@@ -264,7 +271,8 @@ static int run_many(const tg_sim_options *o, char **pass, int npass, const int *
   sim_row rows[MAX_LIST * MAX_LIST];
   int n = 0, failed = 0;
   const char *unit = o->is_gpt ? "tokens/s" : "samples/s";
-  printf("| GPUs | scheduler | step ms | %s | scaling efficiency | GB between GPUs per step |\n"
+  printf("| GPUs | scheduler | step ms | %s | scaling efficiency (vs the scheduler's first row) | "
+         "GB between GPUs per step |\n"
          "|---:|---|---:|---:|---:|---:|\n", unit);
   fflush(stdout);
   for (int g = 0; g < ngpus; g++)
@@ -287,13 +295,20 @@ static int run_many(const tg_sim_options *o, char **pass, int npass, const int *
       *r = (sim_row){.gpus = gpus[g]};
       snprintf(r->sched, sizeof r->sched, "%.63s", *sched[s] ? sched[s] : "default");
       run_child(argv, r);
-      double eff = r->ok && rows[0].ok ? r->rate / (rows[0].rate / rows[0].gpus * r->gpus) : 0;
+      /* against the same scheduler's first (fewest GPUs) row */
+      const sim_row *base = &rows[s];
+      double eff = ngpus > 1 && r->ok && base->ok && base->gpus > 0 && r->gpus > 0
+                       ? r->rate / (base->rate / base->gpus * r->gpus)
+                       : 0;
       if (!r->ok) {
         failed++;
         printf("| %d | %s | failed | | | |\n", r->gpus, r->sched);
-      } else {
+      } else if (eff > 0) {
         printf("| %d | %s | %.2f | %.0f | %.0f%% | %.3f |\n", r->gpus, r->sched, r->step_ms,
                r->rate, 100 * eff, r->gpu_bytes * 1e-9);
+      } else {
+        printf("| %d | %s | %.2f | %.0f | | %.3f |\n", r->gpus, r->sched, r->step_ms, r->rate,
+               r->gpu_bytes * 1e-9);
       }
       fflush(stdout);
     }
@@ -307,7 +322,7 @@ static int run_many(const tg_sim_options *o, char **pass, int npass, const int *
     if (fclose(f) != 0) tg_cli_die("--csv %s: write failed", csv);
   }
   if (n - failed > 0) {
-    write_chart(chart, o->is_gpt ? "GPT" : "MLP", o->platform, rows, n, nsched == 1, unit);
+    write_chart(chart, o->is_gpt ? "GPT" : "MLP", o->platform, rows, ngpus, nsched, unit);
     printf("chart: %s\n", chart);
   }
   return failed ? 1 : 0;
