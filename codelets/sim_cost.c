@@ -73,7 +73,7 @@ static int tg_gemm_class(const char *name) {
 /* Bytes a task reads plus writes (scratch space is neither). */
 static double tg_task_bytes(struct starpu_task *task) {
   double bytes = 0;
-  for (unsigned i = 0; i < task->nbuffers; i++) {
+  for (int i = 0; i < task->nbuffers; i++) {
     enum starpu_data_access_mode m = STARPU_TASK_GET_MODE(task, i);
     if (m & STARPU_SCRATCH) continue;
     double sz = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
