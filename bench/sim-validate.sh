@@ -77,6 +77,13 @@ validate() { # NAME EXTRA-BENCH-FLAG model-args...
   predicted=$(sed -n 's/^simulated step ms: \([0-9.]*\).*/\1/p' "$work/sim-$name")
   err=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%+.1f", 100 * (p - m) / m }')
   echo "validation: $name predicted $predicted ms, measured $measured ms, error $err%"
+  # the same with StarPU's scheduling time charged to simulated time
+  # (STARPU_SIMGRID_SCHED_COST=1: the real time its push/pop take here)
+  local p2
+  STARPU_SIMGRID_SCHED_COST=1 TG_PLATFORM_DIR="$plat" "$sim" simulate "$@" --platform $host \
+    --gpus 0 --perfmodels "$sampling" --steps "$steps" --warmup 2 > "$work/sim2-$name" 2>/dev/null &&
+    p2=$(sed -n 's/^simulated step ms: \([0-9.]*\).*/\1/p' "$work/sim2-$name") &&
+    echo "  $name with STARPU_SIMGRID_SCHED_COST=1: predicted $p2 ms, error $(awk -v p="$p2" -v m="$measured" 'BEGIN { printf "%+.1f", 100 * (p - m) / m }')%"
   grep '^cost model' "$work/sim-$name" | sed "s/^/  $name /"
   grep '^device' "$work/sim-$name" | sed "s/^/  $name simulated /"
   grep '^device\|^ *[A-Z].*busy\|idle' "$work/measure-$name" | head -4 | sed "s/^/  $name measured /" || true

@@ -3,6 +3,8 @@
  *
  * TG_CODELET(op, cpu_fn, cuda_fn) declares, in one line per operation, the
  * history-based perfmodel "taskgrad_<op>" and the public codelet tg_<op>_cl.
+ * (In the SimGrid build, TG_PERFMODEL makes it a per-arch model that reads
+ * that history and falls back to a roofline: codelets/sim_cost.c.)
  * Codelets take STARPU_VARIABLE_NBUFFERS so that each task chooses its own
  * access modes (an output may be W, RW or REDUX depending on the arguments).
  *
