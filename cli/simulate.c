@@ -167,14 +167,14 @@ static void prepare_model_dir(const char *dir, const char *name, const char *per
   snprintf(bus, sizeof bus, "%s/bus", tg_sim_tmp);
   if (mkdir(bus, 0700) != 0) tg_cli_die("simulate: mkdir %s: %s", bus, strerror(errno));
   static const char *const exts[] = {".platform.v4.xml", ".latency", ".bandwidth"};
+  char *abs_dir = realpath(dir, NULL);
+  if (!abs_dir) tg_cli_die("simulate: %s: %s", dir, strerror(errno));
   for (int i = 0; i < 3; i++) {
-    char *abs = realpath(dir, NULL);
-    if (!abs) tg_cli_die("simulate: %s: %s", dir, strerror(errno));
-    snprintf(from, sizeof from, "%s/%s%s", abs, name, exts[i]);
-    snprintf(to, sizeof to, "%s/%s%s", bus, name, exts[i]);
-    free(abs);
+    snprintf(from, sizeof from, "%.2000s/%.64s%s", abs_dir, name, exts[i]);
+    snprintf(to, sizeof to, "%s/%.64s%s", bus, name, exts[i]);
     link_or_die(from, to);
   }
+  free(abs_dir);
   snprintf(to, sizeof to, "%s/codelets", tg_sim_tmp);
   if (perfmodels) {
     char *abs = realpath(perfmodels, NULL);
