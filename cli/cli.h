@@ -152,5 +152,7 @@ int tg_cmd_train_gpt(int argc, char **argv);
 int tg_cmd_bench_gpt(int argc, char **argv);
 /* bench sched: the step under each scheduling policy (cli/bench_sched.c) */
 int tg_cmd_bench_sched(int argc, char **argv);
+/* simulate gpt|mlp: simulated GPUs through StarPU + SimGrid (cli/simulate.c) */
+int tg_cmd_simulate(int argc, char **argv);
 
 #endif

@@ -8,6 +8,14 @@
 
 #include "cli.h"
 #include "taskgrad/dist.h"
+#include "taskgrad/sim.h"
+#ifdef TG_SIMGRID
+/* starpu.h (through dist.h) renames main to starpu_main in a SimGrid build,
+ * which would start the simulation, and load the platform, before main
+ * runs.  Kept as main, StarPU starts SimGrid in starpu_init instead, after
+ * `taskgrad simulate` has chosen the platform (STARPU_HOSTNAME). */
+#undef main
+#endif
 
 static void tg_usage(FILE *f) {
   fputs("usage: taskgrad <command> [flags]\n"
@@ -24,6 +32,8 @@ static void tg_usage(FILE *f) {
         "                optionally side by side with PyTorch\n"
         "  bench sched   compare StarPU scheduling policies on the mlp or gpt\n"
         "                step (CSV, PNG chart, Markdown table)\n"
+        "  simulate      the gpt or mlp step on simulated GPUs (StarPU +\n"
+        "                SimGrid build; predicted step time, scaling charts)\n"
         "  init gpt      write a randomly initialised GPT-2 checkpoint (llm.c\n"
         "                format)\n"
         "  prepare kjv   the King James Bible as byte-level llm.c token files\n"
@@ -61,8 +71,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    printf("taskgrad 0.1.0 (CUDA codelets: %s, StarPU-MPI: %s)\n",
-           tg_built_with_cuda() ? "yes" : "no", tg_dist_available() ? "yes" : "no");
+    printf("taskgrad 0.1.0 (CUDA codelets: %s, StarPU-MPI: %s, SimGrid: %s)\n",
+           tg_built_with_cuda() ? "yes" : "no", tg_dist_available() ? "yes" : "no",
+           tg_sim_available() ? "yes" : "no");
     return 0;
   }
   /* under mpirun only the training commands know what to do with ranks */
@@ -85,6 +96,7 @@ int main(int argc, char **argv) {
                                    : tg_cmd_bench_gpt(argc - 2, argv + 2);
     tg_cli_die("unknown model '%s' for '%s' (known: mlp, gpt)", model, cmd);
   }
+  if (!strcmp(cmd, "simulate")) return tg_cmd_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "init")) {
     if (argc < 3) tg_cli_die("'taskgrad init' needs a model: gpt");
     if (!strcmp(argv[2], "gpt")) return tg_cmd_init_gpt(argc - 2, argv + 2);

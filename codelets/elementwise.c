@@ -63,8 +63,7 @@ TG_CODELET(fill, tg_fill_cpu, tg_fill_cuda);
 TG_CODELET(scale, tg_scale_cpu, tg_scale_cuda);
 
 /* Reduction methods: fixed buffers and modes, as StarPU requires. */
-static struct starpu_perfmodel tg_fill_zero_model = {
-    .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_fill_zero"};
+TG_PERFMODEL(fill_zero, NULL);
 struct starpu_codelet tg_fill_zero_cl = {
     .cpu_funcs = {tg_fill_zero_cpu},
     .cpu_funcs_name = {"tg_fill_zero_cpu"},
@@ -74,8 +73,7 @@ struct starpu_codelet tg_fill_zero_cl = {
     .model = &tg_fill_zero_model,
     .name = "tg_fill_zero",
 };
-static struct starpu_perfmodel tg_accumulate_model = {
-    .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_accumulate"};
+TG_PERFMODEL(accumulate, NULL);
 struct starpu_codelet tg_accumulate_cl = {
     .cpu_funcs = {tg_accumulate_cpu},
     .cpu_funcs_name = {"tg_accumulate_cpu"},

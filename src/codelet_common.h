@@ -3,6 +3,8 @@
  *
  * TG_CODELET(op, cpu_fn, cuda_fn) declares, in one line per operation, the
  * history-based perfmodel "taskgrad_<op>" and the public codelet tg_<op>_cl.
+ * (In the SimGrid build, TG_PERFMODEL makes it a per-arch model that reads
+ * that history and falls back to a roofline: codelets/sim_cost.c.)
  * Codelets take STARPU_VARIABLE_NBUFFERS so that each task chooses its own
  * access modes (an output may be W, RW or REDUX depending on the arguments).
  *
@@ -26,8 +28,38 @@
 #include <starpu_cublas_v2.h>
 #include "taskgrad/kernels_cuda.h"
 #define TG_CUDA_IMPL(fn) .cuda_funcs = {fn}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#elif defined(TG_SIMGRID)
+/* SimGrid build (TG_SIMGRID, issue 13): StarPU simulates the CUDA workers.
+ * Every codelet gets a real CUDA function that does nothing: StarPU times
+ * tasks from the perfmodel instead of running them, but calls a reduction
+ * method's function directly (a placeholder pointer would crash or hang). */
+void tg_sim_cuda_body(void *buffers[], void *cl_arg);
+#define TG_CUDA_IMPL(fn) .cuda_funcs = {tg_sim_cuda_body},
 #else
 #define TG_CUDA_IMPL(fn)
+#endif
+
+#ifdef TG_SIMGRID
+/* Simulated cost of a task on an arch (codelets/sim_cost.c): the calibrated
+ * history of `hist` (taskgrad_<op>, from a real machine) when it has the
+ * task's footprint, otherwise a roofline on the task's flops and bytes. */
+double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
+                   struct starpu_perfmodel_arch *arch, unsigned nimpl);
+#define TG_PERFMODEL(op, fp)                                                \
+  static struct starpu_perfmodel tg_##op##_hist = {                         \
+      .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_" #op, .footprint = fp}; \
+  static double tg_##op##_cost(struct starpu_task *t, struct starpu_perfmodel_arch *a, \
+                               unsigned impl) {                             \
+    return tg_sim_cost(&tg_##op##_hist, t, a, impl);                        \
+  }                                                                         \
+  static struct starpu_perfmodel tg_##op##_model = {                        \
+      .type = STARPU_PER_ARCH, .arch_cost_function = tg_##op##_cost}
+#else
+/* The history-based perfmodel "taskgrad_<op>" (fp: its footprint function,
+ * NULL for StarPU's default). */
+#define TG_PERFMODEL(op, fp)                                                \
+  static struct starpu_perfmodel tg_##op##_model = {                        \
+      .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_" #op, .footprint = fp}
 #endif
 
 uint32_t tg_footprint(struct starpu_task *task);
@@ -47,11 +79,7 @@ void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 #define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
   static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
   TG_CUDA_ENTRY(op, cuda_fn)                                                \
-  static struct starpu_perfmodel tg_##op##_model = {                        \
-      .type = STARPU_HISTORY_BASED,                                         \
-      .symbol = "taskgrad_" #op,                                            \
-      .footprint = tg_footprint,                                            \
-  };                                                                        \
+  TG_PERFMODEL(op, tg_footprint);                                           \
   struct starpu_codelet tg_##op##_cl = {                                    \
       .cpu_funcs = {tg_##op##_cpu_entry},                                   \
       .cpu_funcs_name = {"tg_" #op "_cpu_entry"},                           \

@@ -105,7 +105,16 @@ int tg_init(const tg_runtime_config *cfg) {
   conf.nopencl = 0;
 
   openblas_set_num_threads(1);
+#ifdef TG_SIMGRID
+  /* SimGrid build: starpu_init starts the simulation, which needs an argv
+   * (starpu_init passes NULL and StarPU 1.3.10 dereferences it) */
+  static char *sim_argv0[] = {"taskgrad", "--log=root.thres:warning", NULL};
+  int sim_argc = 2; /* and SimGrid's own chatter off */
+  char **sim_argv = sim_argv0;
+  int rc = starpu_initialize(&conf, &sim_argc, &sim_argv);
+#else
   int rc = c.mpi ? tg_dist_start(&conf) : starpu_init(&conf);
+#endif
   if (saved_sched) {
     setenv("STARPU_SCHED", saved_sched, 1);
     free(saved_sched);
@@ -164,7 +173,7 @@ int tg_priority(int rank, int nranks) {
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
 int tg_ncuda_workers(void) {
-#ifdef TG_HAVE_CUDA
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID) /* SimGrid: simulated GPUs */
   return (int)starpu_cuda_worker_get_count();
 #else
   return 0;

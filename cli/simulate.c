@@ -1,0 +1,515 @@
+/*
+ * taskgrad simulate gpt|mlp --platform NAME --gpus N (issue 13): the real
+ * graph builders on simulated GPUs, through StarPU's SimGrid mode (a build
+ * configured with -DTG_SIMGRID=ON).
+ *
+ * A platform NAME is four files in platforms/ (TG_PLATFORM_DIR overrides):
+ * NAME.platform.v4.xml, NAME.latency, NAME.bandwidth (what StarPU reads for
+ * host NAME) and NAME.roofline (our peak rates).  A run links them into a
+ * private perfmodel directory (STARPU_PERF_MODEL_DIR, with
+ * STARPU_HOSTNAME=NAME), together with the codelets/ of --perfmodels DIR
+ * when given: calibrated history files from a real machine, which then take
+ * precedence over the roofline (codelets/sim_cost.c).
+ *
+ * Lists (--gpus 1,2,4,8 or --sched A,B) run each combination in a child
+ * process of this binary (SimGrid's engine runs once per process), then
+ * print a table and write a CSV and a gnuplot PNG chart.
+ *
+ * Flags are checked, and platform files looked up, before anything starts,
+ * in every build: a build without SimGrid refuses only once they are valid.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "simulate.h"
+
+#define MAX_LIST 16
+#define MAX_PASS 96
+
+static void simulate_usage(void) {
+  puts("usage: taskgrad simulate gpt|mlp --platform NAME [flags]\n"
+       "\n"
+       "Runs the training step on a simulated machine (StarPU + SimGrid; needs a\n"
+       "build configured with -DTG_SIMGRID=ON).  Task times come from calibrated\n"
+       "perfmodels when given, otherwise from a roofline on each task's flops and\n"
+       "bytes: GPU figures are predictions until calibrated on real hardware.\n"
+       "\n"
+       "  --platform NAME      platforms/NAME.* (h100x1, h100x2, h100x4, h100x8, ...;\n"
+       "                       TG_PLATFORM_DIR overrides the directory)\n"
+       "  --gpus N|LIST        simulated GPUs (default 1; 0 with --ncpus: a CPU\n"
+       "                       machine); a list (1,2,4,8) runs a sweep and\n"
+       "                       writes a scaling chart\n"
+       "  --ncpus N            CPU workers (default 0: every task on the GPUs)\n"
+       "  --sched A[,B...]     scheduling policy; a list compares them (chart)\n"
+       "  --perfmodels DIR     a StarPU sampling directory (DIR/codelets/45/...)\n"
+       "                       whose calibrated histories take precedence\n"
+       "  --steps N            measured steps (default 3)\n"
+       "  --warmup N           steps before them (default 1)\n"
+       "  --chart FILE.png     chart of a sweep or comparison (default\n"
+       "                       simulate-<model>.png in the current directory)\n"
+       "  --csv FILE           the sweep's or comparison's rows\n"
+       "  --trace FILE.json    Chrome trace in simulated time (single run)\n"
+       "  --no-priorities      every task at priority 0\n"
+       "gpt: --layers L --channels C --heads NH --vocab V --max-seq T (default 4,\n"
+       "     256, 4, 256, 256), --batch B (default 8 per GPU), --seq T (256),\n"
+       "     --micro-batches M (default 2 per GPU), --attention naive|chunked,\n"
+       "     --chunk K, --attn-splits S\n"
+       "mlp: --batch N (default 2048 per GPU), --micro-batches M (2 per GPU),\n"
+       "     --hidden LIST (512,256), --activation relu|gelu\n" TG_CLI_PRECISION_HELP);
+}
+
+/* ---- platform files ------------------------------------------------------- */
+
+static void platform_dir(char *out, size_t n) {
+  const char *env = getenv("TG_PLATFORM_DIR");
+  const char *src = getenv("TG_SOURCE_DIR");
+  if (env && *env) snprintf(out, n, "%s", env);
+  else snprintf(out, n, "%s/platforms", src && *src ? src : TG_SOURCE_DIR_DEFAULT);
+}
+
+static noreturn void unknown_platform(const char *dir, const char *name) {
+  char known[1024] = "";
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    const char *dot = strstr(e->d_name, ".platform.v4.xml");
+    if (!dot || dot[16]) continue;
+    size_t len = strlen(known);
+    snprintf(known + len, sizeof known - len, "%s%.*s", len ? ", " : "", (int)(dot - e->d_name),
+             e->d_name);
+  }
+  if (d) closedir(d);
+  tg_cli_die("--platform: no platform '%s' in %s (known: %s)", name, dir,
+             *known ? known : "none");
+}
+
+/* Number of simulated GPUs (CUDA hosts) in the platform. */
+static int platform_gpus(const char *dir, const char *name) {
+  static const char *const exts[] = {".platform.v4.xml", ".latency", ".bandwidth", ".roofline"};
+  if (strlen(name) > 64) unknown_platform(dir, name);
+  for (int i = 0; name[i]; i++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", name[i]))
+      unknown_platform(dir, name);
+  char path[4096];
+  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+    snprintf(path, sizeof path, "%.2000s/%.64s%s", dir, name, exts[i]);
+    if (access(path, R_OK) != 0) {
+      if (i == 0) unknown_platform(dir, name);
+      tg_cli_die("--platform %s: %s is missing", name, path);
+    }
+  }
+  snprintf(path, sizeof path, "%.2000s/%.64s.platform.v4.xml", dir, name);
+  FILE *f = fopen(path, "r");
+  if (!f) tg_cli_die("--platform %s: cannot read %s", name, path);
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, "<host id=\"CUDA") != NULL;
+  fclose(f);
+  return n;
+}
+
+static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r) {
+  char path[4096], line[512], key[64];
+  snprintf(path, sizeof path, "%.2000s/%.64s.roofline", dir, name);
+  FILE *f = fopen(path, "r");
+  if (!f) tg_cli_die("--platform %s: cannot read %s", name, path);
+  struct { const char *key; double *v; } keys[] = {
+      {"gpu_fp32_flops", &r->gpu_fp32},     {"gpu_tf32_flops", &r->gpu_tf32},
+      {"gpu_bf16_flops", &r->gpu_bf16},     {"gpu_mem_bytes_per_s", &r->gpu_bw},
+      {"cpu_core_flops", &r->cpu_flops},    {"cpu_core_bytes_per_s", &r->cpu_bw},
+      {"launch_us", &r->launch_us}};
+  int nkeys = (int)(sizeof keys / sizeof keys[0]), seen = 0;
+  while (fgets(line, sizeof line, f)) {
+    double v;
+    if (line[0] == '#' || line[0] == '\n') continue;
+    int k = 0;
+    if (sscanf(line, "%63s %lf", key, &v) == 2)
+      for (k = 0; k < nkeys && strcmp(key, keys[k].key); k++) {}
+    if (k == nkeys || !(v > 0)) {
+      fclose(f);
+      tg_cli_die("%s: bad line '%.*s' (want '<key> <positive number>')", path,
+                 (int)strcspn(line, "\n"), line);
+    }
+    *keys[k].v = v;
+    seen |= 1 << k;
+  }
+  fclose(f);
+  if (seen != (1 << nkeys) - 1) tg_cli_die("%s: a rate is missing (see platforms/gen-h100.py)", path);
+}
+
+/* A private perfmodel directory for StarPU: bus/NAME.* linked to the
+ * platform files, codelets/ linked to --perfmodels DIR/codelets. */
+static char tg_sim_tmp[64];
+static void remove_tmp(void) {
+  if (!*tg_sim_tmp) return;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tg_sim_tmp);
+  if (system(cmd) != 0) fprintf(stderr, "taskgrad: warning: could not remove %s\n", tg_sim_tmp);
+}
+
+static void link_or_die(const char *target, const char *link) {
+  if (symlink(target, link) != 0)
+    tg_cli_die("simulate: cannot link %s to %s: %s", link, target, strerror(errno));
+}
+
+static void prepare_model_dir(const char *dir, const char *name, const char *perfmodels) {
+  snprintf(tg_sim_tmp, sizeof tg_sim_tmp, "/tmp/taskgrad-sim-XXXXXX");
+  if (!mkdtemp(tg_sim_tmp)) tg_cli_die("simulate: cannot create a temporary directory");
+  atexit(remove_tmp);
+  char bus[128], from[4096], to[4096];
+  snprintf(bus, sizeof bus, "%s/bus", tg_sim_tmp);
+  if (mkdir(bus, 0700) != 0) tg_cli_die("simulate: mkdir %s: %s", bus, strerror(errno));
+  static const char *const exts[] = {".platform.v4.xml", ".latency", ".bandwidth"};
+  char *abs_dir = realpath(dir, NULL);
+  if (!abs_dir) tg_cli_die("simulate: %s: %s", dir, strerror(errno));
+  for (int i = 0; i < 3; i++) {
+    snprintf(from, sizeof from, "%.2000s/%.64s%s", abs_dir, name, exts[i]);
+    snprintf(to, sizeof to, "%s/%.64s%s", bus, name, exts[i]);
+    link_or_die(from, to);
+  }
+  free(abs_dir);
+  snprintf(to, sizeof to, "%s/codelets", tg_sim_tmp);
+  if (perfmodels) {
+    char *abs = realpath(perfmodels, NULL);
+    if (!abs) tg_cli_die("--perfmodels %s: %s", perfmodels, strerror(errno));
+    snprintf(from, sizeof from, "%s/codelets", abs);
+    free(abs);
+    link_or_die(from, to);
+  } else if (mkdir(to, 0700) != 0) {
+    tg_cli_die("simulate: mkdir %s: %s", to, strerror(errno));
+  }
+  if (setenv("STARPU_PERF_MODEL_DIR", tg_sim_tmp, 1) != 0 ||
+      setenv("STARPU_HOSTNAME", name, 1) != 0)
+    tg_cli_die("simulate: setenv failed");
+}
+
+/* ---- sweeps and comparisons (child processes) ------------------------------ */
+
+typedef struct sim_row {
+  int gpus;
+  char sched[64];
+  double step_ms, rate, gpu_bytes;
+  int ok;
+} sim_row;
+
+/* Runs argv (this binary), parses its report into row. */
+static void run_child(char **argv, sim_row *row) {
+  int fd[2];
+  if (pipe(fd) != 0) tg_cli_die("simulate: pipe: %s", strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) tg_cli_die("simulate: fork: %s", strerror(errno));
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(fd[1]);
+  FILE *f = fdopen(fd[0], "r");
+  if (!f) tg_cli_die("simulate: fdopen: %s", strerror(errno));
+  char line[1024];
+  int seen = 0;
+  while (fgets(line, sizeof line, f)) {
+    seen += sscanf(line, "simulated step ms: %lf", &row->step_ms) == 1;
+    seen += sscanf(line, "simulated tokens/s: %lf", &row->rate) == 1;
+    seen += sscanf(line, "simulated samples/s: %lf", &row->rate) == 1;
+    sscanf(line, "bytes between GPUs: %lf", &row->gpu_bytes);
+  }
+  fclose(f);
+  int status;
+  if (waitpid(pid, &status, 0) < 0) tg_cli_die("simulate: waitpid: %s", strerror(errno));
+  row->ok = seen == 2 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* A sweep (ngpus > 1): tokens/s against GPUs, one line per scheduler,
+ * plus linear scaling from the first scheduler's first point.  Otherwise a
+ * bar per scheduler.  rows[g * nsched + s]. */
+static void write_chart(const char *path, const char *model, const char *platform,
+                        const sim_row *rows, int ngpus, int nsched, const char *unit) {
+  FILE *gp = popen("gnuplot 2>&1", "w");
+  if (!gp) tg_cli_die("simulate: cannot start gnuplot (apt-get install gnuplot-nox)");
+  fprintf(gp, "set terminal pngcairo size 800,500\nset output '%s'\n", path);
+  fprintf(gp, "set title \"simulated %s on %s (roofline predictions unless calibrated)\"\n",
+          model, platform);
+  fprintf(gp, "set ylabel '%s'\nset grid\nset key left top\n", unit);
+  if (ngpus > 1) {
+    fprintf(gp, "set xlabel 'GPUs'\nset logscale x 2\nplot ");
+    for (int s = 0; s < nsched; s++)
+      fprintf(gp, "'-' using 1:2 with linespoints lw 2 title '%s', ", rows[s].sched);
+    fprintf(gp, "'-' using 1:2 with lines dt 2 title 'linear from %d GPU'\n", rows[0].gpus);
+    for (int s = 0; s <= nsched; s++) {
+      for (int g = 0; g < ngpus; g++) {
+        const sim_row *r = &rows[g * nsched + (s < nsched ? s : 0)];
+        double base = rows[0].ok ? rows[0].rate / rows[0].gpus : 0;
+        if (r->ok) fprintf(gp, "%d %g\n", r->gpus, s < nsched ? r->rate : base * r->gpus);
+      }
+      fprintf(gp, "e\n");
+    }
+  } else {
+    fprintf(gp, "set style data histograms\nset style fill solid 0.7\nset boxwidth 0.7\n"
+                "set yrange [0:*]\nset xtics rotate by -30\n"
+                "plot '-' using 2:xtic(1) title '%s'\n", unit);
+    /* quoted: a data line starting with "e" (eager) would end the data */
+    for (int i = 0; i < nsched; i++)
+      if (rows[i].ok) fprintf(gp, "\"%s\" %g\n", rows[i].sched, rows[i].rate);
+    fprintf(gp, "e\n");
+  }
+  if (pclose(gp) != 0) tg_cli_die("simulate: gnuplot failed writing %s", path);
+}
+
+static int run_many(const tg_sim_options *o, char **pass, int npass, const int *gpus,
+                    int ngpus, char sched[][64], int nsched, const char *chart,
+                    const char *csv) {
+  sim_row rows[MAX_LIST * MAX_LIST];
+  int n = 0, failed = 0;
+  const char *unit = o->is_gpt ? "tokens/s" : "samples/s";
+  printf("| GPUs | scheduler | step ms | %s | scaling efficiency (vs the scheduler's first row) | "
+         "GB between GPUs per step |\n"
+         "|---:|---|---:|---:|---:|---:|\n", unit);
+  fflush(stdout);
+  for (int g = 0; g < ngpus; g++)
+    for (int s = 0; s < nsched; s++) {
+      char gbuf[16], *argv[MAX_PASS + 8];
+      int a = 0;
+      argv[a++] = "taskgrad";
+      argv[a++] = "simulate";
+      argv[a++] = o->is_gpt ? "gpt" : "mlp";
+      for (int i = 0; i < npass; i++) argv[a++] = pass[i];
+      snprintf(gbuf, sizeof gbuf, "%d", gpus[g]);
+      argv[a++] = "--gpus";
+      argv[a++] = gbuf;
+      if (*sched[s]) {
+        argv[a++] = "--sched";
+        argv[a++] = sched[s];
+      }
+      argv[a] = NULL;
+      sim_row *r = &rows[n++];
+      *r = (sim_row){.gpus = gpus[g]};
+      snprintf(r->sched, sizeof r->sched, "%.63s", *sched[s] ? sched[s] : "default");
+      run_child(argv, r);
+      /* against the same scheduler's first (fewest GPUs) row */
+      const sim_row *base = &rows[s];
+      double eff = ngpus > 1 && r->ok && base->ok && base->gpus > 0 && r->gpus > 0
+                       ? r->rate / (base->rate / base->gpus * r->gpus)
+                       : 0;
+      if (!r->ok) {
+        failed++;
+        printf("| %d | %s | failed | | | |\n", r->gpus, r->sched);
+      } else if (eff > 0) {
+        printf("| %d | %s | %.2f | %.0f | %.0f%% | %.3f |\n", r->gpus, r->sched, r->step_ms,
+               r->rate, 100 * eff, r->gpu_bytes * 1e-9);
+      } else {
+        printf("| %d | %s | %.2f | %.0f | | %.3f |\n", r->gpus, r->sched, r->step_ms, r->rate,
+               r->gpu_bytes * 1e-9);
+      }
+      fflush(stdout);
+    }
+  if (csv) {
+    FILE *f = fopen(csv, "w");
+    if (!f) tg_cli_die("--csv %s: %s", csv, strerror(errno));
+    fprintf(f, "gpus,scheduler,step_ms,%s,gpu_gpu_bytes_per_step,ok\n", unit);
+    for (int i = 0; i < n; i++)
+      fprintf(f, "%d,%s,%.4f,%.1f,%.0f,%d\n", rows[i].gpus, rows[i].sched, rows[i].step_ms,
+              rows[i].rate, rows[i].gpu_bytes, rows[i].ok);
+    if (fclose(f) != 0) tg_cli_die("--csv %s: write failed", csv);
+  }
+  if (n - failed > 0) {
+    write_chart(chart, o->is_gpt ? "GPT" : "MLP", o->platform, rows, ngpus, nsched, unit);
+    printf("chart: %s\n", chart);
+  }
+  return failed ? 1 : 0;
+}
+
+/* Runs this command again in taskgrad-sim (next to this binary), whose
+ * StarPU starts SimGrid on the prepared platform; returns its exit status
+ * once it is done (the temporary directory is removed at exit). */
+static int run_in_sim_process(int argc, char **argv) {
+  char self[4096], prog[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) tg_cli_die("simulate: cannot find this program: %s", strerror(errno));
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  snprintf(prog, sizeof prog, "%s/taskgrad-sim", self);
+  if (access(prog, X_OK) != 0)
+    tg_cli_die("simulate: %s is missing (it is built with -DTG_SIMGRID=ON)", prog);
+  if (setenv("TG_SIM_PREPARED", "1", 1) != 0) tg_cli_die("simulate: setenv failed");
+  char *args[MAX_PASS + 16];
+  int a = 0;
+  args[a++] = "taskgrad-sim";
+  args[a++] = "--log=root.thres:warning"; /* SimGrid strips it: no info chatter */
+  for (int i = 0; i < argc && a < MAX_PASS + 15; i++) args[a++] = argv[i];
+  args[a] = NULL;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) tg_cli_die("simulate: fork: %s", strerror(errno));
+  if (pid == 0) {
+    execv(prog, args);
+    fprintf(stderr, "taskgrad: error: simulate: cannot run %s: %s\n", prog, strerror(errno));
+    _exit(TG_EXIT_USAGE);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) < 0) tg_cli_die("simulate: waitpid: %s", strerror(errno));
+  if (WIFSIGNALED(status)) {
+    fprintf(stderr, "taskgrad: error: the simulation died of signal %d\n", WTERMSIG(status));
+    return 1;
+  }
+  return WEXITSTATUS(status);
+}
+
+/* ---- flags ------------------------------------------------------------------- */
+
+int tg_cmd_simulate(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+    simulate_usage();
+    return 0;
+  }
+  if (argc < 2 || (strcmp(argv[1], "gpt") && strcmp(argv[1], "mlp")))
+    tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
+  tg_sim_options o = {
+      .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
+      .gpt = {256, 256, 4, 4, 256, 256}, .seq = 256, .attention = TG_ATTN_CHUNKED,
+      .chunk = 64, .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
+                           .tiles = 1}};
+  tg_cli_precision_default(&o.prec);
+  tg_runtime_config rt = tg_runtime_config_default();
+  const char *gpus_text = "1", *sched_text = NULL, *chart = NULL, *csv = NULL,
+             *perfmodels = NULL;
+  char *pass[MAX_PASS];
+  int npass = 0, vp_given = 0;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    int start = i, keep = 1;
+#define VAL tg_cli_value(argc, argv, &i)
+#define INT(lo, hi) (int)tg_cli_int(a, VAL, lo, hi)
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      simulate_usage();
+      return 0;
+    } else if (!strcmp(a, "--platform")) o.platform = VAL;
+    else if (!strcmp(a, "--gpus")) gpus_text = VAL, keep = 0;
+    else if (!strcmp(a, "--sched")) sched_text = VAL, keep = 0;
+    else if (!strcmp(a, "--chart")) chart = VAL, keep = 0;
+    else if (!strcmp(a, "--csv")) csv = VAL, keep = 0;
+    else if (!strcmp(a, "--trace")) rt.trace = VAL, keep = 0;
+    else if (!strcmp(a, "--perfmodels")) perfmodels = VAL;
+    else if (!strcmp(a, "--ncpus")) o.ncpus = INT(0, 4096);
+    else if (!strcmp(a, "--steps")) o.steps = INT(1, 1 << 20);
+    else if (!strcmp(a, "--warmup")) o.warmup = INT(0, 1 << 20);
+    else if (!strcmp(a, "--no-priorities")) rt.no_priorities = 1;
+    else if (!strcmp(a, "--batch")) o.batch = INT(1, 1 << 20);
+    else if (!strcmp(a, "--micro-batches")) o.micro = INT(1, TG_SIM_MAX_MICRO);
+    else if (o.is_gpt && !strcmp(a, "--layers")) o.gpt.num_layers = INT(1, TG_GPT_MAX_LAYERS);
+    else if (o.is_gpt && !strcmp(a, "--channels")) o.gpt.channels = INT(1, 1 << 16);
+    else if (o.is_gpt && !strcmp(a, "--heads")) o.gpt.num_heads = INT(1, 1 << 12);
+    else if (o.is_gpt && !strcmp(a, "--vocab")) o.gpt.vocab_size = INT(1, 65536);
+    else if (o.is_gpt && !strcmp(a, "--padded-vocab")) o.gpt.padded_vocab_size = INT(1, 65536), vp_given = 1;
+    else if (o.is_gpt && !strcmp(a, "--max-seq")) o.gpt.max_seq_len = INT(1, 1 << 20);
+    else if (o.is_gpt && !strcmp(a, "--seq")) o.seq = INT(1, 1 << 20);
+    else if (o.is_gpt && !strcmp(a, "--chunk")) o.chunk = INT(1, 1 << 16);
+    else if (o.is_gpt && !strcmp(a, "--attn-splits")) o.attn_splits = INT(1, TG_MAX_SPLIT);
+    else if (o.is_gpt && !strcmp(a, "--attention")) {
+      const char *v = VAL;
+      if (!strcmp(v, "naive")) o.attention = TG_ATTN_NAIVE;
+      else if (!strcmp(v, "chunked")) o.attention = TG_ATTN_CHUNKED;
+      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
+    } else if (!o.is_gpt && !strcmp(a, "--hidden")) {
+      o.mlp.nlayers = 1 + tg_cli_int_list(a, VAL, o.mlp.widths + 1, TG_MLP_MAX_LAYERS - 1, 1,
+                                          1 << 16);
+    } else if (!o.is_gpt && !strcmp(a, "--activation")) {
+      const char *v = VAL;
+      if (!strcmp(v, "relu")) o.mlp.act = TG_ACT_RELU;
+      else if (!strcmp(v, "gelu")) o.mlp.act = TG_ACT_GELU;
+      else tg_cli_die("--activation: '%s' is not relu or gelu", v);
+    } else if (tg_cli_precision_flag(argc, argv, &i, &o.prec)) {
+    } else {
+      tg_cli_die("unknown flag '%s' for 'simulate %s' (see --help)", a, argv[1]);
+    }
+#undef INT
+#undef VAL
+    for (int k = start; keep && k <= i && npass < MAX_PASS; k++) pass[npass++] = argv[k];
+  }
+  if (npass >= MAX_PASS) tg_cli_die("simulate: too many flags");
+  tg_cli_precision_finish(&o.prec);
+  if (o.prec.dynamic)
+    tg_cli_die("simulate: loss scaling reads computed values, which a simulation does not "
+               "have; use --precision bf16 without loss-scale flags");
+  if (!o.platform) tg_cli_die("simulate: --platform NAME is required (see --help)");
+  char dir[4096];
+  platform_dir(dir, sizeof dir);
+  int have = platform_gpus(dir, o.platform);
+  read_roofline(dir, o.platform, &o.roofline);
+  int gpus[MAX_LIST];
+  int ngpus = tg_cli_int_list("--gpus", gpus_text, gpus, MAX_LIST, 0, 64);
+  for (int g = 0; g < ngpus; g++) {
+    if (gpus[g] > have)
+      tg_cli_die("--gpus %d: platform %s has %d GPU(s)", gpus[g], o.platform, have);
+    /* --gpus 0 simulates a CPU machine (bench/sim-validate.sh) */
+    if (gpus[g] == 0 && o.ncpus == 0)
+      tg_cli_die("--gpus 0 with --ncpus 0: no worker would run the tasks");
+  }
+  char sched[MAX_LIST][64] = {""};
+  int nsched = 1;
+  if (sched_text) {
+    nsched = 0;
+    for (const char *p = sched_text; *p && nsched < MAX_LIST;) {
+      size_t len = strcspn(p, ",");
+      if (len == 0 || len >= sizeof sched[0]) tg_cli_die("--sched: bad list '%s'", sched_text);
+      memcpy(sched[nsched], p, len);
+      sched[nsched][len] = 0;
+      tg_cli_check_sched(sched[nsched++]);
+      p += len + (p[len] == ',');
+    }
+  }
+  if (perfmodels) {
+    char sub[4096];
+    struct stat sb;
+    snprintf(sub, sizeof sub, "%s/codelets", perfmodels);
+    if (stat(sub, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      tg_cli_die("--perfmodels %s: no codelets/ directory there (a StarPU sampling "
+                 "directory, e.g. $STARPU_HOME/.starpu/sampling)", perfmodels);
+  }
+  int many = ngpus > 1 || nsched > 1;
+  if (many && rt.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
+  if (!tg_sim_available())
+    tg_cli_die("this taskgrad was built without SimGrid: run scripts/build-starpu-simgrid, "
+               "then configure with -DTG_SIMGRID=ON -DCMAKE_PREFIX_PATH=<its prefix>");
+  if (many) {
+    char def[64];
+    snprintf(def, sizeof def, "simulate-%s.png", o.is_gpt ? "gpt" : "mlp");
+    if (!chart) chart = def;
+    tg_cli_check_output("--chart", chart);
+    if (csv) tg_cli_check_output("--csv", csv);
+    return run_many(&o, pass, npass, gpus, ngpus, sched, nsched, chart, csv);
+  }
+  o.gpus = gpus[0];
+  int per = o.gpus > 0 ? o.gpus : 1;
+  if (!o.batch) o.batch = (o.is_gpt ? 8 : 2048) * per;
+  if (!o.micro) o.micro = 2 * per;
+  if (o.micro > o.batch || o.batch % o.micro)
+    tg_cli_die("--micro-batches %d does not divide --batch %d", o.micro, o.batch);
+  if (o.is_gpt) {
+    if (!vp_given) o.gpt.padded_vocab_size = (o.gpt.vocab_size + 63) / 64 * 64;
+    if (tg_gpt_config_check(&o.gpt) < 0) tg_cli_die_last("model shape");
+    if (o.seq > o.gpt.max_seq_len)
+      tg_cli_die("--seq %d exceeds the model's maximum %d", o.seq, o.gpt.max_seq_len);
+  } else {
+    o.mlp.widths[o.mlp.nlayers] = 10;
+    tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+    tg_cli_precision_mlp(&o.prec, &o.mlp, &opt);
+  }
+  if (sched_text) rt.sched = sched[0];
+  rt.ncpus = o.ncpus;
+  rt.ncuda = o.gpus;
+  tg_cli_instrument_check(&rt);
+  if (getenv("TG_SIM_PREPARED")) return tg_sim_run(&o, &rt); /* in taskgrad-sim */
+  prepare_model_dir(dir, o.platform, perfmodels);
+  return run_in_sim_process(argc, argv);
+}

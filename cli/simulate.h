@@ -1,0 +1,42 @@
+/*
+ * `taskgrad simulate` (issue 13), shared between cli/simulate.c (flags,
+ * platform files, sweeps and scheduler comparisons over child processes,
+ * charts) and cli/simulate_run.c (one simulated run and its report).
+ */
+#ifndef TASKGRAD_CLI_SIMULATE_H
+#define TASKGRAD_CLI_SIMULATE_H
+
+#include "cli.h"
+#include "taskgrad/gpt.h"
+#include "taskgrad/mlp.h"
+#include "taskgrad/sim.h"
+
+#define TG_SIM_MAX_NODES 64
+#define TG_SIM_MAX_MICRO 256
+
+typedef struct tg_sim_options {
+  int is_gpt;
+  const char *platform; /* host name of the platform files */
+  int gpus, ncpus, steps, warmup;
+  int batch, seq, micro; /* seq: GPT only */
+  tg_gpt_config gpt;
+  tg_attention_kind attention;
+  int chunk, attn_splits;
+  tg_mlp_config mlp;
+  tg_cli_precision prec;
+  tg_sim_roofline roofline; /* from platforms/<platform>.roofline */
+} tg_sim_options;
+
+typedef struct tg_sim_result {
+  double step_ms;     /* simulated, mean over the measured steps */
+  double window_us;   /* simulated length of the measured steps */
+  double items;       /* tokens (GPT) or samples (MLP) per step */
+  double flops;       /* per step */
+  double mem_peak[TG_SIM_MAX_NODES]; /* bytes in use per memory node */
+} tg_sim_result;
+
+/* Starts the simulation (tg_init with rt), runs the model, prints the
+ * report, stops it.  Exits on error. */
+int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt);
+
+#endif

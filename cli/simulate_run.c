@@ -1,0 +1,216 @@
+/*
+ * One simulated run of `taskgrad simulate` (cli/simulate.c parses the flags
+ * and prepares the platform): the real graph builders on StarPU's SimGrid
+ * workers, timed in simulated time (starpu_timing_now), then the figures the
+ * issue asks for: step time, throughput, busy/idle per device, bytes per
+ * link, device memory.
+ *
+ * Values computed in simulation are meaningless (no kernel runs); only the
+ * times, transfers and allocations are simulated, so the batch is zeros.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "cli.h"
+#include "simulate.h"
+#include "taskgrad/gpt.h"
+#include "taskgrad/mlp.h"
+#include "taskgrad/sim.h"
+#include "taskgrad/stats.h"
+
+/* Device memory in use on every CUDA node, kept as a maximum over the
+ * samples (taken after the warm-up and after each measured step: StarPU
+ * keeps its allocations cached, so this is close to the peak). */
+static void sample_memory(double *peak) {
+  unsigned n = starpu_memory_nodes_get_count();
+  for (unsigned node = 0; node < n && node < TG_SIM_MAX_NODES; node++) {
+    starpu_ssize_t total = starpu_memory_get_total(node), avail = starpu_memory_get_available(node);
+    if (total > 0 && avail >= 0 && (double)(total - avail) > peak[node])
+      peak[node] = (double)(total - avail);
+  }
+}
+
+/* Runs warmup + steps steps of step(ctx), waiting for each; fills r. */
+static void timed_steps(const tg_sim_options *o, int (*step)(void *), void *ctx,
+                        tg_sim_result *r, tg_stats *st) {
+  for (int k = 0; k < o->warmup; k++) {
+    if (step(ctx) < 0) tg_cli_die_last("warm-up step");
+    starpu_task_wait_for_all();
+  }
+  sample_memory(r->mem_peak);
+  if (tg_stats_begin() < 0) tg_cli_die_last("statistics");
+  double t0 = starpu_timing_now();
+  for (int k = 0; k < o->steps; k++) {
+    if (step(ctx) < 0) tg_cli_die_last("training step");
+    starpu_task_wait_for_all();
+    sample_memory(r->mem_peak);
+  }
+  r->step_ms = (starpu_timing_now() - t0) * 1e-3 / o->steps;
+  if (tg_stats_end(st) < 0) tg_cli_die_last("statistics");
+  r->window_us = r->step_ms * 1e3 * o->steps;
+}
+
+/* A batch of zeros partitioned into micro-batches by rows: x (rows, xcols)
+ * of xtype, y (rows, 1) labels.  Not through tg_loader: its prefetch thread
+ * is not a SimGrid actor, and StarPU's SimGrid mode serves only those. */
+typedef struct sim_batch {
+  tg_tensor x, y;
+  starpu_data_handle_t xc[TG_SIM_MAX_MICRO], yc[TG_SIM_MAX_MICRO];
+  tg_batch b;
+} sim_batch;
+
+static void batch_create(sim_batch *s, int rows, int xcols, tg_dtype xtype, int micro) {
+  if (tg_tensor_alloc(&s->x, rows, xcols, xtype) < 0 || tg_tensor_alloc(&s->y, rows, 1, TG_I32) < 0)
+    tg_cli_die_last("allocating the batch");
+  memset(s->x.host, 0, tg_tensor_numel(&s->x) * (xtype == TG_F32 ? sizeof(float) : sizeof(int32_t)));
+  memset(s->y.host, 0, tg_tensor_numel(&s->y) * sizeof(int32_t));
+  struct starpu_data_filter f = {.filter_func = starpu_matrix_filter_vertical_block,
+                                 .nchildren = (unsigned)micro};
+  starpu_data_partition(s->x.handle, &f);
+  starpu_data_partition(s->y.handle, &f);
+  for (int i = 0; i < micro; i++) {
+    s->xc[i] = starpu_data_get_sub_data(s->x.handle, 1, i);
+    s->yc[i] = starpu_data_get_sub_data(s->y.handle, 1, i);
+  }
+  s->b = (tg_batch){rows, micro, s->xc, s->yc};
+}
+
+static void batch_destroy(sim_batch *s) {
+  starpu_data_unpartition(s->x.handle, STARPU_MAIN_RAM);
+  starpu_data_unpartition(s->y.handle, STARPU_MAIN_RAM);
+  tg_tensor_free(&s->x);
+  tg_tensor_free(&s->y);
+}
+
+typedef struct gpt_ctx {
+  tg_gpt g;
+  sim_batch s;
+  float lr;
+} gpt_ctx;
+static int gpt_step(void *p) {
+  gpt_ctx *c = p;
+  return tg_gpt_step(&c->g, &c->s.b, c->lr);
+}
+
+static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
+  tg_gpt_config cfg = o->gpt;
+  size_t sizes[TG_GPT_NPARAMS], nparams = tg_gpt_param_sizes(&cfg, sizes);
+  /* zeros: simulation runs no kernel, so values do not matter */
+  float *params = calloc(nparams, sizeof(float));
+  if (!params) tg_cli_die("out of memory for the model's host copy");
+  tg_gpt_run_config run = tg_gpt_run_default(o->batch, o->seq);
+  run.nmicro = o->micro;
+  run.attention = o->attention;
+  run.chunk = o->chunk;
+  run.attn_splits = o->attn_splits;
+  run.precision = o->prec.precision;
+  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  gpt_ctx c = {.lr = 1e-4f};
+  if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
+  batch_create(&c.s, o->batch * o->seq, 1, TG_I32, o->micro); /* (B*T, 1) tokens, targets */
+  timed_steps(o, gpt_step, &c, r, st);
+  r->items = (double)o->batch * o->seq;
+  r->flops = tg_gpt_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
+  batch_destroy(&c.s);
+  tg_gpt_destroy(&c.g);
+  free(params);
+}
+
+typedef struct mlp_ctx {
+  tg_mlp m;
+  sim_batch s;
+} mlp_ctx;
+static int mlp_step(void *p) {
+  mlp_ctx *c = p;
+  return tg_mlp_step(&c->m, &c->s.b);
+}
+
+static void run_mlp(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
+  tg_mlp_config cfg = o->mlp;
+  cfg.precision = o->prec.precision;
+  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+  mlp_ctx c;
+  if (tg_mlp_create(&c.m, &cfg, &opt, 1) < 0) tg_cli_die_last("creating the model");
+  batch_create(&c.s, o->batch, cfg.widths[0], TG_F32, o->micro); /* (batch, in) inputs */
+  timed_steps(o, mlp_step, &c, r, st);
+  r->items = o->batch;
+  r->flops = tg_mlp_step_flops(&cfg, o->batch);
+  batch_destroy(&c.s);
+  tg_mlp_destroy(&c.m);
+}
+
+static void print_report(const tg_sim_options *o, const tg_sim_result *r, const tg_stats *st) {
+  const char *unit = o->is_gpt ? "tokens/s" : "samples/s";
+  printf("simulate %s: platform %s, %d GPU(s), %d CPU worker(s), scheduler %s, %s, "
+         "batch %d, %d micro-batches, %d steps after %d warm-up\n",
+         o->is_gpt ? "gpt" : "mlp", o->platform, o->gpus, o->ncpus,
+         starpu_sched_ctx_get_sched_policy(0)->policy_name,
+         tg_precision_name(o->prec.precision), o->batch, o->micro, o->steps, o->warmup);
+  printf("simulated step ms: %.3f\n", r->step_ms);
+  printf("simulated %s: %.0f\n", unit, r->items / (r->step_ms * 1e-3));
+  printf("simulated TFLOP/s: %.1f (%s count)\n", r->flops / (r->step_ms * 1e9),
+         o->is_gpt ? "llm.c" : "6 per weight per sample");
+  long on_cuda = 0, all = 0;
+  for (int w = 0; w < st->nworkers; w++) {
+    const tg_worker_stats *ws = &st->workers[w];
+    double busy = ws->executing_us;
+    double idle = r->window_us > busy ? r->window_us - busy : 0;
+    printf("device %s: busy %.3f ms, idle %.3f ms per step (%.1f%% busy), %d tasks\n",
+           ws->name, busy * 1e-3 / o->steps, idle * 1e-3 / o->steps,
+           r->window_us > 0 ? 100 * busy / r->window_us : 0, ws->tasks);
+    all += ws->tasks;
+    if (!strncmp(ws->name, "CUDA", 4)) on_cuda += ws->tasks;
+  }
+  printf("tasks on simulated CUDA workers: %ld of %ld\n", on_cuda, all);
+  double gpu_gpu = 0;
+  for (int b = 0; b < st->nbuses; b++) {
+    const tg_bus_stats *bs = &st->buses[b];
+    char src[32], dst[32];
+    starpu_memory_node_get_name((unsigned)bs->src, src, sizeof src);
+    starpu_memory_node_get_name((unsigned)bs->dst, dst, sizeof dst);
+    printf("link %s -> %s: %.1f MB per step (%ld transfers in %d steps)\n", src, dst,
+           bs->bytes * 1e-6 / o->steps, bs->transfers, o->steps);
+    if (starpu_node_get_kind((unsigned)bs->src) == STARPU_CUDA_RAM &&
+        starpu_node_get_kind((unsigned)bs->dst) == STARPU_CUDA_RAM)
+      gpu_gpu += (double)bs->bytes;
+  }
+  printf("bytes between GPUs: %.0f per step\n", gpu_gpu / o->steps);
+  unsigned n = starpu_memory_nodes_get_count();
+  for (unsigned node = 0; node < n && node < TG_SIM_MAX_NODES; node++) {
+    if (starpu_node_get_kind(node) != STARPU_CUDA_RAM) continue;
+    char name[32];
+    starpu_memory_node_get_name(node, name, sizeof name);
+    printf("peak device memory %s: %.2f GB of %.2f GB\n", name, r->mem_peak[node] * 1e-9,
+           starpu_memory_get_total(node) * 1e-9);
+  }
+  long hist, roof;
+  tg_sim_counts(&hist, &roof);
+  printf("cost model: %ld estimates from calibrated history, %ld from the roofline%s\n", hist,
+         roof, roof ? " (roofline figures are predictions until calibrated on real hardware)"
+                    : "");
+}
+
+int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
+  rt->profiling = 1;
+  if (tg_init(rt) < 0) tg_cli_die_last("starting StarPU's simulation");
+  if ((int)starpu_cuda_worker_get_count() != o->gpus) {
+    int got = (int)starpu_cuda_worker_get_count();
+    tg_shutdown();
+    tg_cli_die("the simulation started %d CUDA workers, not the %d asked for", got, o->gpus);
+  }
+  tg_sim_roofline roof = o->roofline;
+  roof.tensor_f32 = o->prec.precision != TG_PREC_FP32;
+  if (tg_sim_set_roofline(&roof) < 0) tg_cli_die_last("--platform roofline");
+  tg_cli_instrument_begin_bench(rt);
+  tg_sim_result r = {0};
+  tg_stats st;
+  if (o->is_gpt) run_gpt(o, &r, &st);
+  else run_mlp(o, &r, &st);
+  print_report(o, &r, &st);
+  tg_cli_instrument_end(rt);
+  tg_shutdown();
+  return 0;
+}

@@ -1,0 +1,148 @@
+/*
+ * Perfmodels of the SimGrid build (issue 13; include/taskgrad/sim.h).
+ *
+ * Each codelet's model there is STARPU_PER_ARCH with an arch cost function
+ * (TG_PERFMODEL in src/codelet_common.h) that calls tg_sim_cost.  It looks
+ * first in the codelet's calibrated history (the taskgrad_<op> file a real
+ * run wrote for the simulated host name, STARPU_HOSTNAME): a calibrated
+ * entry for the task's footprint on that arch wins.  Otherwise a roofline:
+ * max(flops / peak, bytes / bandwidth) + launch, with the peak of the task's
+ * precision (GEMM-class codelets on tensor cores, the rest on CUDA cores).
+ * The history is read by walking the public per-arch list rather than
+ * through starpu_perfmodel_history_based_expected_perf, which in SimGrid
+ * mode prints a warning for every miss.
+ *
+ * In other builds only tg_sim_available (0) exists.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codelet_common.h"
+#include "taskgrad/sim.h"
+
+#ifndef TG_SIMGRID
+int tg_sim_available(void) { return 0; }
+int tg_sim_set_roofline(const tg_sim_roofline *r) {
+  (void)r;
+  return tg_fail(ENOTSUP, "this build of taskgrad has no SimGrid (configure with -DTG_SIMGRID=ON)");
+}
+void tg_sim_counts(long *h, long *r) {
+  if (h) *h = 0;
+  if (r) *r = 0;
+}
+#else
+
+int tg_sim_available(void) { return 1; }
+
+void tg_sim_cuda_body(void *buffers[], void *cl_arg) {
+  (void)buffers;
+  (void)cl_arg;
+}
+
+/* H100 SXM figures until a platform sets its own (platforms/h100x1.roofline) */
+static tg_sim_roofline tg_roof = {
+    .gpu_fp32 = 67e12, .gpu_tf32 = 494.7e12, .gpu_bf16 = 989.4e12, .gpu_bw = 3.35e12,
+    .cpu_flops = 50e9, .cpu_bw = 10e9, .launch_us = 4.0, .tensor_f32 = 0};
+static atomic_long tg_hits, tg_misses;
+
+int tg_sim_set_roofline(const tg_sim_roofline *r) {
+  if (!(r->gpu_fp32 > 0 && r->gpu_tf32 > 0 && r->gpu_bf16 > 0 && r->gpu_bw > 0 &&
+        r->cpu_flops > 0 && r->cpu_bw > 0 && r->launch_us > 0))
+    return tg_fail(EINVAL, "roofline: every rate and the launch cost must be positive");
+  tg_roof = *r;
+  return 0;
+}
+
+void tg_sim_counts(long *h, long *r) {
+  if (h) *h = atomic_load(&tg_hits);
+  if (r) *r = atomic_load(&tg_misses);
+}
+
+/* Codelets whose flops are a GEMM's (tensor-core eligible on GPUs). */
+static int tg_gemm_class(const char *name) {
+  static const char *const gemms[] = {"tg_gemm", "tg_gemm_lowp", "tg_linear_fwd",
+                                      "tg_linear_bwd_data", "tg_lm_classifier"};
+  for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++)
+    if (name && !strcmp(name, gemms[i])) return 1;
+  return 0;
+}
+
+/* Bytes a task reads plus writes (scratch space is neither). */
+static double tg_task_bytes(struct starpu_task *task) {
+  double bytes = 0;
+  for (int i = 0; i < task->nbuffers; i++) {
+    enum starpu_data_access_mode m = STARPU_TASK_GET_MODE(task, i);
+    if (m & STARPU_SCRATCH) continue;
+    double sz = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+    bytes += ((m & STARPU_R) ? sz : 0) + ((m & STARPU_W) || (m & STARPU_REDUX) ? sz : 0);
+  }
+  return bytes;
+}
+
+/* Loading a history model happens once per codelet (the first task); the
+ * codelets without a history file are remembered so that it is looked for
+ * once. */
+static pthread_mutex_t tg_load_lock = PTHREAD_MUTEX_INITIALIZER;
+#define TG_SIM_MAX_MODELS 64
+static struct starpu_perfmodel *tg_absent[TG_SIM_MAX_MODELS];
+static int tg_nabsent;
+
+static int tg_hist_ready(struct starpu_perfmodel *hist) {
+  pthread_mutex_lock(&tg_load_lock);
+  int absent = 0;
+  for (int i = 0; i < tg_nabsent; i++) absent |= tg_absent[i] == hist;
+  if (!hist->is_loaded && !absent) {
+    char path[1024];
+    starpu_perfmodel_get_model_path(hist->symbol, path, sizeof path);
+    if (access(path, R_OK) == 0 && starpu_perfmodel_load_symbol(hist->symbol, hist) == 0)
+      hist->is_loaded = 1;
+    else if (tg_nabsent < TG_SIM_MAX_MODELS)
+      tg_absent[tg_nabsent++] = hist;
+  }
+  int ready = hist->is_loaded;
+  pthread_mutex_unlock(&tg_load_lock);
+  return ready;
+}
+
+static double tg_history_us(struct starpu_perfmodel *hist, struct starpu_task *task,
+                            struct starpu_perfmodel_arch *arch, unsigned nimpl) {
+  if (!tg_hist_ready(hist)) return -1;
+  struct starpu_perfmodel_per_arch *pa = starpu_perfmodel_get_model_per_arch(hist, arch, nimpl);
+  if (!pa) return -1;
+  uint32_t fp = hist->footprint ? hist->footprint(task) : starpu_task_data_footprint(task);
+  for (struct starpu_perfmodel_history_list *l = pa->list; l; l = l->next)
+    if (l->entry && l->entry->footprint == fp && l->entry->nsample > 0 && l->entry->mean > 0)
+      return l->entry->mean;
+  return -1;
+}
+
+double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
+                   struct starpu_perfmodel_arch *arch, unsigned nimpl) {
+  double us = tg_history_us(hist, task, arch, nimpl);
+  if (us > 0) {
+    atomic_fetch_add(&tg_hits, 1);
+    return us;
+  }
+  atomic_fetch_add(&tg_misses, 1);
+  double flops = task->flops > 0 ? task->flops : 0, bytes = tg_task_bytes(task);
+  double peak, bw;
+  if (arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER) {
+    int lowp = tg_lowp_of_task(task, NULL) || (task->cl && task->cl->name &&
+                                               !strcmp(task->cl->name, "tg_gemm_lowp"));
+    int gemm = task->cl && tg_gemm_class(task->cl->name);
+    peak = !gemm ? tg_roof.gpu_fp32
+           : lowp ? tg_roof.gpu_bf16
+           : tg_roof.tensor_f32 ? tg_roof.gpu_tf32 : tg_roof.gpu_fp32;
+    bw = tg_roof.gpu_bw;
+  } else {
+    int cores = arch->ndevices > 0 && arch->devices[0].ncores > 0 ? arch->devices[0].ncores : 1;
+    peak = tg_roof.cpu_flops * cores;
+    bw = tg_roof.cpu_bw * cores;
+  }
+  double t = flops / peak, tm = bytes / bw;
+  return (t > tm ? t : tm) * 1e6 + tg_roof.launch_us;
+}
+#endif
