@@ -63,12 +63,15 @@ TG_CODELET(fill, tg_fill_cpu, tg_fill_cuda);
 TG_CODELET(scale, tg_scale_cpu, tg_scale_cuda);
 
 /* Reduction methods: fixed buffers and modes, as StarPU requires. */
+TG_OPENCL_ENTRY(fill_zero, tg_fill_zero_cpu)
+TG_OPENCL_ENTRY(accumulate, tg_accumulate_cpu)
 static struct starpu_perfmodel tg_fill_zero_model = {
     .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_fill_zero"};
 struct starpu_codelet tg_fill_zero_cl = {
     .cpu_funcs = {tg_fill_zero_cpu},
     .cpu_funcs_name = {"tg_fill_zero_cpu"},
     TG_CUDA_IMPL(tg_fill_zero_cuda)
+    TG_OPENCL_IMPL(fill_zero)
     .nbuffers = 1,
     .modes = {STARPU_W},
     .model = &tg_fill_zero_model,
@@ -80,6 +83,7 @@ struct starpu_codelet tg_accumulate_cl = {
     .cpu_funcs = {tg_accumulate_cpu},
     .cpu_funcs_name = {"tg_accumulate_cpu"},
     TG_CUDA_IMPL(tg_accumulate_cuda)
+    TG_OPENCL_IMPL(accumulate)
     .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R}, /* StarPU requires exactly RW here */
     .model = &tg_accumulate_model,

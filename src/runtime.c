@@ -38,7 +38,8 @@ void tg_at_shutdown(void (*fn)(void)) {
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
-  tg_runtime_config c = {NULL, -1, -1, -1, 0, 0, NULL, 0, 0, 0};
+  tg_runtime_config c = {
+      .ncpus = -1, .ncuda = -1, .calibrate = -1, .emulated_devices = -1};
   return c;
 }
 
@@ -54,7 +55,7 @@ int tg_built_with_cuda(void) {
  * integer: check them first, so a bad value is an error, not a crash. */
 static int tg_check_limit_env(void) {
   static const char *const vars[] = {"STARPU_LIMIT_CPU_MEM", "STARPU_LIMIT_CUDA_MEM",
-                                     "STARPU_LIMIT_CPU_NUMA_MEM"};
+                                     "STARPU_LIMIT_CPU_NUMA_MEM", "STARPU_LIMIT_OPENCL_MEM"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
     const char *v = getenv(vars[i]);
     if (!v || !*v) continue;
@@ -64,6 +65,62 @@ static int tg_check_limit_env(void) {
     if (errno || *end || mib < 0)
       return tg_fail(EINVAL, "%s='%s' is not a number of MiB", vars[i], v);
   }
+  return 0;
+}
+
+/* cfg->emulated_devices from TG_EMULATED_DEVICES when the config leaves it
+ * to the environment */
+static int tg_emulated_devices(tg_runtime_config *c) {
+  if (c->emulated_devices >= 0) return 0;
+  c->emulated_devices = 0;
+  const char *v = getenv("TG_EMULATED_DEVICES");
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || *end || n < 0 || n > TG_MAX_EMULATED_DEVICES)
+    return tg_fail(EINVAL, "TG_EMULATED_DEVICES='%s' is not a number of devices in [0, %d]",
+                   v, TG_MAX_EMULATED_DEVICES);
+  c->emulated_devices = (int)n;
+  return 0;
+}
+
+/* StarPU finds OpenCL devices of type GPU or accelerator only, unless
+ * STARPU_OPENCL_ON_CPUS is set; PoCL's POCL_DEVICES lists the devices it
+ * creates (one "pthread" each).  STARPU_NOPENCL is set too, because StarPU
+ * lets the environment override conf.nopencl.  PoCL would start a pool of
+ * kernel threads per device; we run no OpenCL kernel (the adapter maps
+ * buffers), so one thread each is enough unless the user says otherwise.
+ * The devices' driver threads share the CPU cores with the CPU workers, so
+ * no worker is bound to a core (unless STARPU_WORKERS_NOBIND says so). */
+static int tg_emulated_setup(struct starpu_conf *conf, int n) {
+  conf->nopencl = n;
+  char num[16], devices[8 * TG_MAX_EMULATED_DEVICES + 1] = "";
+  snprintf(num, sizeof num, "%d", n);
+  for (int i = 0; i < n; i++) strcat(devices, i ? " pthread" : "pthread");
+  int rc = setenv("STARPU_NOPENCL", num, 1);
+  if (n > 0 && rc == 0) rc = setenv("STARPU_OPENCL_ON_CPUS", "1", 1);
+  if (n > 0 && rc == 0) rc = setenv("POCL_DEVICES", devices, 1);
+  if (n > 0 && rc == 0) rc = setenv("POCL_MAX_PTHREAD_COUNT", "1", 0);
+  /* more workers than cores is the point here: no binding warnings */
+  if (n > 0 && rc == 0) rc = setenv("STARPU_WORKERS_NOBIND", "1", 0);
+  if (rc != 0) return tg_fail(errno, "setenv for the emulated devices: %s", strerror(errno));
+  return 0;
+}
+
+/* After starpu_init: did the devices appear, each with its own node? */
+static int tg_emulated_check(int n) {
+  if (n == 0) return 0;
+  int got = tg_nopencl_workers();
+  if (got != n)
+    return tg_fail(ENODEV,
+                   "%d emulated device%s asked, StarPU started %d OpenCL worker%s: the "
+                   "emulated accelerators need PoCL's CPU device (Debian: apt-get install "
+                   "pocl-opencl-icd; check with clinfo -l)",
+                   n, n == 1 ? "" : "s", got, got == 1 ? "" : "s");
+  int nodes = (int)starpu_memory_nodes_get_count();
+  if (nodes < n + 1)
+    return tg_fail(ENODEV, "%d emulated devices but %d memory nodes", n, nodes);
   return 0;
 }
 
@@ -103,8 +160,12 @@ int tg_init(const tg_runtime_config *cfg) {
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
-  /* taskgrad's tensors and codelets use neither OpenCL nor MIC */
-  conf.nopencl = 0;
+  /* OpenCL only for the emulated accelerators */
+  TG_TRY(tg_emulated_devices(&c));
+  TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
+  if (c.ncpus == 0 && c.emulated_devices == 0 && c.ncuda <= 0)
+    return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
+                           "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
 
   openblas_set_num_threads(1);
   int rc = c.mpi ? tg_dist_start(&conf) : starpu_init(&conf);
@@ -118,6 +179,10 @@ int tg_init(const tg_runtime_config *cfg) {
   if (rc != 0)
     return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
   tg_started = 1;
+  if (tg_emulated_check(c.emulated_devices) < 0) {
+    tg_shutdown();
+    return -ENODEV;
+  }
   tg_dist_set_deterministic(c.deterministic);
   tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
@@ -165,6 +230,13 @@ int tg_priority(int rank, int nranks) {
 }
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
+int tg_nopencl_workers(void) {
+#ifdef STARPU_USE_OPENCL
+  return (int)starpu_opencl_worker_get_count();
+#else
+  return 0;
+#endif
+}
 int tg_ncuda_workers(void) {
 #ifdef TG_HAVE_CUDA
   return (int)starpu_cuda_worker_get_count();
