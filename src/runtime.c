@@ -10,7 +10,9 @@
 #include <stdlib.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <starpu.h>
 #ifdef TG_HAVE_CUDA
@@ -108,6 +110,36 @@ static int tg_emulated_setup(struct starpu_conf *conf, int n) {
   return 0;
 }
 
+/* A device memory limit in the environment: STARPU_LIMIT_OPENCL_MEM,
+ * STARPU_LIMIT_CUDA_MEM or a per-device STARPU_LIMIT_{OPENCL,CUDA}_<n>_MEM. */
+extern char **environ;
+static int tg_device_limit_set(void) {
+  for (char **e = environ; *e; e++)
+    if (!strncmp(*e, "STARPU_LIMIT_OPENCL_", 20) || !strncmp(*e, "STARPU_LIMIT_CUDA_", 18))
+      return 1;
+  return 0;
+}
+
+/* StarPU 1.3 can spin for good allocating device memory under a limit too
+ * small for the graph (src/device_memory.c refuses the cases we know).  As
+ * a last resort, under a device memory limit StarPU's watchdog (default 10
+ * s without a finished task while tasks are pending; STARPU_WATCHDOG_TIMEOUT
+ * in us overrides) ends the process with a message instead of a hang.
+ * _exit: the stuck workers hold StarPU's locks, so exit handlers could
+ * block. */
+static void tg_watchdog_fired(void *arg) {
+  (void)arg;
+  const char *t = getenv("STARPU_WATCHDOG_TIMEOUT");
+  fprintf(stderr,
+          "taskgrad: error: no task finished for %.1f s under a device memory limit "
+          "(STARPU_LIMIT_OPENCL_MEM / STARPU_LIMIT_CUDA_MEM): StarPU 1.3 is stuck "
+          "allocating device memory; raise the limit (or STARPU_WATCHDOG_TIMEOUT, in "
+          "microseconds, if tasks really run that long)\n",
+          t ? atof(t) / 1e6 : 0.0);
+  fflush(stderr);
+  _exit(2);
+}
+
 /* After starpu_init: did the devices appear, each with its own node? */
 static int tg_emulated_check(int n) {
   if (n == 0) return 0;
@@ -167,6 +199,10 @@ int tg_init(const tg_runtime_config *cfg) {
     return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
                            "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
 
+  int device_limit = tg_device_limit_set();
+  if (device_limit && setenv("STARPU_WATCHDOG_TIMEOUT", "10000000", 0) != 0)
+    return tg_fail(errno, "setenv STARPU_WATCHDOG_TIMEOUT: %s", strerror(errno));
+
   openblas_set_num_threads(1);
   int rc = c.mpi ? tg_dist_start(&conf) : starpu_init(&conf);
   if (saved_sched) {
@@ -179,6 +215,7 @@ int tg_init(const tg_runtime_config *cfg) {
   if (rc != 0)
     return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
   tg_started = 1;
+  if (device_limit) starpu_task_watchdog_set_hook(tg_watchdog_fired, NULL);
   if (tg_emulated_check(c.emulated_devices) < 0) {
     tg_shutdown();
     return -ENODEV;
