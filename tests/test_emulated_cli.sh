@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Emulated accelerators from the command line:
+#  - --emulated-devices and TG_EMULATED_DEVICES: bad values, --ncpus 0
+#    without devices and an OpenCL loader that finds no PoCL are refused
+#    with exit status 2 and one message; bench mlp and bench gpt take them;
+#  - eviction: deterministic MLP under STARPU_LIMIT_OPENCL_MEM below its
+#    working set (5 MiB per device; the step touches ~13 MiB): --stats counts
+#    evictions and bytes moved, and the parameters are bitwise equal to the
+#    CPU-only run, under dmdar, lws and tg-memaware; the same limit with
+#    StarPU reductions, and a limit too small for two tasks, are refused
+#    (exit 2) before StarPU could spin on them (src/device_memory.c);
+#  - --trace records the evictions and the loader's prefetched batches;
+#  - resume: GPT 3 + 3 steps through a checkpoint on 2 devices equals 6
+#    steps in one run, bitwise;
+#  - MPI: 2 ranks with one emulated device each, --deterministic, equal one
+#    process bitwise (skipped without mpirun or StarPU-MPI).
+# SKIP (77) when no PoCL device can be started.
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
+export STARPU_NCUDA=0
+unset TG_EMULATED_DEVICES STARPU_LIMIT_OPENCL_MEM
+
+small=(--batch 8 --hidden 8 --steps 1 --warmup 0)
+# expect_fail runs $tg: a time limit around it for the runs that could hang
+printf '#!/bin/sh\nexec timeout 120 "%s" "$@"\n' "$tg" >"$work/tg-limited"
+chmod +x "$work/tg-limited"
+tg_plain=$tg
+if ! "$tg" bench mlp "${small[@]}" --emulated-devices 1 >"$work/probe.out" 2>"$work/probe.err"; then
+  grep -q "pocl-opencl-icd" "$work/probe.err" && { echo "SKIP: $(cat "$work/probe.err")"; exit 77; }
+  echo "FAIL: probe run: $(cat "$work/probe.err")"
+  exit 1
+fi
+ok "bench mlp --emulated-devices 1"
+
+# ---- flags ----------------------------------------------------------------
+expect_fail "--emulated-devices 9" "emulated-devices: 9 is out of range" \
+  bench mlp "${small[@]}" --emulated-devices 9
+expect_fail "--emulated-devices x" "'x' is not an integer" bench mlp "${small[@]}" --emulated-devices x
+TG_EMULATED_DEVICES=two expect_fail "TG_EMULATED_DEVICES=two" "TG_EMULATED_DEVICES='two'" \
+  bench mlp "${small[@]}"
+expect_fail "--ncpus 0 without devices" "--ncpus 0 needs --emulated-devices" \
+  bench mlp "${small[@]}" --ncpus 0
+# an ICD loader that finds no platform: as on a machine without PoCL
+mkdir -p "$work/no-icd"
+OCL_ICD_VENDORS="$work/no-icd" expect_fail "no OpenCL platform" "pocl-opencl-icd" \
+  bench mlp "${small[@]}" --emulated-devices 2
+if TG_EMULATED_DEVICES=2 "$tg" bench mlp "${small[@]}" --ncpus 0 >"$work/out" 2>"$work/err"; then
+  ok "TG_EMULATED_DEVICES=2 with --ncpus 0"
+else
+  bad "TG_EMULATED_DEVICES=2 --ncpus 0: $(tail -2 "$work/err")"
+fi
+
+"$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
+  --out "$work/g.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
+"$py" - "$work" <<'PY'
+import struct, sys
+toks = [(i * 5 + i // 11) % 59 for i in range(4000)]
+with open(f"{sys.argv[1]}/tokens.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack(f"<{len(toks)}H", *toks))
+PY
+if "$tg" bench gpt --init-from "$work/g.bin" --batch 2 --seq 16 --steps 2 --warmup 0 \
+     --emulated-devices 2 --ncpus 0 --stats >"$work/out" 2>&1 &&
+   grep -q "2 emulated workers" "$work/out" && grep -Eq "NUMA 0 +-> OpenCL 1" "$work/out"; then
+  ok "bench gpt --emulated-devices 2 --ncpus 0: data moved to both devices"
+else
+  bad "bench gpt --emulated-devices 2: $(grep -E 'taskgrad|bench gpt' "$work/out" | head -3)"
+fi
+
+# ---- eviction ---------------------------------------------------------------
+mlp=(train mlp --steps 3 --batch 64 --micro-batches 2 --hidden 128,64 --epochs 1 --deterministic)
+"$tg" "${mlp[@]}" --ncpus 2 --save "$work/cpu.st" >/dev/null 2>"$work/err" ||
+  bad "CPU-only MLP: $(tail -2 "$work/err")"
+for s in dmdar lws tg-memaware; do
+  STARPU_LIMIT_OPENCL_MEM=5 timeout 120 "$tg" "${mlp[@]}" --sched $s --emulated-devices 3 \
+    --ncpus 0 --stats --trace "$work/t.json" --save "$work/lim.st" >"$work/out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    ev=$(sed -nE 's/^evictions: +([0-9]+) .*/\1/p' "$work/out")
+    moved=$(sed -nE 's/^bytes moved: +([0-9]+) .*/\1/p' "$work/out")
+    if [ "${ev:-0}" -gt 0 ] && [ "${moved:-0}" -gt 0 ] && cmp -s "$work/cpu.st" "$work/lim.st"; then
+      ok "$s, 3 devices limited to 5 MiB: $ev evictions, $moved bytes moved, parameters bitwise equal"
+    else
+      bad "$s under the limit: evictions '${ev}', bytes '${moved}', parameters $(cmp -s "$work/cpu.st" "$work/lim.st" && echo equal || echo differ)"
+    fi
+    if grep -Eq '"evictions":[1-9][0-9]*,"prefetched_batches":[1-9]' "$work/t.json"; then
+      ok "$s: the trace records evictions and prefetched batches"
+    else
+      bad "$s: trace totals: $(grep -o '"transfer totals".*' "$work/t.json")"
+    fi
+  else
+    bad "$s under STARPU_LIMIT_OPENCL_MEM=5: exit status $rc ($(grep 'taskgrad: ' "$work/out" | head -2))"
+  fi
+done
+tg=$work/tg-limited
+STARPU_LIMIT_OPENCL_MEM=5 expect_fail "StarPU reductions under a 5 MiB device limit" \
+  "STARPU_REDUX.*--deterministic" train mlp --steps 3 --batch 64 --hidden 128,64 --epochs 1 \
+  --emulated-devices 3 --ncpus 0
+STARPU_LIMIT_OPENCL_MEM=2 expect_fail "a device limit below two tasks" \
+  "two tasks need .* MiB at once" "${mlp[@]}" --emulated-devices 2 --ncpus 0
+tg=$tg_plain
+
+# ---- resume ---------------------------------------------------------------
+gpt=(--data "$work/tokens.bin" --batch 4 --seq 16 --micro-batches 2 --deterministic
+     --emulated-devices 2 --ncpus 0 --sched dmdas)
+losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
+if "$tg" train gpt --init-from "$work/g.bin" "${gpt[@]}" --steps 6 --save "$work/full.bin" \
+     >"$work/full.out" 2>"$work/err" &&
+   "$tg" train gpt --init-from "$work/g.bin" "${gpt[@]}" --steps 3 --checkpoint "$work/ck" \
+     >"$work/a.out" 2>>"$work/err" &&
+   "$tg" train gpt --resume "$work/ck" "${gpt[@]}" --steps 6 --save "$work/resumed.bin" \
+     >"$work/b.out" 2>>"$work/err"; then
+  losses "$work/full.out" >"$work/l1"
+  losses "$work/a.out" "$work/b.out" >"$work/l2"
+  if [ "$(wc -l <"$work/l1")" -eq 6 ] && cmp -s "$work/l1" "$work/l2" &&
+     cmp -s "$work/full.bin" "$work/resumed.bin"; then
+    ok "resume on 2 devices: 3 + 3 resumed steps = 6 steps, losses and model bitwise"
+  else
+    bad "resume on 2 devices differs: $(diff "$work/l1" "$work/l2" | head -3 | tr '\n' ' ')"
+  fi
+else
+  bad "resume runs failed: $(grep 'taskgrad: error' "$work/err" | head -2)"
+fi
+
+# ---- MPI --------------------------------------------------------------------
+if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  m=(train mlp --steps 3 --batch 64 --micro-batches 2 --hidden 32,16 --epochs 1 --deterministic)
+  if "$tg" "${m[@]}" --ncpus 1 --save "$work/one.st" >/dev/null 2>"$work/err" &&
+     timeout 300 mpirun -np 2 --bind-to none "$tg" "${m[@]}" --emulated-devices 1 --ncpus 0 \
+       --save "$work/two.st" >/dev/null 2>"$work/err" &&
+     cmp -s "$work/one.st" "$work/two.st"; then
+    ok "MPI: 2 ranks with one emulated device each = 1 process, bitwise"
+  else
+    bad "MPI with emulated devices: $(grep 'error' "$work/err" | head -2)"
+  fi
+else
+  echo "skip MPI: no mpirun or no StarPU-MPI"
+fi
+finish test_emulated_cli
