@@ -24,11 +24,8 @@ small=(--batch 8 --hidden 8 --steps 1 --warmup 0)
 printf '#!/bin/sh\nexec timeout 120 "%s" "$@"\n' "$tg" >"$work/tg-limited"
 chmod +x "$work/tg-limited"
 tg_plain=$tg
-if ! "$tg" bench mlp "${small[@]}" --emulated-devices 1 >"$work/probe.out" 2>"$work/probe.err"; then
-  grep -q "pocl-opencl-icd" "$work/probe.err" && { echo "SKIP: $(cat "$work/probe.err")"; exit 77; }
-  echo "FAIL: probe run: $(cat "$work/probe.err")"
-  exit 1
-fi
+. "$TG_SOURCE_DIR/tests/emulated_testlib.sh"
+emulated_probe
 ok "bench mlp --emulated-devices 1"
 
 # ---- flags ----------------------------------------------------------------
@@ -49,15 +46,7 @@ else
   bad "TG_EMULATED_DEVICES=2 --ncpus 0: $(tail -2 "$work/err")"
 fi
 
-"$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
-  --out "$work/g.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
-"$py" - "$work" <<'PY'
-import struct, sys
-toks = [(i * 5 + i // 11) % 59 for i in range(4000)]
-with open(f"{sys.argv[1]}/tokens.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+gpt_fixture
 if "$tg" bench gpt --init-from "$work/g.bin" --batch 2 --seq 16 --steps 2 --warmup 0 \
      --emulated-devices 2 --ncpus 0 --stats >"$work/out" 2>&1 &&
    grep -q "2 emulated workers" "$work/out" && grep -Eq "NUMA 0 +-> OpenCL 1" "$work/out"; then

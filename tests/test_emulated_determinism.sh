@@ -16,26 +16,9 @@
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 export STARPU_NCUDA=0
 
-# a probe: PoCL and OpenCL present?
-if ! "$tg" bench mlp --batch 8 --hidden 8 --steps 1 --warmup 0 --emulated-devices 1 \
-     >"$work/probe.out" 2>"$work/probe.err"; then
-  if grep -q "pocl-opencl-icd" "$work/probe.err"; then
-    echo "SKIP: no PoCL OpenCL device: $(cat "$work/probe.err")"
-    exit 77
-  fi
-  echo "FAIL: probe run: $(cat "$work/probe.err")"
-  exit 1
-fi
-
-"$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
-  --out "$work/g.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
-"$py" - "$work" <<'PY'
-import struct, sys
-toks = [(i * 7 + i // 13) % 61 for i in range(4000)]
-with open(f"{sys.argv[1]}/tokens.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+. "$TG_SOURCE_DIR/tests/emulated_testlib.sh"
+emulated_probe
+gpt_fixture
 
 mlp_args=(train mlp --steps 3 --batch 64 --micro-batches 2 --hidden 32,16 --epochs 1)
 gpt_args=(train gpt --init-from "$work/g.bin" --data "$work/tokens.bin" --batch 4 --seq 16
