@@ -67,6 +67,16 @@ sys.exit(0 if rel <= 1e-6 and lrel <= 1e-6 else 1)
 PY
 }
 
+# used_devices TAG: the --stats table of run TAG shows tasks on an emulated
+# device (a policy could leave the devices idle next to CPU workers, and the
+# comparison would then test nothing)
+used_devices() {
+  local n=$(awk '/^OpenCL/ && $(NF-4) > 0 {n++} END {print n+0}' "$work/$1.err")
+  [ "$n" -gt 0 ] && return 0
+  bad "$1: no task ran on an emulated device"
+  return 1
+}
+
 scheds=(eager lws dmda dmdas tg-critpath tg-memaware)
 for model in mlp gpt; do
   run $model ${model}_cpu --deterministic --ncpus 2 || continue
@@ -78,7 +88,9 @@ for model in mlp gpt; do
       dev=$((i % 3 + 1))
       i=$((i + 1))
       tag=${model}_${s}_d${dev}_c${cpus}
-      run $model $tag --deterministic --sched $s --emulated-devices $dev --ncpus $cpus || continue
+      run $model $tag --deterministic --sched $s --emulated-devices $dev --ncpus $cpus --stats ||
+        continue
+      used_devices $tag || continue
       if cmp -s "$work/${model}_cpu.num" "$work/$tag.num" &&
          cmp -s "$work/${model}_cpu.par" "$work/$tag.par"; then
         ok "$tag: losses and parameters bitwise equal to the CPU-only run"
@@ -97,7 +109,8 @@ for model in mlp gpt; do
   for cfg in "dmdas 2 0" "lws 3 0" "eager 3 2"; do
     set -- $cfg
     tag=${model}_redux_$1_d$2_c$3
-    run $model $tag --sched $1 --emulated-devices $2 --ncpus $3 || continue
+    run $model $tag --sched $1 --emulated-devices $2 --ncpus $3 --stats || continue
+    used_devices $tag || continue
     if msg=$(close ${model}_redux_cpu $tag $fmt); then
       ok "$tag: StarPU reductions within 1e-6 of the CPU-only run ($msg)"
     else
