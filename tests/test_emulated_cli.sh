@@ -20,10 +20,6 @@ export STARPU_NCUDA=0
 unset TG_EMULATED_DEVICES STARPU_LIMIT_OPENCL_MEM
 
 small=(--batch 8 --hidden 8 --steps 1 --warmup 0)
-# expect_fail runs $tg: a time limit around it for the runs that could hang
-printf '#!/bin/sh\nexec timeout 120 "%s" "$@"\n' "$tg" >"$work/tg-limited"
-chmod +x "$work/tg-limited"
-tg_plain=$tg
 . "$TG_SOURCE_DIR/tests/emulated_testlib.sh"
 emulated_probe
 ok "bench mlp --emulated-devices 1"
@@ -80,13 +76,29 @@ for s in dmdar lws tg-memaware; do
     bad "$s under STARPU_LIMIT_OPENCL_MEM=5: exit status $rc ($(grep 'taskgrad: ' "$work/out" | head -2))"
   fi
 done
-tg=$work/tg-limited
-STARPU_LIMIT_OPENCL_MEM=5 expect_fail "StarPU reductions under a 5 MiB device limit" \
+# These refusals come at the first task that does not fit, in the middle of
+# building a step: the step's temporaries registered before it are not
+# unwound (the process ends), so under the sanitizers LeakSanitizer reports
+# them at exit and the status is ASan's 23 instead of 2 (the message is
+# checked all the same).
+expect_refusal() {
+  local what=$1 pattern=$2
+  shift 2
+  timeout 120 "$tg" "$@" >"$work/out" 2>"$work/err"
+  local rc=$? want=2
+  [ -n "${TG_SANITIZE:-}" ] && [ $rc -eq 23 ] && want=23
+  if [ $rc -eq $want ] && grep -Eq -e "$pattern" "$work/err" &&
+     [ "$(grep -c 'taskgrad: error: ' "$work/err")" -eq 1 ]; then
+    ok "$what: $(grep 'taskgrad: error: ' "$work/err")"
+  else
+    bad "$what: exit status $rc, $(grep -E 'taskgrad: error|ERROR' "$work/err" | head -2)"
+  fi
+}
+STARPU_LIMIT_OPENCL_MEM=5 expect_refusal "StarPU reductions under a 5 MiB device limit" \
   "STARPU_REDUX.*--deterministic" train mlp --steps 3 --batch 64 --hidden 128,64 --epochs 1 \
   --emulated-devices 3 --ncpus 0
-STARPU_LIMIT_OPENCL_MEM=2 expect_fail "a device limit below two tasks" \
+STARPU_LIMIT_OPENCL_MEM=2 expect_refusal "a device limit below two tasks" \
   "two tasks need .* MiB at once" "${mlp[@]}" --emulated-devices 2 --ncpus 0
-tg=$tg_plain
 
 # ---- resume ---------------------------------------------------------------
 gpt=(--data "$work/tokens.bin" --batch 4 --seq 16 --micro-batches 2 --deterministic
