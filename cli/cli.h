@@ -6,9 +6,11 @@
 #ifndef TASKGRAD_CLI_H
 #define TASKGRAD_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdnoreturn.h>
 
+#include "taskgrad/checkpoint.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/runtime.h"
@@ -132,6 +134,19 @@ void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
   "  --loss-scale S       initial dynamic loss scale (fp16: on by default,\n"   \
   "                       65536; bf16: only when given)\n"                      \
   "  --loss-scale-window N  clean steps before the scale doubles (2000)\n"
+
+/* Checkpoints (cli/checkpoint_cli.c): tg_cli_checkpoint_dir creates the
+ * --checkpoint directory and its parents if missing and requires that it
+ * can be written, or exits 2; tg_cli_catch_signals (after tg_init, whose
+ * StarPU handlers would end the process) makes SIGINT/SIGTERM set
+ * tg_cli_signal, for the training loop to stop after the current step. */
+extern volatile sig_atomic_t tg_cli_signal;
+void tg_cli_catch_signals(void);
+void tg_cli_checkpoint_dir(const char *dir);
+/* The loss scaler as a checkpoint stores it (scale 1, the rest 0 when off),
+ * and back into a scaler (nothing when off or saved without scaling). */
+tg_loss_scaler_state tg_cli_scaler_state(const tg_loss_scaler *s);
+void tg_cli_scaler_restore(tg_loss_scaler *s, const tg_loss_scaler_state *st);
 
 int tg_cmd_train_mlp(int argc, char **argv);
 int tg_cmd_bench_mlp(int argc, char **argv);

@@ -71,10 +71,13 @@ static void gpt_usage(void) {
        "                       the end and on SIGINT/SIGTERM; DIR is created\n"
        "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
        "                       end and on a signal)\n"
-       "  --resume DIR         continue the run saved in DIR/checkpoint.bin (instead\n"
-       "                       of --init-from): model, AdamW state and step, data\n"
-       "                       position, order and seed; --steps counts the whole\n"
-       "                       run, so it stops where an uninterrupted run would\n"
+       "  --resume DIR         continue the run saved in DIR/checkpoint.bin: model,\n"
+       "                       AdamW state and step, data position, order and seed;\n"
+       "                       --steps counts the whole run, so it stops where an\n"
+       "                       uninterrupted run would.  With --init-from FILE too,\n"
+       "                       one command line serves the first run and every\n"
+       "                       restart: no checkpoint in DIR yet starts from FILE,\n"
+       "                       and a checkpoint must match FILE's model shape\n"
        "  --sample N           print N generated tokens (as bytes) at the end\n"
        "  --temperature X      sampling temperature (default 1; 0.7 in the\n"
        "                       demonstration)\n"
@@ -174,9 +177,6 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
     tg_cli_die("--attn-splits %d does not divide the %d sequences of a micro-batch",
                o->attn_splits, o->B / o->micro);
-  if (o->init_from && o->resume)
-    tg_cli_die("give --init-from or --resume, not both (a resumed run's model is the "
-               "checkpoint's)");
   if (!(o->init_from || o->resume) != !o->data)
     tg_cli_die("give both --init-from and --data (or --resume and --data, or neither, for the "
                "KJV demonstration)");
@@ -205,28 +205,6 @@ static void need_file(const char *flag, const char *path) {
     tg_cli_die("%s: '%s' is not a readable file", flag, path);
 }
 
-/* Creates the checkpoint directory (and its parents) if missing, and
- * requires that we can write into it, before any training. */
-static void need_checkpoint_dir(const char *dir) {
-  char buf[4096];
-  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-    tg_cli_die("--checkpoint: path too long");
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-    tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
-  struct stat st;
-  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-    tg_cli_die("--checkpoint: '%s' is not a directory", dir);
-  if (access(buf, W_OK | X_OK) != 0)
-    tg_cli_die("--checkpoint: cannot write into directory '%s'", dir);
-}
-
 /* FNV-1a over the parameters' bytes: equal on every rank when the replicas
  * are bitwise identical. */
 static uint64_t params_checksum(tg_gpt *g, const tg_gpt_config *cfg) {
@@ -239,19 +217,6 @@ static uint64_t params_checksum(tg_gpt *g, const tg_gpt_config *cfg) {
   for (size_t i = 0; i < n * sizeof *p; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
   free(p);
   return h;
-}
-
-static volatile sig_atomic_t got_signal = 0;
-static void on_signal(int sig) { got_signal = sig; }
-
-static void catch_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
 }
 
 /* Writes the training state after `batches` training batches. */
@@ -268,12 +233,7 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   c.data_order = o->shuffled;
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
-  if (g->scaler.enabled) {
-    c.scaler.scale = g->scaler.scale;
-    c.scaler.window = g->scaler.window;
-    c.scaler.clean_steps = g->scaler.clean;
-    c.scaler.skipped_steps = g->scaler.skipped;
-  }
+  c.scaler = tg_cli_scaler_state(&g->scaler);
   if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
   tg_checkpoint_free(&c);
 }
@@ -358,6 +318,33 @@ static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
   o->val = val;
 }
 
+/* --resume DIR: 1 when DIR holds a checkpoint to continue from; 0 when it
+ * holds none yet and --init-from names the start (a requeued job's first
+ * run); exits 2 otherwise. */
+static int resume_from_checkpoint(const gpt_opts *o) {
+  int have = tg_checkpoint_exists(o->resume);
+  if (have < 0) tg_cli_die_last("--resume");
+  if (!have && !o->init_from)
+    tg_cli_die("--resume %s: no checkpoint there yet; give --init-from FILE too, to start "
+               "the run from FILE when there is none", o->resume);
+  return have;
+}
+
+/* A checkpoint continues the run that --init-from started: same model. */
+static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
+  need_file("--init-from", init_from);
+  tg_gpt_config cfg;
+  float *params = NULL;
+  if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
+  free(params);
+  if (memcmp(&cfg, ck, sizeof cfg))
+    tg_cli_die("--init-from %s (L=%d C=%d NH=%d V=%d Vp=%d T=%d) is not the model of the "
+               "checkpoint in the --resume directory (L=%d C=%d NH=%d V=%d Vp=%d T=%d)",
+               init_from, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
+               cfg.padded_vocab_size, cfg.max_seq_len, ck->num_layers, ck->channels,
+               ck->num_heads, ck->vocab_size, ck->padded_vocab_size, ck->max_seq_len);
+}
+
 int tg_cmd_train_gpt(int argc, char **argv) {
   gpt_opts o;
   parse(argc, argv, &o);
@@ -369,6 +356,12 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   tg_checkpoint ck;
   int have_ck = 0;
   memset(&ck, 0, sizeof ck);
+  if (o.resume && !resume_from_checkpoint(&o)) {
+    /* the first run of a requeued job: nothing saved yet */
+    fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from %s\n", o.resume,
+            o.init_from);
+    o.resume = NULL;
+  }
   if (o.demo) {
     demo_prepare(&o, train_path, val_path, sizeof train_path);
     cfg = (tg_gpt_config){256, 256, 4, 4, 128, 256};
@@ -384,6 +377,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (tg_checkpoint_load(o.resume, &ck) < 0) tg_cli_die_last("--resume");
     have_ck = 1;
     cfg = ck.cfg;
+    if (o.init_from) check_same_model(o.init_from, &cfg);
     /* the data sequence continues only with the same shape, order and seed */
     if (o.shape_given[0] && o.B != ck.B)
       tg_cli_die("--batch %d disagrees with the checkpoint's %d", o.B, ck.B);
@@ -411,7 +405,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
     if (tg_llmc_model_read(o.init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
   }
   if (o.save) tg_cli_check_output("--save", o.save);
-  if (o.checkpoint) need_checkpoint_dir(o.checkpoint);
+  if (o.checkpoint) tg_cli_checkpoint_dir(o.checkpoint);
   if (o.T > cfg.max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o.T, cfg.max_seq_len);
   uint16_t *tokens = NULL, *vtokens = NULL;
@@ -460,12 +454,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
       tg_cli_die_last("--resume");
     start = (int)ck.step;
     start_batch = ck.batches;
-    if (g.scaler.enabled && ck.scaler.window > 0) {
-      /* the resumed run continues with the scale the interrupted one had */
-      g.scaler.scale = ck.scaler.scale;
-      g.scaler.clean = (int)ck.scaler.clean_steps;
-      g.scaler.skipped = (long)ck.scaler.skipped_steps;
-    }
+    tg_cli_scaler_restore(&g.scaler, &ck.scaler);
     tg_checkpoint_free(&ck);
     if (root)
       fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
@@ -501,7 +490,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   }
   double tokens_per_step = (double)o.B * o.T, t_all = tg_cli_now(), last_loss = 0;
   /* after StarPU's own handlers (tg_init), which would end the process */
-  catch_signals();
+  tg_cli_catch_signals();
   long long batches = start_batch;
   int step = start, stopped = 0;
   for (; step < o.steps; step++) {
@@ -534,12 +523,12 @@ int tg_cmd_train_gpt(int argc, char **argv) {
       if (root) printf("step %d val loss %.6f\n", step + 1, v);
     }
     /* ranks get a signal at different moments: they stop after the same step */
-    if (R > 1 && !tg_dist_all_ok(!got_signal) && !got_signal) got_signal = SIGTERM;
+    if (R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
     if (root && o.checkpoint && o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 &&
-        step + 1 < o.steps && !got_signal)
+        step + 1 < o.steps && !tg_cli_signal)
       save_checkpoint(&g, &o, batches);
-    if (got_signal) {
-      stopped = got_signal;
+    if (tg_cli_signal) {
+      stopped = tg_cli_signal;
       step++;
       break;
     }

@@ -6,13 +6,22 @@
  * of the steps, and each step is submitted as one task graph.  The host waits
  * on the graph only when the progress display reads the running loss (a few
  * dozen times per epoch) and for the evaluation at the end of each epoch.
+ *
+ * Checkpoints (--checkpoint, --resume) hold the parameters, the optimizer
+ * state and step, the loss scaler, the data position and the running
+ * epoch's metric sums (src/mlp_checkpoint.c), so that a resumed run draws
+ * the same shuffled batches from the same place and prints the same epoch
+ * figures as an uninterrupted one.  The loop is therefore driven by the
+ * run's step number s (batch s % bpe of epoch s / bpe), not by epochs.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "taskgrad/checkpoint.h"
 #include "taskgrad/data.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/mlp.h"
@@ -29,6 +38,8 @@ typedef struct train_opts {
   const char *data_dir;
   tg_runtime_config rt;
   tg_cli_precision prec;
+  const char *checkpoint, *resume; /* directories */
+  int checkpoint_every;            /* steps; 0: at the end and on a signal */
 } train_opts;
 
 static void train_usage(void) {
@@ -57,6 +68,22 @@ static void train_usage(void) {
        "                       (1..64, at most the narrowest layer, 10 classes\n"
        "                       included), one task per block, so that a layer can\n"
        "                       span several workers or GPUs (default 1: off)\n"
+       "  --checkpoint DIR     write DIR/" TG_MLP_CHECKPOINT_FILE " (parameters,\n"
+       "                       optimizer state, data position, loss scale) every\n"
+       "                       --checkpoint-every steps, at the end and on\n"
+       "                       SIGINT/SIGTERM; DIR is created\n"
+       "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
+       "                       end and on a signal)\n"
+       "  --resume DIR         continue the run saved in DIR; the model, optimizer,\n"
+       "                       precision, tiles, batch and seed must be the\n"
+       "                       checkpoint's; --epochs and --steps count the whole\n"
+       "                       run.  With no checkpoint in DIR yet the run starts\n"
+       "                       from --seed, so one command line serves the first\n"
+       "                       run and every restart\n"
+       "\n"
+       "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
+       "--checkpoint is given, and the exit status is 130/143.  A non-finite\n"
+       "training loss stops the run (exit status 2) without writing a checkpoint.\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
        "(--batch and --micro-batches must be multiples of the number of ranks,\n"
@@ -87,6 +114,8 @@ static void parse(int argc, char **argv, train_opts *o) {
   o->data_dir = TG_FASHION_MNIST_DIR;
   o->rt = tg_runtime_config_default();
   tg_cli_precision_default(&o->prec);
+  o->checkpoint = o->resume = NULL;
+  o->checkpoint_every = 0;
   float lr = -1, wd = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -130,6 +159,12 @@ static void parse(int argc, char **argv, train_opts *o) {
       o->seed = tg_cli_u64(a, tg_cli_value(argc, argv, &i));
     } else if (!strcmp(a, "--data-dir")) {
       o->data_dir = tg_cli_value(argc, argv, &i);
+    } else if (!strcmp(a, "--checkpoint")) {
+      o->checkpoint = tg_cli_value(argc, argv, &i);
+    } else if (!strcmp(a, "--checkpoint-every")) {
+      o->checkpoint_every = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 1 << 30);
+    } else if (!strcmp(a, "--resume")) {
+      o->resume = tg_cli_value(argc, argv, &i);
     } else if (tg_cli_precision_flag(argc, argv, &i, &o->prec)) {
       continue;
     } else if (!tg_cli_runtime_flag(argc, argv, &i, &o->rt)) {
@@ -138,6 +173,10 @@ static void parse(int argc, char **argv, train_opts *o) {
   }
   if (lr > 0) o->opt.lr = lr;
   if (wd >= 0) o->opt.weight_decay = wd;
+  if (o->checkpoint_every && !o->checkpoint)
+    tg_cli_die("--checkpoint-every needs --checkpoint DIR");
+  if ((o->checkpoint && !*o->checkpoint) || (o->resume && !*o->resume))
+    tg_cli_die("--checkpoint and --resume need a directory name");
   if (o->micro > o->batch)
     tg_cli_die("--micro-batches %d is larger than --batch %d", o->micro, o->batch);
   o->model.widths[o->model.nlayers] = 10;
@@ -148,34 +187,25 @@ static void parse(int argc, char **argv, train_opts *o) {
   tg_cli_precision_mlp(&o->prec, &o->model, &o->opt);
 }
 
-/* Runs one pass of the loader's batches (at most *budget when training,
- * which it counts down); training when train != 0. */
-static void run_epoch(tg_mlp *m, tg_loader *ld, int train, tg_progress *bar,
-                      double *loss, double *acc, long *budget) {
-  int nb = tg_loader_batches_per_epoch(ld);
-  if (train && *budget < nb) nb = (int)*budget;
-  if (train) *budget -= nb;
-  int every = nb / 40 > 1 ? nb / 40 : 1;
-  double t0 = tg_cli_now();
-  long samples = 0;
-  tg_mlp_metrics(m, NULL, NULL, 1);
-  for (int k = 0; k < nb; k++) {
+/* One pass over the test set (a fresh loader each time: same order, no
+ * shuffling; every rank the whole set, the parameters being identical).
+ * Leaves the metric accumulators reset. */
+static void evaluate(tg_mlp *m, const tg_dataset *test, const train_opts *o, double *loss,
+                     double *acc) {
+  int eval_batch = test->n < 1000 ? test->n : 1000;
+  tg_loader_config ec = {.batch = eval_batch,
+                         .nmicro = o->micro < eval_batch ? o->micro : eval_batch,
+                         .prefetch = o->prefetch, .nshards = 1};
+  tg_loader *ld = tg_loader_create(test, &ec);
+  if (!ld) tg_cli_die_last("test data loader");
+  if (tg_mlp_metrics(m, NULL, NULL, 1) < 0) tg_cli_die_last("resetting the metrics");
+  for (int k = 0; k < tg_loader_batches_per_epoch(ld); k++) {
     tg_batch b;
-    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("data loader");
-    int rc = train ? tg_mlp_step(m, &b) : tg_mlp_evaluate(m, &b);
-    if (rc < 0) tg_cli_die_last(train ? "training step" : "evaluation");
-    samples += (long)b.rows * (train ? tg_dist_size() : 1);
-    if (bar && ((k + 1) % every == 0 || k + 1 == nb)) {
-      double l, a;
-      if (tg_mlp_metrics(m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
-      char scale[64];
-      tg_cli_precision_status(scale, sizeof scale, &m->scaler);
-      bar->extra = scale;
-      tg_progress_update(bar, k + 1, l, a, samples / (tg_cli_now() - t0));
-      bar->extra = NULL;
-    }
+    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("test data loader");
+    if (tg_mlp_evaluate(m, &b) < 0) tg_cli_die_last("evaluation");
   }
-  if (tg_mlp_metrics(m, loss, acc, 1) < 0) tg_cli_die_last("reading the loss");
+  if (tg_mlp_metrics(m, loss, acc, 1) < 0) tg_cli_die_last("reading the test loss");
+  tg_loader_destroy(ld);
 }
 
 /* FNV-1a over the parameters' bytes: equal on every rank when the replicas
@@ -222,6 +252,122 @@ static void save_params(tg_mlp *m, const char *path) {
   fprintf(stderr, "taskgrad: parameters written to %s\n", path);
 }
 
+/* ---- checkpoints ----------------------------------------------------------- */
+
+/* The run's description as a checkpoint stores it (no arrays). */
+static tg_mlp_checkpoint run_shape(const train_opts *o, int samples) {
+  tg_mlp_checkpoint c = {.nlayers = o->model.nlayers,
+                         .activation = (int)o->model.act,
+                         .optimizer = (int)o->opt.kind,
+                         .precision = (int)o->model.precision,
+                         .tiles = o->model.tiles > 1 ? o->model.tiles : 1,
+                         .batch = o->batch,
+                         .shuffled = 1,
+                         .samples = samples,
+                         .seed = o->seed,
+                         .loss_scaling = o->model.loss_scaling != 0,
+                         .scaler = {.scale = 1.0f}};
+  for (int l = 0; l <= o->model.nlayers; l++) c.widths[l] = o->model.widths[l];
+  return c;
+}
+
+static void list_widths(char *buf, size_t len, const tg_mlp_checkpoint *c) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int l = 0; l <= c->nlayers && n < len; l++)
+    n += (size_t)snprintf(buf + n, len - n, l ? ",%d" : "%d", c->widths[l]);
+}
+
+/* A checkpoint continues only the run these flags describe: exits 2 naming
+ * the first difference. */
+static void check_same_run(const tg_mlp_checkpoint *ck, const tg_mlp_checkpoint *run,
+                           const char *dir) {
+  char a[256], b[256];
+  list_widths(a, sizeof a, run);
+  list_widths(b, sizeof b, ck);
+  if (strcmp(a, b))
+    tg_cli_die("--resume %s: layer widths %s (--hidden and the data's features) differ from "
+               "the checkpoint's %s", dir, a, b);
+  static const char *const acts[] = {"relu", "gelu"}, *const opts[] = {"adamw", "sgd"};
+  struct {
+    const char *flag;
+    long long run, ck;
+    const char *const *names;
+  } f[] = {
+      {"--activation", run->activation, ck->activation, acts},
+      {"--optimizer", run->optimizer, ck->optimizer, opts},
+      {"--precision", run->precision, ck->precision, NULL},
+      {"--loss-scale (loss scaling on or off)", run->loss_scaling, ck->loss_scaling, NULL},
+      {"--tiles", run->tiles, ck->tiles, NULL},
+      {"--batch", run->batch, ck->batch, NULL},
+      {"--seed", (long long)run->seed, (long long)ck->seed, NULL},
+      {"shuffling", run->shuffled, ck->shuffled, NULL},
+      {"training samples (--data-dir)", run->samples, ck->samples, NULL},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (f[i].run == f[i].ck) continue;
+    if (f[i].names && f[i].ck >= 0 && f[i].ck < 2)
+      tg_cli_die("--resume %s: %s %s differs from the checkpoint's %s", dir, f[i].flag,
+                 f[i].names[f[i].run], f[i].names[f[i].ck]);
+    if (!strcmp(f[i].flag, "--precision"))
+      tg_cli_die("--resume %s: --precision %s differs from the checkpoint's %s", dir,
+                 tg_precision_name((tg_precision)f[i].run),
+                 tg_precision_name((tg_precision)f[i].ck));
+    tg_cli_die("--resume %s: %s %lld differs from the checkpoint's %lld", dir, f[i].flag,
+               f[i].run, f[i].ck);
+  }
+}
+
+/* Writes the state after `batches` training steps, unless the running
+ * epoch's loss is not finite (the last good checkpoint stays). */
+static void save_checkpoint(tg_mlp *m, const train_opts *o, const tg_mlp_checkpoint *shape,
+                            long long batches) {
+  tg_mlp_checkpoint c = *shape;
+  if (tg_mlp_read_metric_sums(m, &c.loss_sum, &c.correct_sum) < 0)
+    tg_cli_die_last("--checkpoint");
+  if (!isfinite(c.loss_sum)) {
+    fprintf(stderr, "taskgrad: error: the training loss is not finite at step %lld; the last "
+            "checkpoint in %s is kept\n", batches, o->checkpoint);
+    tg_dist_abort(TG_EXIT_USAGE);
+  }
+  if (tg_mlp_checkpoint_alloc(&c) < 0) tg_cli_die_last("--checkpoint");
+  if (tg_mlp_read_state(m, c.params, c.state1, c.state2) < 0) tg_cli_die_last("--checkpoint");
+  c.step = m->step;
+  c.batches = batches;
+  c.metric_batches = m->metric_batches;
+  c.metric_samples = m->metric_samples;
+  c.scaler = tg_cli_scaler_state(&m->scaler);
+  if (tg_mlp_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
+  tg_mlp_checkpoint_free(&c);
+}
+
+/* Puts a loaded checkpoint's state into the freshly created model. */
+static void restore(tg_mlp *m, tg_mlp_checkpoint *ck) {
+  if (ck->step > INT32_MAX) tg_cli_die("--resume: optimizer step %lld too large", ck->step);
+  if (tg_mlp_write_state(m, ck->params, ck->state1, ck->state2, (int)ck->step) < 0 ||
+      tg_mlp_write_metric_sums(m, ck->loss_sum, ck->correct_sum, ck->metric_batches,
+                               ck->metric_samples) < 0)
+    tg_cli_die_last("--resume");
+  tg_cli_scaler_restore(&m->scaler, &ck->scaler);
+}
+
+/* --resume DIR: loads the checkpoint into *ck and returns 1, or returns 0
+ * (saying so) when DIR holds none yet: a requeued job's first run. */
+static int resume_checkpoint(const train_opts *o, const tg_mlp_checkpoint *run,
+                             tg_mlp_checkpoint *ck) {
+  int have = tg_mlp_checkpoint_exists(o->resume);
+  if (have < 0) tg_cli_die_last("--resume");
+  if (!have) {
+    if (tg_cli_is_root())
+      fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from --seed %llu\n",
+              o->resume, (unsigned long long)o->seed);
+    return 0;
+  }
+  if (tg_mlp_checkpoint_load(o->resume, ck) < 0) tg_cli_die_last("--resume");
+  check_same_run(ck, run, o->resume);
+  return 1;
+}
+
 int tg_cmd_train_mlp(int argc, char **argv) {
   train_opts o;
   parse(argc, argv, &o);
@@ -238,6 +384,10 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   if (o.batch > train.n)
     tg_cli_die("--batch %d is larger than the %d training samples", o.batch, train.n);
   o.model.widths[0] = train.features;
+  if (o.checkpoint) tg_cli_checkpoint_dir(o.checkpoint);
+  /* the checkpoint, and whether it continues this run, before any work */
+  tg_mlp_checkpoint shape = run_shape(&o, train.n), ck = {0};
+  int have_ck = o.resume && resume_checkpoint(&o, &shape, &ck);
 
   if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
   int R = tg_dist_size(), root = tg_cli_is_root();
@@ -246,6 +396,24 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   if (o.batch % R || o.micro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
                o.batch, o.micro, R);
+  /* the loader starts at the checkpoint's batch of its epoch's permutation */
+  tg_loader_config lc = {.batch = o.batch, .nmicro = o.micro / R, .prefetch = o.prefetch,
+                         .shuffle = 1, .seed = o.seed, .shard = tg_dist_rank(), .nshards = R,
+                         .start_batch = have_ck ? ck.batches : 0};
+  tg_loader *ld = tg_loader_create(&train, &lc);
+  if (!ld) tg_cli_die_last("training data loader");
+  const int bpe = tg_loader_batches_per_epoch(ld);
+  shape.batches_per_epoch = bpe;
+  /* with the same data and batch, only the number of MPI ranks can change
+   * the epoch's length (a last partial batch they cannot share is dropped) */
+  if (have_ck && ck.batches_per_epoch != bpe)
+    tg_cli_die("--resume %s: %d batches per epoch with %d MPI ranks, the checkpoint's run had "
+               "%d", o.resume, bpe, R, ck.batches_per_epoch);
+  long long total = (long long)o.epochs * bpe, start = have_ck ? ck.batches : 0;
+  if (o.steps > 0 && o.steps < total) total = o.steps;
+  if (start > total)
+    tg_cli_die("--resume %s: the checkpoint is at step %lld, past this run's %lld (--epochs, "
+               "--steps)", o.resume, start, total);
   tg_cli_instrument_begin(&o.rt);
   if (root)
     fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA + %d emulated workers%s, "
@@ -266,41 +434,92 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   for (int l = 0; l < o.model.nlayers; l++)
     if (tg_dist_broadcast(m.w[l].handle) < 0 || tg_dist_broadcast(m.b[l].handle) < 0)
       tg_cli_die_last("broadcasting the parameters");
-  tg_loader_config lc = {o.batch, o.micro / R, o.prefetch, 1, 0, o.seed, tg_dist_rank(), R};
-  tg_loader *ld = tg_loader_create(&train, &lc);
-  if (!ld) tg_cli_die_last("training data loader");
-  /* evaluation: every rank the whole test set (identical parameters) */
-  int eval_batch = test.n < 1000 ? test.n : 1000;
-  tg_loader_config ec = {eval_batch, o.micro < eval_batch ? o.micro : eval_batch,
-                         o.prefetch, 0, 0, 0, 0, 1};
-  double test_acc = 0, t_train = 0; /* training time, evaluations excluded */
-  long budget = o.steps > 0 ? o.steps : (long)o.epochs * tg_loader_batches_per_epoch(ld);
-  long total_steps = 0; /* steps run: --steps, or fewer when the epochs end first */
-  for (int e = 0; e < o.epochs && budget > 0; e++) {
-    char label[32];
-    snprintf(label, sizeof label, "epoch %d/%d", e + 1, o.epochs);
-    tg_progress bar;
-    int nb = tg_loader_batches_per_epoch(ld);
-    if (budget < nb) nb = (int)budget;
-    tg_progress_begin(&bar, label, nb);
-    double tl, ta, vl;
-    double t0 = tg_cli_now();
-    run_epoch(&m, ld, 1, root ? &bar : NULL, &tl, &ta, &budget);
-    total_steps += nb;
-    if (root) tg_progress_end(&bar);
-    double dt = tg_cli_now() - t0;
-    t_train += dt;
-    /* a fresh test loader each epoch: same order, no shuffling */
-    tg_loader *tl_ld = tg_loader_create(&test, &ec);
-    if (!tl_ld) tg_cli_die_last("test data loader");
-    run_epoch(&m, tl_ld, 0, NULL, &vl, &test_acc, NULL);
-    tg_loader_destroy(tl_ld);
+  if (have_ck) {
+    restore(&m, &ck); /* every rank reads the same file */
+    tg_mlp_checkpoint_free(&ck);
     if (root)
-      fprintf(stderr, "epoch %d/%d: train loss %.9g acc %.4f | test loss %.4f acc %.4f | "
-              "%.1f s, %.0f samples/s\n", e + 1, o.epochs, tl, ta, vl, test_acc, dt,
-              (double)nb * o.batch / dt);
+      fprintf(stderr, "taskgrad: resuming %s at step %lld (epoch %lld, batch %lld)\n", o.resume,
+              start, start / bpe + 1, start % bpe);
+  } else if (tg_mlp_metrics(&m, NULL, NULL, 1) < 0) {
+    tg_cli_die_last("resetting the metrics");
+  }
+  /* after StarPU's own handlers (tg_init), which would end the process */
+  tg_cli_catch_signals();
+  double test_acc = -1, test_loss = 0, t_train = 0; /* evaluations excluded */
+  double t_epoch = tg_cli_now();
+  tg_progress bar;
+  char label[32];
+  long samples = 0;
+  int stopped = 0, every = 1;
+  long long s = start;
+  for (; s < total && !stopped; s++) {
+    long long e = s / bpe;
+    int k = (int)(s % bpe), nb = (int)(total - e * bpe < bpe ? total - e * bpe : bpe);
+    if (k == 0 || s == start) {
+      snprintf(label, sizeof label, "epoch %lld/%d", e + 1, o.epochs);
+      tg_progress_begin(&bar, label, nb);
+      every = nb / 40 > 1 ? nb / 40 : 1;
+      t_epoch = tg_cli_now();
+      samples = 0;
+    }
+    tg_batch b;
+    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("data loader");
+    if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("training step");
+    samples += (long)b.rows * R;
+    if (root && ((k + 1) % every == 0 || k + 1 == nb)) {
+      double l, a;
+      if (tg_mlp_metrics(&m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
+      char scale[64];
+      tg_cli_precision_status(scale, sizeof scale, &m.scaler);
+      bar.extra = scale;
+      tg_progress_update(&bar, k + 1, l, a, samples / (tg_cli_now() - t_epoch));
+      bar.extra = NULL;
+    }
+    /* ranks get a signal at different moments: they stop after the same step */
+    if (R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
+    stopped = tg_cli_signal;
+    int epoch_end = k + 1 == bpe, last = s + 1 == total;
+    int periodic = o.checkpoint_every && (s + 1) % o.checkpoint_every == 0;
+    int save = o.checkpoint && root && (periodic || last || stopped);
+    /* a checkpoint within an epoch keeps the epoch's running sums; one at
+     * its end follows the epoch's figures, which restart them */
+    if (save && !epoch_end) save_checkpoint(&m, &o, &shape, s + 1);
+    if (epoch_end || last || stopped) {
+      t_train += tg_cli_now() - t_epoch;
+      if (root) tg_progress_end(&bar);
+    }
+    if (epoch_end || (last && !stopped)) {
+      double tl, ta, dt = tg_cli_now() - t_epoch;
+      if (tg_mlp_metrics(&m, &tl, &ta, 1) < 0) tg_cli_die_last("reading the loss");
+      if (!isfinite(tl)) {
+        if (root)
+          fprintf(stderr, "taskgrad: error: the training loss is not finite in epoch %lld "
+                  "(step %lld)\n", e + 1, s + 1);
+        tg_dist_abort(TG_EXIT_USAGE);
+      }
+      evaluate(&m, &test, &o, &test_loss, &test_acc);
+      if (root)
+        fprintf(stderr, "epoch %lld/%d: train loss %.9g acc %.4f | test loss %.4f acc %.4f | "
+                "%.1f s, %.0f samples/s\n", e + 1, o.epochs, tl, ta, test_loss, test_acc, dt,
+                samples / dt);
+    }
+    if (save && epoch_end) save_checkpoint(&m, &o, &shape, s + 1);
   }
   tg_loader_destroy(ld);
+  if (stopped) {
+    if (root)
+      fprintf(stderr, "taskgrad: %s: stopped after step %lld%s%s\n",
+              stopped == SIGINT ? "SIGINT" : "SIGTERM", s,
+              o.checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
+              o.checkpoint ? o.checkpoint : "");
+    tg_mlp_destroy(&m);
+    tg_cli_instrument_end(&o.rt);
+    tg_shutdown();
+    tg_dataset_free(&train);
+    tg_dataset_free(&test);
+    return 128 + stopped;
+  }
+  if (test_acc < 0) evaluate(&m, &test, &o, &test_loss, &test_acc); /* nothing left to run */
   if (root && m.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
             tg_precision_name(o.model.precision), m.scaler.scale, m.scaler.skipped);
@@ -315,8 +534,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   tg_dataset_free(&train);
   tg_dataset_free(&test);
   if (root) {
-    fprintf(stderr, "taskgrad: trained %ld steps in %.2f s (%.0f samples/s)\n", total_steps,
-            t_train, (double)total_steps * o.batch / t_train);
+    long long ran = total - start;
+    fprintf(stderr, "taskgrad: trained %lld steps in %.2f s (%.0f samples/s)\n", ran, t_train,
+            t_train > 0 ? (double)ran * o.batch / t_train : 0.0);
     printf("test accuracy: %.4f\n", test_acc);
   }
   return 0;

@@ -757,6 +757,67 @@ int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset) {
   return 0;
 }
 
+/* Copies between the flat state arrays and one family of tensors (w and b
+ * of every layer, or their optimizer state): to the host when out != NULL,
+ * from it otherwise. */
+static int tg_mlp_copy_state(tg_mlp *m, tg_tensor *w, tg_tensor *b, float *out,
+                             const float *in) {
+  for (int l = 0; l < m->cfg.nlayers; l++) {
+    tg_tensor *pair[2] = {&w[l], &b[l]};
+    for (int k = 0; k < 2; k++) {
+      if (out) TG_TRY(tg_tensor_read(pair[k], out));
+      else TG_TRY(tg_tensor_write(pair[k], in));
+      size_t n = tg_tensor_numel(pair[k]);
+      if (out) out += n;
+      else in += n;
+    }
+  }
+  return 0;
+}
+
+static int tg_mlp_check_s2(const tg_mlp *m, const void *s2) {
+  if (s2 && m->opt.kind == TG_OPT_SGD)
+    return tg_fail(EINVAL, "MLP: SGD has no second optimizer state");
+  return 0;
+}
+
+int tg_mlp_read_state(tg_mlp *m, float *params, float *s1, float *s2) {
+  TG_TRY(tg_mlp_check_s2(m, s2));
+  if (params) TG_TRY(tg_mlp_copy_state(m, m->w, m->b, params, NULL));
+  if (s1) TG_TRY(tg_mlp_copy_state(m, m->state1_w, m->state1_b, s1, NULL));
+  if (s2) TG_TRY(tg_mlp_copy_state(m, m->state2_w, m->state2_b, s2, NULL));
+  return 0;
+}
+
+int tg_mlp_write_state(tg_mlp *m, const float *params, const float *s1, const float *s2,
+                       int step) {
+  TG_TRY(tg_mlp_check_s2(m, s2));
+  if (step < 0) return tg_fail(EINVAL, "MLP: optimizer step %d must be >= 0", step);
+  if (params) TG_TRY(tg_mlp_copy_state(m, m->w, m->b, NULL, params));
+  if (s1) TG_TRY(tg_mlp_copy_state(m, m->state1_w, m->state1_b, NULL, s1));
+  if (s2) TG_TRY(tg_mlp_copy_state(m, m->state2_w, m->state2_b, NULL, s2));
+  m->step = step;
+  /* the GEMMs of mixed precision read the 16-bit copies of the weights */
+  for (int l = 0; l < m->cfg.nlayers && params; l++)
+    if (m->wl[l].handle)
+      TG_TRY(tg_convert_insert(MLP_LOWP(m), m->w[l].handle, m->wl[l].handle, NULL));
+  return 0;
+}
+
+int tg_mlp_read_metric_sums(tg_mlp *m, float *loss_sum, float *correct_sum) {
+  TG_TRY(tg_tensor_read(&m->loss, loss_sum));
+  return tg_tensor_read(&m->correct, correct_sum);
+}
+
+int tg_mlp_write_metric_sums(tg_mlp *m, float loss_sum, float correct_sum, int batches,
+                             int samples) {
+  TG_TRY(tg_tensor_write(&m->loss, &loss_sum));
+  TG_TRY(tg_tensor_write(&m->correct, &correct_sum));
+  m->metric_batches = batches;
+  m->metric_samples = samples;
+  return 0;
+}
+
 size_t tg_mlp_managed_bytes(const tg_mlp_config *cfg, int rows, int nworkers) {
   size_t act = 0, grads = 0;
   for (int l = 0; l < cfg->nlayers; l++) {

@@ -48,41 +48,19 @@
  * is removed and the previous checkpoint is untouched.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
-#include <zlib.h>
 
-#include "atomic_file.h"
+#include "check.h"
+#include "checkpoint_io.h"
 #include "taskgrad/checkpoint.h"
-#include "taskgrad/runtime.h"
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "taskgrad checkpoints are little-endian; this host is not"
-#endif
-
-enum { HDR = 128, REC = 24, NREC = 3 * TG_GPT_NPARAMS };
+enum { HDR = 128, NREC = 3 * TG_GPT_NPARAMS };
 static const char *const kind_names[3] = {"parameters", "AdamW m", "AdamW v"};
-
-static uint32_t crc_of(const void *data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const unsigned char *p = data;
-  while (n > 0) {
-    uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-    crc = crc32(crc, p, k);
-    p += k;
-    n -= k;
-  }
-  return (uint32_t)crc;
-}
-
-static void put(unsigned char *h, size_t off, const void *v, size_t n) { memcpy(h + off, v, n); }
-static void get(const unsigned char *h, size_t off, void *v, size_t n) { memcpy(v, h + off, n); }
+#define put tg_ck_put
+#define get tg_ck_get
 
 int tg_checkpoint_alloc(tg_checkpoint *c, const tg_gpt_config *cfg) {
   memset(c, 0, sizeof *c);
@@ -92,29 +70,14 @@ int tg_checkpoint_alloc(tg_checkpoint *c, const tg_gpt_config *cfg) {
   size_t n = tg_gpt_param_sizes(cfg, sizes);
   c->cfg = *cfg;
   c->scaler.scale = 1.0f;
-  c->params = calloc(n, sizeof(float));
-  c->m = calloc(n, sizeof(float));
-  c->v = calloc(n, sizeof(float));
-  if (!c->params || !c->m || !c->v) {
-    tg_checkpoint_free(c);
-    return tg_fail(ENOMEM, "checkpoint: out of memory for %zu parameters", n);
-  }
-  return 0;
+  float **const arrays[3] = {&c->params, &c->m, &c->v};
+  return tg_ck_calloc(arrays, 3, n);
 }
 
 void tg_checkpoint_free(tg_checkpoint *c) {
   if (!c) return;
-  free(c->params);
-  free(c->m);
-  free(c->v);
-  c->params = c->m = c->v = NULL;
-}
-
-static char *join(const char *dir, const char *name) {
-  size_t len = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(len);
-  if (p) snprintf(p, len, "%s/%s", dir, name);
-  return p;
+  float **const arrays[3] = {&c->params, &c->m, &c->v};
+  tg_ck_free(arrays, 3);
 }
 
 static void encode_header(unsigned char h[HDR], const tg_checkpoint *c) {
@@ -137,8 +100,7 @@ static void encode_header(unsigned char h[HDR], const tg_checkpoint *c) {
   int64_t clean = c->scaler.clean_steps, skipped = c->scaler.skipped_steps;
   put(h, 96, &clean, 8);
   put(h, 104, &skipped, 8);
-  uint32_t crc = crc_of(h, HDR - 4);
-  put(h, HDR - 4, &crc, 4);
+  tg_ck_seal_header(h, HDR);
 }
 
 /* ---- saving ------------------------------------------------------------- */
@@ -148,7 +110,7 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
     return tg_fail(EINVAL, "tg_checkpoint_save: NULL argument or array");
   int rc = tg_gpt_config_check(&c->cfg);
   if (rc < 0) return rc;
-  char *path = join(dir, TG_CHECKPOINT_FILE);
+  char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
   if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
   tg_atomic_file af;
   rc = tg_atomic_open(&af, path);
@@ -160,19 +122,8 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
   const float *arrays[3] = {c->params, c->m, c->v};
   size_t off = 0;
   for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
-    for (int k = 0; k < 3 && rc == 0; k++) {
-      const float *data = arrays[k] + off;
-      size_t bytes = sizes[p] * sizeof(float);
-      unsigned char r[REC] = {0};
-      uint32_t idx[2] = {(uint32_t)p, (uint32_t)k};
-      uint64_t count = sizes[p];
-      uint32_t crc = crc_of(data, bytes);
-      put(r, 0, idx, 8);
-      put(r, 8, &count, 8);
-      put(r, 16, &crc, 4);
-      rc = tg_atomic_write(&af, r, REC);
-      if (rc == 0) rc = tg_atomic_write(&af, data, bytes);
-    }
+    for (int k = 0; k < 3 && rc == 0; k++)
+      rc = tg_ck_write_record(&af, (uint32_t)p, (uint32_t)k, arrays[k] + off, sizes[p]);
     off += sizes[p];
   }
   if (rc == 0) rc = tg_atomic_commit(&af);
@@ -183,67 +134,15 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-static int read_exact(FILE *f, const char *path, void *buf, size_t n, const char *what) {
-  if (n && fread(buf, 1, n, f) != n) {
-    if (ferror(f)) return tg_fail(EIO, "%s: read error in %s: %s", path, what, strerror(errno));
-    return tg_fail(EINVAL, "%s: truncated in %s", path, what);
-  }
-  return 0;
-}
-
 static int load_file(const char *path, tg_checkpoint *c) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno ? errno : EIO;
-    return tg_fail(e, "%s: cannot open: %s", path, strerror(e));
-  }
-  int rc = 0;
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = tg_fail(EINVAL, "%s: not a regular file", path);
-    goto out;
-  }
   unsigned char h[HDR];
-  long long fsize = (long long)st.st_size;
-  size_t have = fsize < HDR ? (size_t)fsize : HDR;
-  if ((rc = read_exact(f, path, h, have, "the header")) < 0) goto out;
-  uint32_t u[4] = {0, 0, 0, 0};
-  if (have < 4) {
-    rc = tg_fail(EINVAL, "%s: truncated: %lld bytes, not even a magic number", path, fsize);
-    goto out;
-  }
-  get(h, 0, u, have < 16 ? (have / 4) * 4 : 16);
-  if (u[0] != TG_CHECKPOINT_MAGIC) {
-    rc = tg_fail(EINVAL, "%s: bad magic 0x%08x (expected 0x%08x): not a taskgrad checkpoint",
-                 path, u[0], TG_CHECKPOINT_MAGIC);
-    goto out;
-  }
-  if (have < 16) {
-    rc = tg_fail(EINVAL, "%s: truncated: %lld bytes, shorter than the header", path, fsize);
-    goto out;
-  }
-  if (u[1] != TG_CHECKPOINT_VERSION) {
-    rc = tg_fail(EINVAL, "%s: unsupported version %u (expected %d)", path, u[1],
-                 TG_CHECKPOINT_VERSION);
-    goto out;
-  }
-  if (u[2] != HDR) {
-    rc = tg_fail(EINVAL, "%s: header size %u, expected %d for version %d", path, u[2], HDR,
-                 TG_CHECKPOINT_VERSION);
-    goto out;
-  }
-  if (have < HDR) {
-    rc = tg_fail(EINVAL, "%s: truncated: %lld bytes, shorter than the %d-byte header", path,
-                 fsize, HDR);
-    goto out;
-  }
-  uint32_t hcrc;
-  get(h, HDR - 4, &hcrc, 4);
-  if (hcrc != crc_of(h, HDR - 4)) {
-    rc = tg_fail(EINVAL, "%s: header CRC mismatch (stored 0x%08x, computed 0x%08x): corrupted",
-                 path, hcrc, crc_of(h, HDR - 4));
-    goto out;
-  }
+  FILE *f;
+  long long fsize;
+  TG_TRY(tg_ck_open(path, "taskgrad checkpoint", TG_CHECKPOINT_MAGIC, TG_CHECKPOINT_VERSION, h,
+                    HDR, &f, &fsize));
+  int rc = 0;
+  uint32_t u[4];
+  get(h, 0, u, sizeof u);
   if (u[3] != NREC) {
     rc = tg_fail(EINVAL, "%s: %u tensor records, expected %d", path, u[3], NREC);
     goto out;
@@ -272,7 +171,7 @@ static int load_file(const char *path, tg_checkpoint *c) {
   }
   size_t sizes[TG_GPT_NPARAMS];
   size_t n = tg_gpt_param_sizes(&cfg, sizes);
-  long long want = HDR + (long long)NREC * REC + 12LL * (long long)n;
+  long long want = HDR + (long long)NREC * TG_CK_RECORD + 12LL * (long long)n;
   if (fsize != want) {
     rc = tg_fail(EINVAL, "%s: %lld bytes, but the configuration (L=%d C=%d Vp=%d maxT=%d) "
                  "needs %lld: %s", path, fsize, cfg.num_layers, cfg.channels,
@@ -298,28 +197,8 @@ static int load_file(const char *path, tg_checkpoint *c) {
     for (int k = 0; k < 3 && rc == 0; k++) {
       char what[96];
       snprintf(what, sizeof what, "tensor %s (%s)", tg_gpt_param_names[p], kind_names[k]);
-      unsigned char r[REC];
-      if ((rc = read_exact(f, path, r, REC, what)) < 0) break;
-      uint32_t idx[2], crc, zero;
-      uint64_t count;
-      get(r, 0, idx, 8);
-      get(r, 8, &count, 8);
-      get(r, 16, &crc, 4);
-      get(r, 20, &zero, 4);
-      if (idx[0] != (uint32_t)p || idx[1] != (uint32_t)k || count != sizes[p] || zero) {
-        rc = tg_fail(EINVAL, "%s: %s: record header says parameter %u kind %u with %llu "
-                     "elements, expected parameter %d kind %d with %zu: corrupted", path, what,
-                     idx[0], idx[1], (unsigned long long)count, p, k, sizes[p]);
-        break;
-      }
-      float *data = arrays[k] + off;
-      if ((rc = read_exact(f, path, data, sizes[p] * sizeof(float), what)) < 0) break;
-      uint32_t got = crc_of(data, sizes[p] * sizeof(float));
-      if (got != crc) {
-        rc = tg_fail(EINVAL, "%s: %s: CRC mismatch (stored 0x%08x, computed 0x%08x): "
-                     "corrupted", path, what, crc, got);
-        break;
-      }
+      rc = tg_ck_read_record(f, path, what, (uint32_t)p, (uint32_t)k, arrays[k] + off,
+                             sizes[p]);
     }
     off += sizes[p];
   }
@@ -332,9 +211,11 @@ out:
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c) {
   if (!dir || !c) return tg_fail(EINVAL, "tg_checkpoint_load: NULL argument");
   memset(c, 0, sizeof *c);
-  char *path = join(dir, TG_CHECKPOINT_FILE);
+  char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
   if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
   int rc = load_file(path, c);
   free(path);
   return rc;
 }
+
+int tg_checkpoint_exists(const char *dir) { return tg_ck_exists(dir, TG_CHECKPOINT_FILE); }

@@ -649,6 +649,10 @@ tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
     return NULL;
   }
   if (check_prefetch(cfg->prefetch) < 0) return NULL;
+  if (cfg->start_batch < 0) {
+    tg_fail(EINVAL, "loader: start batch %lld must be >= 0", cfg->start_batch);
+    return NULL;
+  }
 
   dataset_ctx *c = calloc(1, sizeof *c);
   int *perm = malloc((size_t)ds->n * sizeof *perm);
@@ -681,6 +685,7 @@ tg_loader *tg_loader_create(const tg_dataset *ds, const tg_loader_config *cfg) {
   src.begin_epoch = dataset_begin_epoch;
   src.fill = dataset_fill;
   src.free_ctx = dataset_free;
+  src.start_seq = cfg->start_batch;
   return loader_start(&src, cfg->nmicro, cfg->prefetch);
 }
 

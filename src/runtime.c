@@ -24,6 +24,7 @@
 #include "taskgrad/sched.h"
 
 #include "dist_internal.h"
+#include "env_check.h"
 #include "hooks.h"
 
 static int tg_started = 0;
@@ -53,21 +54,15 @@ int tg_built_with_cuda(void) {
 #endif
 }
 
-/* StarPU 1.3 aborts the whole process on a memory limit that is not an
- * integer: check them first, so a bad value is an error, not a crash. */
-static int tg_check_limit_env(void) {
-  static const char *const vars[] = {"STARPU_LIMIT_CPU_MEM", "STARPU_LIMIT_CUDA_MEM",
-                                     "STARPU_LIMIT_CPU_NUMA_MEM", "STARPU_LIMIT_OPENCL_MEM"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (!v || !*v) continue;
-    char *end;
-    errno = 0;
-    long long mib = strtoll(v, &end, 10);
-    if (errno || *end || mib < 0)
-      return tg_fail(EINVAL, "%s='%s' is not a number of MiB", vars[i], v);
-  }
-  return 0;
+/* One line when the machine has more cores than this StarPU's worker
+ * ceiling (STARPU_MAXCPUS), unless fewer workers were asked for. */
+static void tg_note_maxcpus(const tg_runtime_config *c) {
+  long ncores = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *env = getenv("STARPU_NCPU");
+  int requested = c->ncpus >= 0 ? c->ncpus : (env && *env ? atoi(env) : -1);
+  char note[256];
+  if (ncores > 0 && tg_maxcpus_note((int)ncores, STARPU_MAXCPUS, requested, note, sizeof note))
+    fprintf(stderr, "taskgrad: note: %s\n", note);
 }
 
 /* cfg->emulated_devices from TG_EMULATED_DEVICES when the config leaves it
@@ -158,11 +153,19 @@ static int tg_emulated_check(int n) {
 
 int tg_init(const tg_runtime_config *cfg) {
   if (tg_started) return tg_fail(EBUSY, "tg_init: taskgrad is already started");
-  TG_TRY(tg_check_limit_env());
+  TG_TRY(tg_check_env());
   tg_runtime_config c = cfg ? *cfg : tg_runtime_config_default();
+  tg_note_maxcpus(&c);
   struct starpu_conf conf;
   TG_STARPU(starpu_conf_init(&conf));
   if (c.sched) conf.sched_policy_name = c.sched;
+  /* OpenCL only for the emulated accelerators (before STARPU_SCHED is
+   * hidden below, so that an error leaves the environment as it was) */
+  TG_TRY(tg_emulated_devices(&c));
+  TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
+  if (c.ncpus == 0 && c.emulated_devices == 0 && c.ncuda <= 0)
+    return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
+                           "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
   /* taskgrad's own policies (include/taskgrad/sched.h), by name from the
    * config or else STARPU_SCHED: StarPU does not know their names, so we
    * hand it the policy object (conf.sched_policy).  StarPU 1.3 looks the
@@ -192,12 +195,6 @@ int tg_init(const tg_runtime_config *cfg) {
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
-  /* OpenCL only for the emulated accelerators */
-  TG_TRY(tg_emulated_devices(&c));
-  TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
-  if (c.ncpus == 0 && c.emulated_devices == 0 && c.ncuda <= 0)
-    return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
-                           "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
 
   int device_limit = tg_device_limit_set();
   if (device_limit && setenv("STARPU_WATCHDOG_TIMEOUT", "10000000", 0) != 0)

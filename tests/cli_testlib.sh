@@ -29,6 +29,9 @@ expect_fail() {
   fi
 }
 
+# losses FILE...: "step N loss X ..." lines as "N X", one per step
+losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
+
 # finish NAME: the closing line, and the exit status
 finish() {
   echo "$1: $pass passed, $fail failed"

@@ -5,8 +5,15 @@
 #  - 20 steps in one run and 10 steps + a resumed run to step 20 print the
 #    same 20 losses (textually) and save bitwise identical models, with
 #    sequential and with shuffled data;
-#  - a corrupted checkpoint, --init-from with --resume, and an unusable
-#    --checkpoint directory are refused with exit status 2 and one message;
+#  - a requeued job runs one command line (--init-from, --resume DIR and
+#    --checkpoint DIR together): the first run starts from --init-from, is
+#    killed (SIGKILL, as a scheduler's preemption), and the same command
+#    resumes from the last periodic checkpoint and ends bitwise equal to an
+#    uninterrupted run;
+#  - a corrupted checkpoint, --resume with neither a checkpoint nor
+#    --init-from, a checkpoint of another model than --init-from's, and an
+#    unusable --checkpoint directory are refused with exit status 2 and one
+#    message;
 #  - SIGTERM (SIGINT) during a run finishes the step, writes a checkpoint and
 #    exits with 143 (130); the run resumed from it continues with the losses
 #    an uninterrupted run has;
@@ -27,8 +34,6 @@ with open(f"{sys.argv[1]}/train.bin", "wb") as f:
 PY
 common=(--data "$work/train.bin" --batch 4 --seq 16 --micro-batches 1 --lr 3e-3)
 
-# losses: "step N loss X" -> "N X", one line per step
-losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 
 for order in sequential shuffled; do
   d="$work/$order"
@@ -119,10 +124,47 @@ expect_fail "corrupted checkpoint" "checkpoint.bin.*CRC mismatch" train gpt \
 head -c 1000 "$work/sequential/ck/checkpoint.bin" >"$work/corrupt/checkpoint.bin"
 expect_fail "truncated checkpoint" "checkpoint.bin.*truncated" train gpt \
   --resume "$work/corrupt" "${common[@]}" --steps 20
-expect_fail "missing checkpoint" "nowhere/checkpoint.bin" train gpt \
-  --resume "$work/nowhere" "${common[@]}" --steps 20
-expect_fail "--init-from with --resume" "not both" train gpt --init-from "$work/m.bin" \
-  --resume "$work/sequential/ck" "${common[@]}"
+expect_fail "--resume: no checkpoint, no --init-from" "nowhere: no checkpoint there yet; give --init-from" \
+  train gpt --resume "$work/nowhere" "${common[@]}" --steps 20
+"$tg" init gpt --layers 1 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
+  --out "$work/other.bin" >/dev/null
+expect_fail "--resume: checkpoint of another model" "other.bin \\(L=1 .* is not the model of the checkpoint" \
+  train gpt --init-from "$work/other.bin" --resume "$work/sequential/ck" "${common[@]}" --steps 20
+
+# requeue: the same command line, killed and run again (400 short steps, so
+# that the kill, once the first periodic checkpoint exists, lands mid-run)
+d="$work/requeue"
+"$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --steps 400 --save "$work/full400.bin" \
+  >"$work/full400.out" 2>/dev/null
+req=(train gpt --init-from "$work/m.bin" --resume "$d" --checkpoint "$d" --checkpoint-every 3
+     "${common[@]}" --steps 400 --save "$work/requeue-final.bin")
+"$tg" "${req[@]}" >"$work/q1.out" 2>"$work/q1.err" &
+qpid=$!
+for i in $(seq 1 600); do  # up to 60 s for the first checkpoint (step 3)
+  [ -f "$d/checkpoint.bin" ] && break
+  sleep 0.05
+done
+kill -KILL "$qpid" 2>/dev/null
+wait "$qpid"
+qrc=$?
+if "$tg" "${req[@]}" >"$work/q2.out" 2>"$work/q2.err"; then
+  from=$(sed -nE 's/.*resuming .* at step ([0-9]+) .*/\1/p' "$work/q2.err")
+  if [ "$qrc" -ne 137 ]; then
+    bad "requeue: the first run was not killed (exit status $qrc)"
+  elif ! grep -q "no checkpoint in $d yet: starting from $work/m.bin" "$work/q1.err"; then
+    bad "requeue: first run: $(head -3 "$work/q1.err")"
+  elif [ -z "$from" ] || [ $((from % 3)) -ne 0 ]; then
+    bad "requeue: second run did not resume from a periodic checkpoint: $(head -3 "$work/q2.err")"
+  elif [ "$(losses "$work/q2.out")" != "$(losses "$work/full400.out" | tail -n $((400 - from)))" ]; then
+    bad "requeue: losses after step $from differ from the uninterrupted run's"
+  elif ! cmp -s "$work/requeue-final.bin" "$work/full400.bin"; then
+    bad "requeue: final parameters differ from the uninterrupted run's"
+  else
+    ok "requeue: killed mid-run, the same command resumed at step $from; losses and parameters equal the uninterrupted run's"
+  fi
+else
+  bad "requeue: second run failed: $(tail -2 "$work/q2.err")"
+fi
 expect_fail "--resume with another data order" "--data-order shuffled disagrees" train gpt \
   --resume "$work/sequential/ck" "${common[@]}" --data-order shuffled --steps 20
 touch "$work/afile"

@@ -62,6 +62,55 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c);
 /* Reads and validates <dir>/checkpoint.bin; the arrays are malloc'd
  * (tg_checkpoint_free).  On failure c holds no allocation. */
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c);
+/* 1 when <dir>/checkpoint.bin exists, 0 when it (or dir) does not: a job
+ * that is started again with the same --resume DIR begins fresh the first
+ * time; a negative errno when it cannot be told (permissions, not a file). */
+int tg_checkpoint_exists(const char *dir);
+
+/* ---- MLP training checkpoints (format in src/mlp_checkpoint.c) ---------
+ * <dir>/mlp-checkpoint.bin: the state `taskgrad train mlp` needs to go on
+ * bitwise as if never stopped.  The model and optimizer kinds are stored as
+ * the numbers of tg_activation, tg_optimizer_kind and tg_precision (this
+ * base layer does not see the MLP's types). */
+#define TG_MLP_CHECKPOINT_FILE "mlp-checkpoint.bin"
+#define TG_MLP_CHECKPOINT_MAGIC 0x434D4754u /* "TGMC" little-endian */
+#define TG_MLP_CHECKPOINT_VERSION 1
+#define TG_MLP_CHECKPOINT_MAX_LAYERS 16
+
+typedef struct tg_mlp_checkpoint {
+  int nlayers;                                      /* linear layers L */
+  int widths[TG_MLP_CHECKPOINT_MAX_LAYERS + 1];     /* widths[0] .. widths[L] */
+  int activation, optimizer, precision, tiles;
+  /* what defines the sequence of batches */
+  int batch, shuffled, samples;                     /* samples: training set size */
+  int batches_per_epoch;                            /* the position's epoch length */
+  uint64_t seed;                                    /* initialisation and shuffling */
+  long long step;                                   /* optimizer steps (AdamW's t) */
+  long long batches;                                /* training batches consumed */
+  int loss_scaling;                                 /* 1: scaler below in use */
+  tg_loss_scaler_state scaler;
+  /* the running epoch's metrics: sums of batch-mean losses and of correct
+   * predictions over `metric_batches` batches of `metric_samples` samples */
+  float loss_sum, correct_sum;
+  int metric_batches, metric_samples;
+  /* tg_mlp_checkpoint_numel() floats each, layer by layer W (out, in) then
+   * b (out); state2 only for AdamW (NULL for SGD) */
+  float *params, *state1, *state2;
+} tg_mlp_checkpoint;
+
+/* Parameters of the model that c's nlayers and widths describe. */
+size_t tg_mlp_checkpoint_numel(const tg_mlp_checkpoint *c);
+/* Allocates zeroed params, state1 and (AdamW) state2 for c's shape, which
+ * the caller has filled in (checked: 1 .. 16 layers, positive widths). */
+int tg_mlp_checkpoint_alloc(tg_mlp_checkpoint *c);
+void tg_mlp_checkpoint_free(tg_mlp_checkpoint *c);
+/* Writes <dir>/mlp-checkpoint.bin atomically (dir must exist). */
+int tg_mlp_checkpoint_save(const char *dir, const tg_mlp_checkpoint *c);
+/* Reads and validates <dir>/mlp-checkpoint.bin (arrays malloc'd: free with
+ * tg_mlp_checkpoint_free; on failure c holds no allocation). */
+int tg_mlp_checkpoint_load(const char *dir, tg_mlp_checkpoint *c);
+/* As tg_checkpoint_exists, for <dir>/mlp-checkpoint.bin. */
+int tg_mlp_checkpoint_exists(const char *dir);
 
 #ifdef __cplusplus
 }

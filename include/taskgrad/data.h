@@ -70,6 +70,9 @@ typedef struct tg_loader_config {
                          ranks); batch must be a multiple of nshards and
                          nmicro at most batch / nshards.  A final partial
                          batch that does not split evenly is skipped. */
+  long long start_batch; /* >= 0: the first batch handed out is batch
+                            start_batch of the run, as after consuming that
+                            many (resuming a checkpoint); 0 = from the start */
 } tg_loader_config;
 
 typedef struct tg_loader tg_loader;

@@ -126,6 +126,26 @@ int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch);
  * accumulation (asynchronously). */
 int tg_mlp_metrics(tg_mlp *m, double *mean_loss, double *accuracy, int reset);
 
+/* ---- checkpoint support (cli/train_mlp.c, src/mlp_checkpoint.c) ----------
+ * The state arrays are flat, layer by layer W (out, in) then b (out), as
+ * in tg_mlp_checkpoint.  Tiled, the tensors are whole between entry
+ * points, so these read and write them as untiled. */
+/* Copies out (waiting for the tasks that write them) the f32 parameters and
+ * the optimizer state (s1: AdamW m or SGD velocity; s2: AdamW v); any
+ * pointer may be NULL, s2 must be for SGD. */
+int tg_mlp_read_state(tg_mlp *m, float *params, float *s1, float *s2);
+/* The reverse, and the optimizer step count; refreshes the 16-bit weight
+ * copies of mixed precision from the new parameters. */
+int tg_mlp_write_state(tg_mlp *m, const float *params, const float *s1, const float *s2,
+                       int step);
+/* The running accumulation of tg_mlp_metrics, raw: the sum of the batches'
+ * mean losses, the correct predictions, and the batches and samples they
+ * cover, so that an epoch interrupted by a checkpoint reports the same
+ * figures when resumed. */
+int tg_mlp_read_metric_sums(tg_mlp *m, float *loss_sum, float *correct_sum);
+int tg_mlp_write_metric_sums(tg_mlp *m, float loss_sum, float correct_sum, int batches,
+                             int samples);
+
 /* The most tiles cfg's layers allow: the fewest output features of a layer
  * (the classes included), at most TG_MAX_SPLIT. */
 int tg_mlp_max_tiles(const tg_mlp_config *cfg);

@@ -7,28 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "taskgrad/checkpoint.h"
 
-static char dir[4096], file[4200];
-
-static void cleanup(void) {
-  if (file[0]) unlink(file);
-  if (dir[0]) rmdir(dir);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!dir[0]) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/tg-fuzz-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) { perror("fuzz: mkdtemp"); abort(); }
-    snprintf(file, sizeof file, "%s/%s", dir, TG_CHECKPOINT_FILE);
-    atexit(cleanup);
-  }
-  FILE *f = fopen(file, "wb");
-  if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
-    perror("fuzz: writing the input");
-    abort();
-  }
+  const char *dir = fuzz_write_dir_input(TG_CHECKPOINT_FILE, data, size);
   tg_checkpoint c;
   int rc = tg_checkpoint_load(dir, &c);
   if (rc == 0) {

@@ -14,12 +14,12 @@
 
 static char fuzz_path[4096];
 
-static void fuzz_cleanup(void) {
+static inline void fuzz_cleanup(void) {
   if (fuzz_path[0]) unlink(fuzz_path);
 }
 
 /* The temporary file's path, created on the first call. */
-static const char *fuzz_tmp_path(void) {
+static inline const char *fuzz_tmp_path(void) {
   if (fuzz_path[0]) return fuzz_path;
   const char *dir = getenv("TMPDIR");
   if (!dir || !*dir) dir = "/tmp";
@@ -35,7 +35,7 @@ static const char *fuzz_tmp_path(void) {
 }
 
 /* Replaces the temporary file's contents with data[0..size). */
-static const char *fuzz_write_input(const uint8_t *data, size_t size) {
+static inline const char *fuzz_write_input(const uint8_t *data, size_t size) {
   const char *path = fuzz_tmp_path();
   FILE *f = fopen(path, "wb");
   if (!f) {
@@ -51,6 +51,35 @@ static const char *fuzz_write_input(const uint8_t *data, size_t size) {
     abort();
   }
   return path;
+}
+
+/* The checkpoint readers take a directory and a fixed file name: the input
+ * is written as <dir>/<name> in one temporary directory per process
+ * (mkdtemp, removed at exit); returns the directory. */
+static char fuzz_dir[4096], fuzz_dir_file[4400];
+
+static inline void fuzz_dir_cleanup(void) {
+  if (fuzz_dir_file[0]) unlink(fuzz_dir_file);
+  if (fuzz_dir[0]) rmdir(fuzz_dir);
+}
+
+static inline const char *fuzz_write_dir_input(const char *name, const uint8_t *data, size_t size) {
+  if (!fuzz_dir[0]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(fuzz_dir, sizeof fuzz_dir, "%s/tg-fuzz-dir-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(fuzz_dir)) {
+      perror("fuzz: mkdtemp");
+      abort();
+    }
+    snprintf(fuzz_dir_file, sizeof fuzz_dir_file, "%s/%s", fuzz_dir, name);
+    atexit(fuzz_dir_cleanup);
+  }
+  FILE *f = fopen(fuzz_dir_file, "wb");
+  if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
+    perror("fuzz: writing the input");
+    abort();
+  }
+  return fuzz_dir;
 }
 
 #endif

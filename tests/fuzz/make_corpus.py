@@ -6,7 +6,9 @@ usage: /usr/bin/python3 tests/fuzz/make_corpus.py [OUTDIR]
 Small valid files plus a few broken ones (truncated, bad magic, bad version,
 trailing data, lying headers) per reader; deterministic, so re-running it
 reproduces the committed files byte for byte.  The fuzz_checkpoint seeds
-come from the real writer instead: see make_checkpoint_seeds.c.
+come from the real writer instead: see make_checkpoint_seeds.c.  The
+fuzz_mlp_checkpoint seeds are written here from the format documented in
+src/mlp_checkpoint.c (the loader accepting mlp_*_ok checks that document).
 """
 import gzip, os, struct, sys
 
@@ -92,11 +94,51 @@ def tokens_files():
         "header_cut": tokens(toks)[:1000],
     }
 
+def mlp_checkpoint(widths, optimizer=0, version=1, nrec=None, crc_fix=True):
+    import zlib
+    L, kinds = len(widths) - 1, 3 if optimizer == 0 else 2
+    h = bytearray(256)
+    struct.pack_into("<4I", h, 0, 0x434D4754, version, 256,
+                     2 * L * kinds if nrec is None else nrec)
+    struct.pack_into("<i17i", h, 16, L, *(widths + [0] * (17 - len(widths))))
+    # activation, optimizer, precision, tiles, batch, shuffled, samples, bpe
+    struct.pack_into("<8i", h, 88, 0, optimizer, 0, 1, 4, 1, 10, 3)
+    struct.pack_into("<Q2q", h, 120, 1, 5, 7)           # seed, steps, batches
+    struct.pack_into("<ifi", h, 144, 0, 1.0, 0)          # no loss scaling
+    struct.pack_into("<ff2i", h, 176, 6.5, 12.0, 1, 4)  # running epoch sums
+    struct.pack_into("<I", h, 252, zlib.crc32(bytes(h[:252])) if crc_fix else 0)
+    out, k = bytes(h), 0
+    for l in range(L):
+        for part, count in ((0, widths[l] * widths[l + 1]), (1, widths[l + 1])):
+            for kind in range(kinds):
+                vals = struct.pack("<%df" % count, *[0.01 * (k + i) for i in range(count)])
+                k += count
+                out += struct.pack("<IIQII", 2 * l + part, kind, count, zlib.crc32(vals), 0)
+                out += vals
+    return out
+
+def mlp_checkpoint_files():
+    ok = mlp_checkpoint([3, 4, 2])
+    flipped = bytearray(ok)
+    flipped[len(ok) - 5] ^= 1
+    return {
+        "mlp_adamw_ok": ok,
+        "mlp_sgd_ok": mlp_checkpoint([5, 2], optimizer=1),
+        "mlp_flipped": bytes(flipped),
+        "mlp_truncated": ok[:-3],
+        "mlp_trailing": ok + b"\0",
+        "mlp_header_only": ok[:256],
+        "mlp_bad_crc": mlp_checkpoint([3, 4, 2], crc_fix=False),
+        "mlp_bad_version": mlp_checkpoint([3, 4, 2], version=2),
+        "mlp_bad_records": mlp_checkpoint([3, 4, 2], nrec=5),
+    }
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "corpus")
     sets = {"fuzz_idx": idx_files(), "fuzz_llmc_model": model_files(),
-            "fuzz_llmc_tokens": tokens_files()}
+            "fuzz_llmc_tokens": tokens_files(),
+            "fuzz_mlp_checkpoint": mlp_checkpoint_files()}
     for target, files in sets.items():
         d = os.path.join(root, target)
         os.makedirs(d, exist_ok=True)
