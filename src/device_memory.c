@@ -31,6 +31,9 @@
  * STARPU_OPENCL_PIPELINE=0 or 1 did not help).  Its exact cause is not
  * pinned down; the measurements fit "two tasks' buffers must fit at once"
  * (the task being fetched and the one holding its buffers on the node).
+ * It is not the whole story: the same MLP under tg-memaware stalled once
+ * with 5 MiB (tasks of 2.35 MiB, so two fit) on a heavily loaded machine,
+ * and finished with 8 MiB.
  *
  * The guard runs at each submission (tg_submit, before StarPU sees the
  * task) against the smallest budget of the device nodes
