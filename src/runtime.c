@@ -91,6 +91,14 @@ static int tg_emulated_devices(tg_runtime_config *c) {
  * The devices' driver threads share the CPU cores with the CPU workers, so
  * no worker is bound to a core (unless STARPU_WORKERS_NOBIND says so). */
 static int tg_emulated_setup(struct starpu_conf *conf, int n) {
+#ifndef STARPU_USE_OPENCL
+  /* e.g. scripts/build-starpu-cuda's StarPU (--disable-opencl) */
+  if (n > 0)
+    return tg_fail(ENODEV, "%d emulated device%s asked, but this StarPU is built without "
+                   "OpenCL: the emulated accelerators need a StarPU with OpenCL (Debian's "
+                   "libstarpu-dev) and PoCL's CPU device (pocl-opencl-icd)",
+                   n, n == 1 ? "" : "s");
+#endif
   conf->nopencl = n;
   char num[16], devices[8 * TG_MAX_EMULATED_DEVICES + 1] = "";
   snprintf(num, sizeof num, "%d", n);
