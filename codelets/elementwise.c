@@ -85,10 +85,26 @@ struct starpu_codelet tg_accumulate_cl = {
     TG_CUDA_IMPL(tg_accumulate_cuda)
     TG_OPENCL_IMPL(accumulate)
     .nbuffers = 2,
-    .modes = {STARPU_RW, STARPU_R}, /* StarPU requires exactly RW here */
+    .modes = {STARPU_RW, STARPU_R}, /* StarPU 1.3 requires exactly RW here */
     .model = &tg_accumulate_model,
     .name = "tg_accumulate",
 };
+#if TG_STARPU_AT_LEAST(1, 4)
+/* StarPU 1.4 wants a reduction's merge method to be RW|COMMUTE, and adds
+ * COMMUTE to the codelet itself when it is missing, after which a plain RW
+ * tg_accumulate task fails StarPU's mode check.  So the merge has its own
+ * codelet, and tg_accumulate_insert tasks keep plain RW: they run in
+ * submission order, which fixed-order sums rely on. */
+struct starpu_codelet tg_accumulate_redux_cl = {
+    .cpu_funcs = {tg_accumulate_cpu},
+    .cpu_funcs_name = {"tg_accumulate_cpu"},
+    TG_CUDA_IMPL(tg_accumulate_cuda)
+    .nbuffers = 2,
+    .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
+    .model = &tg_accumulate_model,
+    .name = "tg_accumulate_redux",
+};
+#endif
 
 int tg_fill_insert(starpu_data_handle_t X, float value, const tg_task_opts *opts) {
   int rows, cols;

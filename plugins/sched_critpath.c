@@ -85,3 +85,19 @@ struct starpu_sched_policy *tg_sched_policy_find(const char *name) {
   if (strcmp(name, "tg-memaware") == 0) return &tg_sched_memaware_policy;
   return NULL;
 }
+
+#if TG_STARPU_AT_LEAST(1, 4)
+/* StarPU 1.4 finds policies by name in the library that STARPU_SCHED_LIB
+ * names, through these two functions (dlsym), which 1.3 lacks: any StarPU
+ * 1.4 program can then use ours without taskgrad's tg_init,
+ *   STARPU_SCHED_LIB=libtaskgrad.so STARPU_SCHED=tg-critpath ./app
+ * (STARPU_SCHED=help lists them too). */
+static struct starpu_sched_policy *tg_sched_all[] = {&tg_sched_critpath_policy,
+                                                     &tg_sched_memaware_policy, NULL};
+
+struct starpu_sched_policy *starpu_get_sched_lib_policy(const char *name) {
+  return tg_sched_policy_find(name);
+}
+
+struct starpu_sched_policy **starpu_get_sched_lib_policies(void) { return tg_sched_all; }
+#endif

@@ -272,6 +272,13 @@ int tg_priority(int rank, int nranks) {
 }
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
+void tg_exit_process(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  if (tg_started && tg_nopencl_workers() > 0) _exit(status);
+  exit(status);
+}
+
 int tg_nopencl_workers(void) {
 #ifdef STARPU_USE_OPENCL
   return (int)starpu_opencl_worker_get_count();

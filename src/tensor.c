@@ -88,7 +88,11 @@ void tg_tensor_release(tg_tensor *t) {
 void tg_tensor_free(tg_tensor *t) {
   if (!t->handle) return;
   starpu_data_unregister(t->handle);
-  if (t->host) starpu_free(t->host);
+  /* the size tg_tensor_alloc gave starpu_malloc: StarPU 1.4 deprecates
+   * the size-less starpu_free; starpu_free_flags is in 1.3 and 1.4 */
+  if (t->host)
+    starpu_free_flags(t->host, tg_tensor_numel(t) * tg_dtype_size(t->dtype),
+                      STARPU_MALLOC_PINNED);
   memset(t, 0, sizeof *t);
 }
 
@@ -111,7 +115,12 @@ int tg_tensor_write(tg_tensor *t, const void *src) {
 }
 
 void tg_tensor_enable_reduction(tg_tensor *t) {
+#if TG_STARPU_AT_LEAST(1, 4)
+  /* 1.4's merge method is RW|COMMUTE (codelets/elementwise.c) */
+  starpu_data_set_reduction_methods(t->handle, &tg_accumulate_redux_cl, &tg_fill_zero_cl);
+#else
   starpu_data_set_reduction_methods(t->handle, &tg_accumulate_cl, &tg_fill_zero_cl);
+#endif
 }
 
 /* ---- row- and column-block splits -------------------------------------- */

@@ -3,11 +3,16 @@
  * more cores than StarPU's STARPU_MAXCPUS and the caller did not ask for
  * fewer workers; silent otherwise.  (The machines CI runs on have fewer
  * cores than Debian's ceiling of 4, so the decision is tested here rather
- * than through the CLI.)
+ * than through the CLI.)  Also tg_check_env's list of StarPU 1.4's own
+ * numeric variables.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "env_check.h"
+#include "taskgrad/starpu_version.h"
+#include "taskgrad/runtime.h"
 #include "testutil.h"
 
 int main(void) {
@@ -22,5 +27,23 @@ int main(void) {
   CHECK(tg_maxcpus_note(4, 4, -1, buf, sizeof buf) == 0 && !buf[0], "4 cores, ceiling 4");
   CHECK(tg_maxcpus_note(2, 4, -1, buf, sizeof buf) == 0, "2 cores");
   CHECK(tg_maxcpus_note(256, 256, -1, buf, sizeof buf) == 0, "a StarPU without the limit");
+
+  /* StarPU 1.4 reads more variables with its aborting helpers than 1.3:
+   * refused (before starpu_init) with 1.4, left alone with 1.3, which never
+   * reads them */
+  const char *const only14[][2] = {{"STARPU_NHIP", "abc"},
+                                   {"STARPU_HETEROPRIO_URT_URT_MULTIPLIER", "x"}};
+  for (size_t i = 0; i < sizeof only14 / sizeof only14[0]; i++) {
+    setenv(only14[i][0], only14[i][1], 1);
+    int rc = tg_check_env();
+#if TG_STARPU_AT_LEAST(1, 4)
+    CHECK(rc == -EINVAL && strstr(tg_last_error(), only14[i][0]), "%s=%s refused with 1.4: %d",
+          only14[i][0], only14[i][1], rc);
+#else
+    CHECK(rc == 0, "%s=%s passed with 1.3: %d", only14[i][0], only14[i][1], rc);
+#endif
+    unsetenv(only14[i][0]);
+  }
+  CHECK(tg_check_env() == 0, "nothing set");
   return tg_test_finish("test_env_check");
 }

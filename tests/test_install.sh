@@ -38,13 +38,32 @@ LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}" "$work/cm/build/consumer"
 echo "ok   find_package(taskgrad) consumer builds and runs"
 
 # 2. pkg-config
-# taskgrad.pc requires starpu-1.3: the one taskgrad was built against
+# taskgrad.pc requires starpu-1.3 or starpu-1.4: the one taskgrad was built
+# against (both series can be installed side by side), which must be the
+# StarPU that libtaskgrad.so loads
 export PKG_CONFIG_PATH="$libdir/pkgconfig:${TG_STARPU_PCDIR:+$TG_STARPU_PCDIR:}${PKG_CONFIG_PATH:-}"
+starpu_mod=$(pkg-config --print-requires taskgrad | awk '{ print $1 }')
+starpu_libdir=$(pkg-config --variable=libdir "$starpu_mod") \
+  || { echo "FAIL taskgrad.pc requires '$starpu_mod', unknown to pkg-config"; exit 1; }
+loaded_starpu() { # the libstarpu file the program or library $1 loads
+  LD_LIBRARY_PATH="$libdir:$starpu_libdir:${LD_LIBRARY_PATH:-}" ldd "$1" |
+    awk '$1 ~ /^libstarpu-/ { print $3 }' | xargs -r readlink -f
+}
+want=$(loaded_starpu "$libdir/libtaskgrad.so")
+case "$want" in
+  "$(readlink -f "$starpu_libdir")"/libstarpu-*) ;;
+  *) echo "FAIL libtaskgrad.so loads '$want', taskgrad.pc requires $starpu_mod in $starpu_libdir"
+     exit 1 ;;
+esac
+[ "$(loaded_starpu "$work/cm/build/consumer")" = "$want" ] \
+  || { echo "FAIL find_package(taskgrad) consumer loads another StarPU than libtaskgrad.so ($want)"; exit 1; }
 cc -std=gnu11 -o "$work/pc_consumer" "$TG_SOURCE_DIR/examples/gemm_chain.c" \
   $(pkg-config --cflags --libs taskgrad) -lm \
   || { echo "FAIL pkg-config consumer"; exit 1; }
-LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}" "$work/pc_consumer"
-echo "ok   pkg-config taskgrad consumer builds and runs"
+[ "$(loaded_starpu "$work/pc_consumer")" = "$want" ] \
+  || { echo "FAIL pkg-config consumer loads another StarPU than libtaskgrad.so ($want)"; exit 1; }
+LD_LIBRARY_PATH="$libdir:$starpu_libdir:${LD_LIBRARY_PATH:-}" "$work/pc_consumer"
+echo "ok   pkg-config taskgrad consumer builds and runs ($starpu_mod)"
 
 # 3. the installed CLI finds its library through its rpath
 "$prefix/bin/taskgrad" --version

@@ -25,6 +25,7 @@
 
 #include <starpu.h>
 #include "taskgrad/dtype.h"
+#include "taskgrad/starpu_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,6 +204,10 @@ extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl
     tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
     tg_layernorm_bwd_cl, tg_residual_cl, tg_attention_fwd_cl,
     tg_attention_bwd_cl, tg_lm_classifier_cl;
+#if TG_STARPU_AT_LEAST(1, 4)
+/* StarPU 1.4's REDUX merge: tg_accumulate with RW|COMMUTE on dst */
+extern struct starpu_codelet tg_accumulate_redux_cl;
+#endif
 
 #ifdef __cplusplus
 }

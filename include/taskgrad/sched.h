@@ -13,11 +13,15 @@
  * starpu_init() (starpu_conf.sched_policy) when tg_runtime_config.sched, or
  * else STARPU_SCHED, names one of them.  Both policies support a single
  * scheduling context (taskgrad's), any mix of CPU and CUDA workers.
+ * With StarPU 1.4, STARPU_SCHED_LIB=libtaskgrad.so also makes them known to
+ * StarPU by name, in any program.
  */
 #ifndef TASKGRAD_SCHED_H
 #define TASKGRAD_SCHED_H
 
 #include <starpu.h>
+
+#include "taskgrad/starpu_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +34,13 @@ extern struct starpu_sched_policy tg_sched_memaware_policy;
 struct starpu_sched_policy *tg_sched_policy_find(const char *name);
 /* Our policies' names, NULL-terminated. */
 const char *const *tg_sched_policy_names(void);
+
+#if TG_STARPU_AT_LEAST(1, 4)
+/* The hooks of StarPU 1.4's STARPU_SCHED_LIB (plugins/sched_critpath.c):
+ * libtaskgrad.so serves its policies to any StarPU 1.4 program. */
+struct starpu_sched_policy *starpu_get_sched_lib_policy(const char *name);
+struct starpu_sched_policy **starpu_get_sched_lib_policies(void);
+#endif
 
 #ifdef __cplusplus
 }
