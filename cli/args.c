@@ -111,7 +111,13 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     return 1;
   }
   if (strcmp(argv[*i], "--ncpus") == 0) {
-    rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 1, 4096);
+    /* 0 only with devices: tg_init refuses it otherwise */
+    rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 0, 4096);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--emulated-devices") == 0) {
+    rc->emulated_devices = (int)tg_cli_int("--emulated-devices", tg_cli_value(argc, argv, i),
+                                           0, TG_MAX_EMULATED_DEVICES);
     return 1;
   }
   if (strcmp(argv[*i], "--ncuda") == 0) {

@@ -184,11 +184,11 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   double med = ms[steps / 2];
   double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
-         "%s attention (chunk %d, %d tasks), %s, %d CPU + %d CUDA workers, scheduler %s\n",
+         "%s attention (chunk %d, %d tasks), %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
          nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
          g.run.attn_splits, tg_precision_name(prec.precision), tg_ncpu_workers(),
-         tg_ncuda_workers(),
+         tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);
   printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));

@@ -37,7 +37,8 @@ void tg_cli_check_sched(const char *name);
   "  --sched NAME         scheduling policy: StarPU's or tg-critpath,\n"                \
   "                       tg-memaware (default: STARPU_SCHED or\n" \
   "                       StarPU's default, lws)\n"                            \
-  "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores)\n"    \
+  "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores;\n"   \
+  "                       0 only with devices)\n"                              \
   "  --ncuda N            CUDA workers (default: STARPU_NCUDA or all GPUs)\n"   \
   "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"    \
   "  --no-priorities      give every task priority 0 (for comparisons)\n"      \
@@ -45,7 +46,10 @@ void tg_cli_check_sched(const char *name);
   "  --stats              print per-codelet and per-worker statistics\n"      \
   "  --deterministic      sum gradients in a fixed order (an explicit tree\n"  \
   "                       instead of StarPU reductions): bitwise-identical\n"  \
-  "                       results for any scheduler, workers or MPI ranks\n"
+  "                       results for any scheduler, workers or MPI ranks\n"  \
+  "  --emulated-devices N N emulated accelerators (0..8): PoCL CPU OpenCL\n"  \
+  "                       devices, each a memory node StarPU copies data\n"   \
+  "                       to and from (default: TG_EMULATED_DEVICES or 0)\n"
 
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */

@@ -472,10 +472,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   tg_loader *vl = o.val ? tg_token_loader_create(vtokens, nvtok, &vc) : NULL;
   if (o.val && !vl) tg_cli_die_last("validation data");
   if (root)
-    fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA workers%s, "
+    fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA + %d emulated workers%s, "
             "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg.num_layers,
             cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-            tg_ncpu_workers(), tg_ncuda_workers(), R > 1 ? " per rank" : "",
+            tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
             o.attention == TG_ATTN_NAIVE ? "naive" : "chunked", g.run.attn_splits,
             tg_precision_name(o.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");

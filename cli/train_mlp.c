@@ -416,9 +416,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
                "--steps)", o.resume, start, total);
   tg_cli_instrument_begin(&o.rt);
   if (root)
-    fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA workers%s, "
+    fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA + %d emulated workers%s, "
             "scheduler %s, %s%s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
-            R > 1 ? " per rank" : "",
+            tg_nopencl_workers(), R > 1 ? " per rank" : "",
             o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"),
             tg_precision_name(o.model.precision), tg_deterministic() ? ", deterministic reductions" : "");
   if (root && R > 1)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codelet_common.h"
+#include "device_memory.h"
 #include "hooks.h"
 
 void (*tg_submit_hook)(struct starpu_task *task) = NULL;
@@ -106,6 +107,8 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
     modes = mx;
     trailer = tg_lowp_trailer_size();
   }
+  /* before StarPU sees it: a task that cannot fit on a device would spin */
+  TG_TRY(tg_device_memory_check(cl->name, ws ? nbuf + 1 : nbuf, handles, modes));
   /* The task name, when given, is copied after the arguments (the caller's
    * string may be a stack buffer): StarPU frees that block with the task
    * (cl_arg_free), and cl_arg_size stays the arguments' size (plus the

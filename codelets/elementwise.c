@@ -63,11 +63,14 @@ TG_CODELET(fill, tg_fill_cpu, tg_fill_cuda);
 TG_CODELET(scale, tg_scale_cpu, tg_scale_cuda);
 
 /* Reduction methods: fixed buffers and modes, as StarPU requires. */
+TG_OPENCL_ENTRY(fill_zero, tg_fill_zero_cpu)
+TG_OPENCL_ENTRY(accumulate, tg_accumulate_cpu)
 TG_PERFMODEL(fill_zero, NULL);
 struct starpu_codelet tg_fill_zero_cl = {
     .cpu_funcs = {tg_fill_zero_cpu},
     .cpu_funcs_name = {"tg_fill_zero_cpu"},
     TG_CUDA_IMPL(tg_fill_zero_cuda)
+    TG_OPENCL_IMPL(fill_zero)
     .nbuffers = 1,
     .modes = {STARPU_W},
     .model = &tg_fill_zero_model,
@@ -78,6 +81,7 @@ struct starpu_codelet tg_accumulate_cl = {
     .cpu_funcs = {tg_accumulate_cpu},
     .cpu_funcs_name = {"tg_accumulate_cpu"},
     TG_CUDA_IMPL(tg_accumulate_cuda)
+    TG_OPENCL_IMPL(accumulate)
     .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R}, /* StarPU 1.3 requires exactly RW here */
     .model = &tg_accumulate_model,
@@ -89,10 +93,12 @@ struct starpu_codelet tg_accumulate_cl = {
  * tg_accumulate task fails StarPU's mode check.  So the merge has its own
  * codelet, and tg_accumulate_insert tasks keep plain RW: they run in
  * submission order, which fixed-order sums rely on. */
+TG_OPENCL_ENTRY(accumulate_redux, tg_accumulate_cpu)
 struct starpu_codelet tg_accumulate_redux_cl = {
     .cpu_funcs = {tg_accumulate_cpu},
     .cpu_funcs_name = {"tg_accumulate_cpu"},
     TG_CUDA_IMPL(tg_accumulate_cuda)
+    TG_OPENCL_IMPL(accumulate_redux)
     .nbuffers = 2,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
     .model = &tg_accumulate_model,

@@ -12,6 +12,20 @@
  * each active plugin, so their windows may nest or overlap in any order.
  * StarPU's bus counters reset on each read too; tg_stats_bus_totals() keeps
  * running totals so that several readers see consistent numbers.
+ *
+ * Evictions.  StarPU 1.3 counts none and has no hook for them.  A device
+ * buffer of a live handle is freed in one place only: its memory manager
+ * evicting it to make room (or tidying clean buffers when memory runs low),
+ * through the data interface's free_data_on_node; an unregistered handle's
+ * device buffers go to an allocation cache, freed at shutdown.  So the
+ * first reader wraps free_data_on_node of the matrix and vector interfaces
+ * (the only ones taskgrad registers) and counts the calls on non-CPU nodes
+ * until tg_shutdown.  A buffer StarPU evicts by handing it straight to
+ * another handle of the same footprint is not freed and not counted: the
+ * count is a lower bound, exact when buffers differ in size.  Data waits:
+ * the per-task profiling record holds when the worker started and finished
+ * fetching the task's data (acquire_data_start/end_time); their difference,
+ * summed per worker, is the time it waited for data.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,11 +36,14 @@
 
 #include "check.h"
 #include "hooks.h"
+#include "taskgrad/data.h"
 #include "taskgrad/stats.h"
 
 static pthread_mutex_t tg_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static tg_stats tg_cur;
 static double tg_window_start_us;
+static long tg_window_evictions, tg_window_prefetched;
+static long long tg_window_evicted_bytes;
 static long long tg_window_start_bytes;
 static long tg_window_start_transfers;
 
@@ -83,6 +100,58 @@ int tg_stats_bus_totals(long long *bytes, long *transfers, int max) {
   return n;
 }
 
+/* ---- device evictions ------------------------------------------------------ */
+
+static void (*tg_matrix_free)(void *iface, unsigned node);
+static void (*tg_vector_free)(void *iface, unsigned node);
+static long tg_evictions;
+static long long tg_evicted_bytes;
+static int tg_evict_installed = 0;
+
+static void tg_count_eviction(unsigned node, size_t bytes) {
+  if (starpu_node_get_kind(node) == STARPU_CPU_RAM) return;
+  __atomic_add_fetch(&tg_evictions, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&tg_evicted_bytes, (long long)bytes, __ATOMIC_RELAXED);
+}
+
+static void tg_matrix_free_counted(void *iface, unsigned node) {
+  const struct starpu_matrix_interface *m = iface;
+  tg_count_eviction(node, (size_t)m->nx * m->ny * m->elemsize);
+  tg_matrix_free(iface, node);
+}
+
+static void tg_vector_free_counted(void *iface, unsigned node) {
+  const struct starpu_vector_interface *v = iface;
+  tg_count_eviction(node, (size_t)v->nx * v->elemsize);
+  tg_vector_free(iface, node);
+}
+
+/* at tg_shutdown, before StarPU frees what is left: stop counting */
+static void tg_evictions_uninstall(void) {
+  pthread_mutex_lock(&tg_bus_lock);
+  if (tg_evict_installed) {
+    starpu_interface_matrix_ops.free_data_on_node = tg_matrix_free;
+    starpu_interface_vector_ops.free_data_on_node = tg_vector_free;
+    tg_evict_installed = 0;
+  }
+  pthread_mutex_unlock(&tg_bus_lock);
+}
+
+void tg_stats_evictions(long *count, long long *bytes) {
+  pthread_mutex_lock(&tg_bus_lock);
+  if (!tg_evict_installed) {
+    tg_matrix_free = starpu_interface_matrix_ops.free_data_on_node;
+    tg_vector_free = starpu_interface_vector_ops.free_data_on_node;
+    starpu_interface_matrix_ops.free_data_on_node = tg_matrix_free_counted;
+    starpu_interface_vector_ops.free_data_on_node = tg_vector_free_counted;
+    tg_evict_installed = 1;
+    tg_at_shutdown(tg_evictions_uninstall);
+  }
+  pthread_mutex_unlock(&tg_bus_lock);
+  if (count) *count = __atomic_load_n(&tg_evictions, __ATOMIC_RELAXED);
+  if (bytes) *bytes = __atomic_load_n(&tg_evicted_bytes, __ATOMIC_RELAXED);
+}
+
 /* per-bus totals at tg_stats_begin */
 static long long tg_window_bus_bytes[TG_STATS_MAX_BUSES];
 static long tg_window_bus_transfers[TG_STATS_MAX_BUSES];
@@ -117,6 +186,10 @@ static void tg_stats_task_done(struct starpu_task *task) {
   double us = tg_ts_us(&pi->end_time) - tg_ts_us(&pi->start_time);
   pthread_mutex_lock(&tg_stats_lock);
   tg_cur.tasks++;
+  int w = pi->workerid;
+  if (w >= 0 && w < TG_STATS_MAX_WORKERS)
+    tg_cur.workers[w].data_wait_us +=
+        tg_ts_us(&pi->acquire_data_end_time) - tg_ts_us(&pi->acquire_data_start_time);
   int i;
   for (i = 0; i < tg_cur.ncodelets; i++)
     if (tg_cur.codelets[i].name == task->cl->name) break;
@@ -145,6 +218,8 @@ int tg_stats_begin(void) {
   tg_bus_sum(&tg_window_start_bytes, &tg_window_start_transfers);
   tg_window_nbuses = tg_stats_bus_totals(tg_window_bus_bytes, tg_window_bus_transfers,
                                          TG_STATS_MAX_BUSES);
+  tg_stats_evictions(&tg_window_evictions, &tg_window_evicted_bytes);
+  tg_window_prefetched = tg_loader_prefetched();
   tg_window_start_us = tg_now_us();
   tg_stats_active = 1;
   tg_plugins_update_hook();
@@ -165,6 +240,11 @@ int tg_stats_end(tg_stats *out) {
   tg_bus_sum(&bytes, &transfers);
   out->bytes_moved = bytes - tg_window_start_bytes;
   out->transfers = transfers - tg_window_start_transfers;
+  tg_stats_evictions(&out->evictions, &out->evicted_bytes);
+  out->evictions -= tg_window_evictions;
+  out->evicted_bytes -= tg_window_evicted_bytes;
+  out->prefetched_batches = tg_loader_prefetched() - tg_window_prefetched;
+  out->prefetch = starpu_get_prefetch_flag();
   long long bb[TG_STATS_MAX_BUSES];
   long bt[TG_STATS_MAX_BUSES];
   int nb = tg_stats_bus_totals(bb, bt, TG_STATS_MAX_BUSES);
@@ -191,6 +271,7 @@ int tg_stats_end(tg_stats *out) {
     ws->executing_us = tg_ts_us(&info.executing_time);
     ws->sleeping_us = tg_ts_us(&info.sleeping_time);
     ws->overhead_us = ws->total_us - ws->executing_us - ws->sleeping_us;
+    /* data_wait_us was summed from the tasks' records by the callbacks */
     if (ws->overhead_us < 0) ws->overhead_us = 0;
   }
   return 0;
@@ -214,13 +295,14 @@ void tg_stats_print(const tg_stats *s, FILE *f) {
             c->total_us > 0 ? c->flops / (c->total_us * 1e3) : 0,
             100.0 * c->total_us / worker_time);
   }
-  fprintf(f, "%-24s %8s %8s %8s %10s\n", "worker", "tasks", "busy", "idle", "overhead");
+  fprintf(f, "%-24s %8s %8s %8s %10s %10s\n", "worker", "tasks", "busy", "idle", "overhead",
+          "data wait");
   for (int w = 0; w < s->nworkers; w++) {
     const tg_worker_stats *ws = &s->workers[w];
     double t = ws->total_us > 0 ? ws->total_us : 1;
-    fprintf(f, "%-24s %8d %7.1f%% %7.1f%% %9.1f%%\n", ws->name, ws->tasks,
+    fprintf(f, "%-24.24s %8d %7.1f%% %7.1f%% %9.1f%% %9.1f%%\n", ws->name, ws->tasks,
             100 * ws->executing_us / t, 100 * ws->sleeping_us / t,
-            100 * ws->overhead_us / t);
+            100 * ws->overhead_us / t, 100 * ws->data_wait_us / t);
   }
   fprintf(f, "bytes moved:      %lld bytes (%.1f MiB) in %ld transfers between memory nodes\n",
           s->bytes_moved, s->bytes_moved / 1048576.0, s->transfers);
@@ -232,4 +314,9 @@ void tg_stats_print(const tg_stats *s, FILE *f) {
     fprintf(f, "  %-10s -> %-10s %12lld bytes (%.1f MiB) in %ld transfers\n", src, dst,
             bs->bytes, bs->bytes / 1048576.0, bs->transfers);
   }
+  fprintf(f, "evictions:        %ld device buffers (%.1f MiB) freed to make room\n",
+          s->evictions, s->evicted_bytes / 1048576.0);
+  fprintf(f, "prefetches:       %ld micro-batches by the loader to device nodes; "
+          "scheduler prefetch %s (STARPU_PREFETCH)\n",
+          s->prefetched_batches, s->prefetch ? "on" : "off");
 }

@@ -16,6 +16,7 @@
 #include <starpu.h>
 
 #include "check.h"
+#include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/stats.h"
 #include "atomic_file.h"
@@ -43,6 +44,7 @@ static int tg_recording;
 static double tg_origin_us;
 static long long tg_bus_bytes0[TG_STATS_MAX_BUSES];
 static long tg_bus_count0[TG_STATS_MAX_BUSES];
+static long tg_evictions0, tg_prefetched0; /* at tg_trace_begin */
 
 static double tg_ts_us(const struct timespec *t) {
   return t->tv_sec * 1e6 + t->tv_nsec * 1e-3;
@@ -84,6 +86,8 @@ int tg_trace_begin(void) {
   tg_trace_oom = 0;
   pthread_mutex_unlock(&tg_trace_lock);
   tg_stats_bus_totals(tg_bus_bytes0, tg_bus_count0, TG_STATS_MAX_BUSES);
+  tg_stats_evictions(&tg_evictions0, NULL);
+  tg_prefetched0 = tg_loader_prefetched();
   tg_origin_us = starpu_timing_now();
   tg_recording = 1;
   tg_plugins_trace_done = tg_trace_task_done;
@@ -199,10 +203,14 @@ static void tg_write_events(tg_out *o, double end_us) {
               k ? count[b] : 0L);
     }
   }
+  long evictions;
+  tg_stats_evictions(&evictions, NULL);
   tg_emit(o, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
           "\"name\":\"transfer totals\",\"args\":{\"bytes\":%lld,\"transfers\":%ld,\"buses\":%d,"
+          "\"evictions\":%ld,\"prefetched_batches\":%ld,\"scheduler_prefetch\":%d,"
           "\"note\":\"per-transfer events need a StarPU built with FxT\"}}",
-          transfers_tid, end_ts, all_bytes, all_count, nb);
+          transfers_tid, end_ts, all_bytes, all_count, nb, evictions - tg_evictions0,
+          tg_loader_prefetched() - tg_prefetched0, starpu_get_prefetch_flag());
   tg_emit(o, "\n]}\n");
 }
 

@@ -76,14 +76,32 @@ void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 #define TG_CUDA_ENTRY(op, fn)
 #endif
 
+/* OpenCL (codelets/opencl_adapter.c): the CPU function on mapped device
+ * buffers, for the emulated accelerators (PoCL devices as memory nodes).
+ * TG_OPENCL_ENTRY(name, cpu) defines tg_<name>_opencl_entry calling cpu. */
+#ifdef STARPU_USE_OPENCL
+void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void *),
+                    const struct starpu_codelet *cl);
+#define TG_OPENCL_ENTRY(name, cpu)                                          \
+  static void tg_##name##_opencl_entry(void *b[], void *a) {                \
+    tg_opencl_call(b, a, cpu, &tg_##name##_cl);                             \
+  }
+#define TG_OPENCL_IMPL(name) .opencl_funcs = {tg_##name##_opencl_entry},
+#else
+#define TG_OPENCL_ENTRY(name, cpu)
+#define TG_OPENCL_IMPL(name)
+#endif
+
 #define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
   static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
   TG_CUDA_ENTRY(op, cuda_fn)                                                \
+  TG_OPENCL_ENTRY(op, tg_##op##_cpu_entry)                                  \
   TG_PERFMODEL(op, tg_footprint);                                           \
   struct starpu_codelet tg_##op##_cl = {                                    \
       .cpu_funcs = {tg_##op##_cpu_entry},                                   \
       .cpu_funcs_name = {"tg_" #op "_cpu_entry"},                           \
       TG_CUDA_IMPL(tg_##op##_cuda_entry)                                    \
+      TG_OPENCL_IMPL(op)                                                    \
       .nbuffers = STARPU_VARIABLE_NBUFFERS,                                 \
       .model = &tg_##op##_model,                                            \
       .name = "tg_" #op,                                                    \

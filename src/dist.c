@@ -129,7 +129,7 @@ void tg_dist_abort(int status) {
   fflush(stdout);
   fflush(stderr);
   if (tg_mpi_on) MPI_Abort(MPI_COMM_WORLD, status);
-  exit(status);
+  tg_exit_process(status);
 }
 
 #else /* no MPI in this build */
@@ -156,6 +156,6 @@ int tg_dist_all_ok(int ok) { return ok != 0; }
 void tg_dist_abort(int status) {
   fflush(stdout);
   fflush(stderr);
-  exit(status);
+  tg_exit_process(status);
 }
 #endif

@@ -16,4 +16,9 @@ int tg_dist_active(void);
 /* on, or TG_DETERMINISTIC set (not "0") in the environment */
 void tg_dist_set_deterministic(int on);
 
+/* exit(status), or _exit(status) while StarPU runs OpenCL workers (the
+ * emulated accelerators: PoCL's exit-time teardown frees what their threads
+ * still use, a crash after the error message); src/runtime.c */
+__attribute__((noreturn)) void tg_exit_process(int status);
+
 #endif

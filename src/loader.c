@@ -61,10 +61,12 @@
  *
  * Prefetch.  Once a slot is written (and released), each child i is
  * prefetched asynchronously (starpu_data_prefetch_on_node(..., async=1)) to
- * the memory node of CUDA worker (i mod ncuda), where the training graph is
+ * the memory node of device worker (i mod ndev) -- CUDA workers, then
+ * OpenCL ones (the emulated accelerators) -- where the training graph is
  * expected to run micro-batch i.  The copy then overlaps with the current
  * step instead of delaying the next one.  With CPU workers only there is
- * nothing to do: the data already lives in main RAM.
+ * nothing to do: the data already lives in main RAM.  Each micro-batch
+ * prefetched counts in tg_loader_prefetched() (--stats shows it).
  *
  * Order.  Epochs follow one another without a break; epoch e uses a
  * permutation computed from (seed, e) with splitmix64 and Fisher-Yates when
@@ -132,8 +134,8 @@ struct tg_loader {
   tg_slot *slots;
   int nslots;
 
-  int ncuda;
-  unsigned *cuda_nodes;    /* memory node of each CUDA worker */
+  int ndev;
+  unsigned *dev_nodes;     /* memory node of each CUDA, then OpenCL worker */
 
   pthread_t thread;
   int thread_started;
@@ -258,8 +260,14 @@ static int slot_init(tg_slot *s, const loader_source *src, int rows,
   return 0;
 }
 
+static long tg_prefetched_batches = 0; /* micro-batches, all loaders */
+
+long tg_loader_prefetched(void) {
+  return __atomic_load_n(&tg_prefetched_batches, __ATOMIC_RELAXED);
+}
+
 /* Writes batch b of the current epoch into slot s through W acquires of its
- * children, then prefetches them to the CUDA workers.  Runs in the loader
+ * children, then prefetches them to the device workers.  Runs in the loader
  * thread. */
 static int slot_fill(tg_loader *ld, tg_slot *s, int b) {
   int r0 = 0;
@@ -283,14 +291,15 @@ static int slot_fill(tg_loader *ld, tg_slot *s, int b) {
     starpu_data_release(s->xc[i]);
     r0 += s->child_rows[i];
   }
-  if (ld->ncuda > 0) {
+  if (ld->ndev > 0) {
     for (int i = 0; i < s->nchild; i++) {
-      unsigned node = ld->cuda_nodes[i % ld->ncuda];
+      unsigned node = ld->dev_nodes[i % ld->ndev];
       int rc = starpu_data_prefetch_on_node(s->xc[i], node, 1);
       if (rc == 0) rc = starpu_data_prefetch_on_node(s->yc[i], node, 1);
       if (rc != 0)
         return tg_fail(rc < 0 ? -rc : EIO, "loader: prefetch of micro-batch "
                        "%d to memory node %u failed (%d)", i, node, rc);
+      __atomic_add_fetch(&tg_prefetched_batches, 1, __ATOMIC_RELAXED);
     }
   }
   return 0;
@@ -395,7 +404,7 @@ static void loader_free(tg_loader *ld) {
   if (ld->slots)
     for (int i = 0; i < ld->nslots; i++) slot_free(&ld->slots[i]);
   free(ld->slots);
-  free(ld->cuda_nodes);
+  free(ld->dev_nodes);
   if (ld->src.free_ctx) ld->src.free_ctx(ld->src.ctx);
   if (ld->sync_init) {
     int e = pthread_cond_destroy(&ld->cv);
@@ -455,23 +464,21 @@ static tg_loader *loader_start(const loader_source *src, int nmicro,
     goto fail;
   }
 
-  ld->ncuda = (int)starpu_cuda_worker_get_count();
-  if (ld->ncuda > 0) {
-    int *ids = calloc((size_t)ld->ncuda, sizeof *ids);
-    ld->cuda_nodes = calloc((size_t)ld->ncuda, sizeof *ld->cuda_nodes);
-    if (!ids || !ld->cuda_nodes) {
+  int ndev = (int)starpu_worker_get_count() - (int)starpu_cpu_worker_get_count();
+  if (ndev > 0) {
+    int *ids = calloc((size_t)ndev, sizeof *ids);
+    ld->dev_nodes = calloc((size_t)ndev, sizeof *ld->dev_nodes);
+    if (!ids || !ld->dev_nodes) {
       free(ids);
       tg_fail(ENOMEM, "loader: out of memory");
       goto fail;
     }
-    unsigned got = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids,
-                                                 (unsigned)ld->ncuda);
-    if (got == 0) {
-      ld->ncuda = 0;
-    } else {
-      if ((int)got < ld->ncuda) ld->ncuda = (int)got;
-      for (int i = 0; i < ld->ncuda; i++)
-        ld->cuda_nodes[i] = starpu_worker_get_memory_node((unsigned)ids[i]);
+    static const enum starpu_worker_archtype kinds[] = {STARPU_CUDA_WORKER,
+                                                        STARPU_OPENCL_WORKER};
+    for (int k = 0; k < 2 && ld->ndev < ndev; k++) {
+      unsigned got = starpu_worker_get_ids_by_type(kinds[k], ids, (unsigned)(ndev - ld->ndev));
+      for (unsigned i = 0; i < got; i++)
+        ld->dev_nodes[ld->ndev++] = starpu_worker_get_memory_node((unsigned)ids[i]);
     }
     free(ids);
   }

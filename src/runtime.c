@@ -41,7 +41,8 @@ void tg_at_shutdown(void (*fn)(void)) {
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
-  tg_runtime_config c = {NULL, -1, -1, -1, 0, 0, NULL, 0, 0, 0};
+  tg_runtime_config c = {
+      .ncpus = -1, .ncuda = -1, .calibrate = -1, .emulated_devices = -1};
   return c;
 }
 
@@ -64,6 +65,100 @@ static void tg_note_maxcpus(const tg_runtime_config *c) {
     fprintf(stderr, "taskgrad: note: %s\n", note);
 }
 
+/* cfg->emulated_devices from TG_EMULATED_DEVICES when the config leaves it
+ * to the environment */
+static int tg_emulated_devices(tg_runtime_config *c) {
+  if (c->emulated_devices >= 0) return 0;
+  c->emulated_devices = 0;
+  const char *v = getenv("TG_EMULATED_DEVICES");
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || *end || n < 0 || n > TG_MAX_EMULATED_DEVICES)
+    return tg_fail(EINVAL, "TG_EMULATED_DEVICES='%s' is not a number of devices in [0, %d]",
+                   v, TG_MAX_EMULATED_DEVICES);
+  c->emulated_devices = (int)n;
+  return 0;
+}
+
+/* StarPU finds OpenCL devices of type GPU or accelerator only, unless
+ * STARPU_OPENCL_ON_CPUS is set; PoCL's POCL_DEVICES lists the devices it
+ * creates (one "pthread" each).  STARPU_NOPENCL is set too, because StarPU
+ * lets the environment override conf.nopencl.  PoCL would start a pool of
+ * kernel threads per device; we run no OpenCL kernel (the adapter maps
+ * buffers), so one thread each is enough unless the user says otherwise.
+ * The devices' driver threads share the CPU cores with the CPU workers, so
+ * no worker is bound to a core (unless STARPU_WORKERS_NOBIND says so). */
+static int tg_emulated_setup(struct starpu_conf *conf, int n) {
+#ifndef STARPU_USE_OPENCL
+  /* e.g. scripts/build-starpu-cuda's StarPU (--disable-opencl) */
+  if (n > 0)
+    return tg_fail(ENODEV, "%d emulated device%s asked, but this StarPU is built without "
+                   "OpenCL: the emulated accelerators need a StarPU with OpenCL (Debian's "
+                   "libstarpu-dev) and PoCL's CPU device (pocl-opencl-icd)",
+                   n, n == 1 ? "" : "s");
+#endif
+  conf->nopencl = n;
+  char num[16], devices[8 * TG_MAX_EMULATED_DEVICES + 1] = "";
+  snprintf(num, sizeof num, "%d", n);
+  for (int i = 0; i < n; i++) strcat(devices, i ? " pthread" : "pthread");
+  int rc = setenv("STARPU_NOPENCL", num, 1);
+  if (n > 0 && rc == 0) rc = setenv("STARPU_OPENCL_ON_CPUS", "1", 1);
+  if (n > 0 && rc == 0) rc = setenv("POCL_DEVICES", devices, 1);
+  if (n > 0 && rc == 0) rc = setenv("POCL_MAX_PTHREAD_COUNT", "1", 0);
+  /* more workers than cores is the point here: no binding warnings */
+  if (n > 0 && rc == 0) rc = setenv("STARPU_WORKERS_NOBIND", "1", 0);
+  if (rc != 0) return tg_fail(errno, "setenv for the emulated devices: %s", strerror(errno));
+  return 0;
+}
+
+/* A device memory limit in the environment: STARPU_LIMIT_OPENCL_MEM,
+ * STARPU_LIMIT_CUDA_MEM or a per-device STARPU_LIMIT_{OPENCL,CUDA}_<n>_MEM. */
+extern char **environ;
+static int tg_device_limit_set(void) {
+  for (char **e = environ; *e; e++)
+    if (!strncmp(*e, "STARPU_LIMIT_OPENCL_", 20) || !strncmp(*e, "STARPU_LIMIT_CUDA_", 18))
+      return 1;
+  return 0;
+}
+
+/* StarPU 1.3 can spin for good allocating device memory under a limit too
+ * small for the graph (src/device_memory.c refuses the cases we know).  As
+ * a last resort, under a device memory limit StarPU's watchdog (default 10
+ * s without a finished task while tasks are pending; STARPU_WATCHDOG_TIMEOUT
+ * in us overrides) ends the process with a message instead of a hang.
+ * _exit: the stuck workers hold StarPU's locks, so exit handlers could
+ * block. */
+static void tg_watchdog_fired(void *arg) {
+  (void)arg;
+  const char *t = getenv("STARPU_WATCHDOG_TIMEOUT");
+  fprintf(stderr,
+          "taskgrad: error: no task finished for %.1f s under a device memory limit "
+          "(STARPU_LIMIT_OPENCL_MEM / STARPU_LIMIT_CUDA_MEM): StarPU 1.3 is stuck "
+          "allocating device memory; raise the limit (or STARPU_WATCHDOG_TIMEOUT, in "
+          "microseconds, if tasks really run that long)\n",
+          t ? atof(t) / 1e6 : 0.0);
+  fflush(stderr);
+  _exit(2);
+}
+
+/* After starpu_init: did the devices appear, each with its own node? */
+static int tg_emulated_check(int n) {
+  if (n == 0) return 0;
+  int got = tg_nopencl_workers();
+  if (got != n)
+    return tg_fail(ENODEV,
+                   "%d emulated device%s asked, StarPU started %d OpenCL worker%s: the "
+                   "emulated accelerators need PoCL's CPU device (Debian: apt-get install "
+                   "pocl-opencl-icd; check with clinfo -l)",
+                   n, n == 1 ? "" : "s", got, got == 1 ? "" : "s");
+  int nodes = (int)starpu_memory_nodes_get_count();
+  if (nodes < n + 1)
+    return tg_fail(ENODEV, "%d emulated devices but %d memory nodes", n, nodes);
+  return 0;
+}
+
 int tg_init(const tg_runtime_config *cfg) {
   if (tg_started) return tg_fail(EBUSY, "tg_init: taskgrad is already started");
   TG_TRY(tg_check_env());
@@ -72,6 +167,13 @@ int tg_init(const tg_runtime_config *cfg) {
   struct starpu_conf conf;
   TG_STARPU(starpu_conf_init(&conf));
   if (c.sched) conf.sched_policy_name = c.sched;
+  /* OpenCL only for the emulated accelerators (before STARPU_SCHED is
+   * hidden below, so that an error leaves the environment as it was) */
+  TG_TRY(tg_emulated_devices(&c));
+  TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
+  if (c.ncpus == 0 && c.emulated_devices == 0 && (c.ncuda == 0 || !tg_built_with_cuda()))
+    return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
+                           "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
   /* taskgrad's own policies (include/taskgrad/sched.h), by name from the
    * config or else STARPU_SCHED: StarPU does not know their names, so we
    * hand it the policy object (conf.sched_policy).  StarPU 1.3 looks the
@@ -101,8 +203,10 @@ int tg_init(const tg_runtime_config *cfg) {
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
-  /* taskgrad's tensors and codelets use neither OpenCL nor MIC */
-  conf.nopencl = 0;
+
+  int device_limit = tg_device_limit_set();
+  if (device_limit && setenv("STARPU_WATCHDOG_TIMEOUT", "10000000", 0) != 0)
+    return tg_fail(errno, "setenv STARPU_WATCHDOG_TIMEOUT: %s", strerror(errno));
 
   openblas_set_num_threads(1);
 #ifdef TG_SIMGRID
@@ -125,6 +229,11 @@ int tg_init(const tg_runtime_config *cfg) {
   if (rc != 0)
     return tg_fail(rc < 0 ? -rc : EIO, "starpu_init failed: %s", strerror(rc < 0 ? -rc : EIO));
   tg_started = 1;
+  if (device_limit) starpu_task_watchdog_set_hook(tg_watchdog_fired, NULL);
+  if (tg_emulated_check(c.emulated_devices) < 0) {
+    tg_shutdown();
+    return -ENODEV;
+  }
   tg_dist_set_deterministic(c.deterministic);
   tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
@@ -172,6 +281,20 @@ int tg_priority(int rank, int nranks) {
 }
 
 int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
+void tg_exit_process(int status) {
+  fflush(stdout);
+  fflush(stderr);
+  if (tg_started && tg_nopencl_workers() > 0) _exit(status);
+  exit(status);
+}
+
+int tg_nopencl_workers(void) {
+#ifdef STARPU_USE_OPENCL
+  return (int)starpu_opencl_worker_get_count();
+#else
+  return 0;
+#endif
+}
 int tg_ncuda_workers(void) {
 #if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID) /* SimGrid: simulated GPUs */
   return (int)starpu_cuda_worker_get_count();

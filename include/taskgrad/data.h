@@ -88,6 +88,9 @@ int tg_loader_batches_per_epoch(const tg_loader *ld);
  * Epochs follow one another without a break. */
 int tg_loader_next(tg_loader *ld, tg_batch *out);
 void tg_loader_destroy(tg_loader *ld);
+/* Micro-batches the loaders have prefetched to device memory nodes (CUDA or
+ * emulated OpenCL devices) since the process started. */
+long tg_loader_prefetched(void);
 
 /* GPT batches from a token array (llm.c's loader semantics).  A batch holds
  * B sequences of T tokens: inputs x (B*T, 1) and targets y (B*T, 1), int32,

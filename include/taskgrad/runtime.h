@@ -29,7 +29,17 @@ typedef struct tg_runtime_config {
                           bitwise-reproducible runs; see dist.h */
   int mpi;             /* 1: start through StarPU-MPI (MPI_COMM_WORLD) for
                           data-parallel training over ranks; see dist.h */
+  int emulated_devices; /* N > 0: N emulated accelerators, PoCL's CPU OpenCL
+                          devices, each a memory node of its own that
+                          StarPU copies data to and from (taskgrad's
+                          codelets run their CPU kernels on the mapped
+                          device buffers, codelets/opencl_adapter.c);
+                          0: none; negative: TG_EMULATED_DEVICES from the
+                          environment, else none */
 } tg_runtime_config;
+
+/* the most emulated devices (StarPU 1.3's STARPU_MAXOPENCLDEVS) */
+#define TG_MAX_EMULATED_DEVICES 8
 
 /* A config with every field set to "StarPU decides". */
 tg_runtime_config tg_runtime_config_default(void);
@@ -50,6 +60,8 @@ int tg_priorities_enabled(void);
 
 int tg_ncpu_workers(void);
 int tg_ncuda_workers(void);
+/* OpenCL workers started: the emulated accelerators */
+int tg_nopencl_workers(void);
 /* 1 when this build of taskgrad has CUDA codelets (and StarPU has CUDA). */
 int tg_built_with_cuda(void);
 

@@ -33,6 +33,8 @@ typedef struct tg_worker_stats {
   double executing_us; /* running task bodies */
   double sleeping_us;  /* blocked, waiting for work */
   double overhead_us;  /* the rest: scheduling, data management, callbacks */
+  double data_wait_us; /* fetching its tasks' data (profiling's
+                          acquire_data_start..end_time), part of overhead */
 } tg_worker_stats;
 
 typedef struct tg_bus_stats {
@@ -52,6 +54,11 @@ typedef struct tg_stats {
   long transfers;        /* number of those transfers */
   int nbuses;            /* buses that moved data in the window ... */
   tg_bus_stats buses[TG_STATS_MAX_BUSES]; /* ... with their traffic */
+  long evictions;          /* device buffers freed to make room (a lower
+                              bound: see plugins/stats.c) ... */
+  long long evicted_bytes; /* ... and their bytes */
+  long prefetched_batches; /* micro-batches the loader prefetched to devices */
+  int prefetch;            /* StarPU's scheduler prefetch on (STARPU_PREFETCH) */
 } tg_stats;
 
 int tg_stats_begin(void);
@@ -66,6 +73,9 @@ void tg_stats_print(const tg_stats *s, FILE *f);
  * starpu_bus_get_profiling_info() resets its counters on each read: read them
  * through this function only, so that the plugins agree. */
 int tg_stats_bus_totals(long long *bytes, long *transfers, int max);
+/* Running totals of device evictions since the first call (which starts
+ * counting; counting stops at tg_shutdown).  Either pointer may be NULL. */
+void tg_stats_evictions(long *count, long long *bytes);
 
 #ifdef __cplusplus
 }
