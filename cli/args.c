@@ -153,8 +153,9 @@ void tg_cli_check_memory_limit(size_t needed, const char *what) {
   if (!env || !*env) return;
   long long mib = strtoll(env, NULL, 10);
   size_t need_mib = (needed + (1u << 20) - 1) >> 20;
+  /* no tg_shutdown here: the data loader's thread may be submitting tasks,
+   * and tg_cli_die ends the process without tearing StarPU down */
   if ((unsigned long long)mib < need_mib) {
-    tg_shutdown();
     tg_cli_die("STARPU_LIMIT_CPU_MEM=%lld MiB is below the %zu MiB that %s needs in "
                "StarPU-managed memory (activations in flight and reduction buffers); "
                "raise the limit or lower --batch", mib, need_mib, what);

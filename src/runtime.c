@@ -284,7 +284,7 @@ int tg_ncpu_workers(void) { return (int)starpu_cpu_worker_get_count(); }
 void tg_exit_process(int status) {
   fflush(stdout);
   fflush(stderr);
-  if (tg_started && tg_nopencl_workers() > 0) _exit(status);
+  if (tg_started) _exit(status);
   exit(status);
 }
 
