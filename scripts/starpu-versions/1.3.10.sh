@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # StarPU 1.3.10: what scripts/build-starpu --version 1.3.10 needs to know
-# (what scripts/build-starpu-cuda and build-starpu-simgrid did for it).
+# (scripts/build-starpu-cuda and build-starpu-simgrid build it).
 # Same names as 1.4.10.sh, whose header explains the design.
 #
 # Source: Debian bookworm's own package starpu 1.3.10+dfsg-2, the same
@@ -24,8 +24,9 @@ STARPU_SRC_DIR=starpu-1.3.10+dfsg
 STARPU_PATCHES=(starpu-1.3.10-cuda13.patch)
 STARPU_CUDA_PATCHES=()
 
-# The scripts so far configured 64; configure accepts any number
-# (STARPU_NMAXWORKERS follows), the issue asks for 256 like 1.4.10.
+# The scripts so far configured 64; the issue asks for 256 like 1.4.10.
+# Checked: `configure --enable-maxcpus=256` gives STARPU_MAXCPUS 256 and
+# STARPU_NMAXWORKERS 256 in starpu_config.h.
 STARPU_MAXCPUS=256
 # 1.3 builds no Python interface; SOCL stays as the scripts had it
 STARPU_EXTRA_CONFIGURE=()
