@@ -270,6 +270,12 @@ int tg_stats_end(tg_stats *out) {
     ws->total_us = tg_ts_us(&info.total_time);
     ws->executing_us = tg_ts_us(&info.executing_time);
     ws->sleeping_us = tg_ts_us(&info.sleeping_time);
+    /* StarPU 1.3's OpenCL driver counts as sleeping the time its worker
+     * spends waiting in its own loop, tasks in flight included (measured:
+     * 17% busy + 99.5% sleeping on emulated devices): idle is at most what
+     * is not executing */
+    if (ws->sleeping_us > ws->total_us - ws->executing_us)
+      ws->sleeping_us = ws->total_us - ws->executing_us;
     ws->overhead_us = ws->total_us - ws->executing_us - ws->sleeping_us;
     /* data_wait_us was summed from the tasks' records by the callbacks */
     if (ws->overhead_us < 0) ws->overhead_us = 0;
