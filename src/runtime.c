@@ -171,7 +171,12 @@ int tg_init(const tg_runtime_config *cfg) {
    * hidden below, so that an error leaves the environment as it was) */
   TG_TRY(tg_emulated_devices(&c));
   TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
-  if (c.ncpus == 0 && c.emulated_devices == 0 && (c.ncuda == 0 || !tg_built_with_cuda()))
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID) /* SimGrid: simulated GPUs */
+  const int cuda_possible = 1;
+#else
+  const int cuda_possible = 0;
+#endif
+  if (c.ncpus == 0 && c.emulated_devices == 0 && (c.ncuda == 0 || !cuda_possible))
     return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
                            "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
   /* taskgrad's own policies (include/taskgrad/sched.h), by name from the
