@@ -32,6 +32,22 @@ expect_fail() {
 # losses FILE...: "step N loss X ..." lines as "N X", one per step
 losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 
+# kill_when FILE OUT ERR taskgrad-args...: runs taskgrad in the background,
+# kills it with SIGKILL (a scheduler's preemption) as soon as FILE exists (up
+# to 60 s), and returns its exit status: 137 when the kill landed mid-run
+kill_when() {
+  local file=$1 out=$2 err=$3 pid i
+  shift 3
+  "$tg" "$@" >"$out" 2>"$err" &
+  pid=$!
+  for i in $(seq 1 3000); do
+    [ -f "$file" ] && break
+    sleep 0.02
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+}
+
 # finish NAME: the closing line, and the exit status
 finish() {
   echo "$1: $pass passed, $fail failed"

@@ -157,14 +157,7 @@ req=(train mlp "${base[@]}" --micro-batches 1 --steps 1000 --resume "$d" --check
      --checkpoint-every 3)
 "$tg" train mlp "${base[@]}" --micro-batches 1 --steps 1000 --save "$work/full1000.st" \
   >/dev/null 2>&1
-"$tg" "${req[@]}" --save "$work/requeue.st" >/dev/null 2>"$work/q1.err" &
-qpid=$!
-for i in $(seq 1 1500); do # up to 30 s for the first checkpoint
-  [ -f "$d/mlp-checkpoint.bin" ] && break
-  sleep 0.02
-done
-kill -KILL "$qpid" 2>/dev/null
-wait "$qpid"
+kill_when "$d/mlp-checkpoint.bin" /dev/null "$work/q1.err" "${req[@]}" --save "$work/requeue.st"
 qrc=$?
 if "$tg" "${req[@]}" --save "$work/requeue.st" >/dev/null 2>"$work/q2.err"; then
   from=$(sed -nE 's/.*resuming .* at step ([0-9]+) .*/\1/p' "$work/q2.err")

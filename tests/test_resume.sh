@@ -138,14 +138,7 @@ d="$work/requeue"
   >"$work/full400.out" 2>/dev/null
 req=(train gpt --init-from "$work/m.bin" --resume "$d" --checkpoint "$d" --checkpoint-every 3
      "${common[@]}" --steps 400 --save "$work/requeue-final.bin")
-"$tg" "${req[@]}" >"$work/q1.out" 2>"$work/q1.err" &
-qpid=$!
-for i in $(seq 1 600); do  # up to 60 s for the first checkpoint (step 3)
-  [ -f "$d/checkpoint.bin" ] && break
-  sleep 0.05
-done
-kill -KILL "$qpid" 2>/dev/null
-wait "$qpid"
+kill_when "$d/checkpoint.bin" "$work/q1.out" "$work/q1.err" "${req[@]}" # first checkpoint: step 3
 qrc=$?
 if "$tg" "${req[@]}" >"$work/q2.out" 2>"$work/q2.err"; then
   from=$(sed -nE 's/.*resuming .* at step ([0-9]+) .*/\1/p' "$work/q2.err")
