@@ -115,6 +115,24 @@ static int tg_dm_add_redux(starpu_data_handle_t h) {
   return 0;
 }
 
+void tg_device_memory_forget(starpu_data_handle_t h) {
+  pthread_mutex_lock(&tg_dm_lock);
+  for (int i = 0; i < tg_dm_nredux; i++) {
+    if (tg_dm_redux[i] != h) continue;
+    /* a freed handle's contributions are gone, and its address may be
+     * reused by an unrelated handle: drop it, recompute the largest */
+    tg_dm_redux[i] = tg_dm_redux[--tg_dm_nredux];
+    tg_dm_redux_sum = tg_dm_redux_max = 0;
+    for (int k = 0; k < tg_dm_nredux; k++) {
+      long long s = (long long)starpu_data_get_size(tg_dm_redux[k]);
+      tg_dm_redux_sum += s;
+      if (s > tg_dm_redux_max) tg_dm_redux_max = s;
+    }
+    break;
+  }
+  pthread_mutex_unlock(&tg_dm_lock);
+}
+
 static double tg_mib(long long b) { return (double)b / (1 << 20); }
 
 int tg_device_memory_check(const char *op, int nbuf, const starpu_data_handle_t *h,

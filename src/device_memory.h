@@ -13,4 +13,9 @@
 int tg_device_memory_check(const char *op, int nbuf, const starpu_data_handle_t *h,
                            const enum starpu_data_access_mode *modes);
 
+/* Forgets h (called before it is unregistered): the REDUX set holds live
+ * handles only, so a program that creates and frees reduction targets
+ * is not refused for contributions that no longer exist. */
+void tg_device_memory_forget(starpu_data_handle_t h);
+
 #endif

@@ -11,6 +11,7 @@
 #include <starpu.h>
 
 #include "check.h"
+#include "device_memory.h"
 #include "taskgrad/codelets.h"
 #include "taskgrad/tensor.h"
 
@@ -81,12 +82,14 @@ void tg_tensor_release(tg_tensor *t) {
     tg_tensor_free(t);
     return;
   }
+  tg_device_memory_forget(t->handle);
   starpu_data_unregister_submit(t->handle);
   memset(t, 0, sizeof *t);
 }
 
 void tg_tensor_free(tg_tensor *t) {
   if (!t->handle) return;
+  tg_device_memory_forget(t->handle);
   starpu_data_unregister(t->handle);
   /* the size tg_tensor_alloc gave starpu_malloc: StarPU 1.4 deprecates
    * the size-less starpu_free; starpu_free_flags is in 1.3 and 1.4 */

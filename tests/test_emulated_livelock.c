@@ -57,6 +57,41 @@ struct starpu_codelet tg_add_cl = {
     .name = "test_add",
 };
 
+/* A reduction target created, used and freed again and again: the guard
+ * counts live handles only (tg_device_memory_forget), so four rounds fit
+ * in a budget that two accumulators at once would exceed. */
+static int churn(void) {
+  tg_tensor acc, in;
+  float *buf = malloc(sizeof(float) * ROWS * COLS);
+  if (!buf || tg_tensor_alloc(&in, ROWS, COLS, TG_F32) != 0) return 1;
+  for (int i = 0; i < ROWS * COLS; i++) buf[i] = 1.0f;
+  if (tg_tensor_write(&in, buf) != 0) return 1;
+  uint32_t shape = 0;
+  for (int round = 0; round < 4; round++) {
+    memset(buf, 0, sizeof(float) * ROWS * COLS);
+    if (tg_tensor_alloc(&acc, ROWS, COLS, TG_F32) != 0 || tg_tensor_write(&acc, buf) != 0)
+      return 1;
+    tg_tensor_enable_reduction(&acc);
+    for (int t = 0; t < 4; t++) {
+      starpu_data_handle_t h[2] = {acc.handle, in.handle};
+      enum starpu_data_access_mode m[2] = {STARPU_REDUX, STARPU_R};
+      if (tg_submit(&tg_add_cl, 2, h, m, &shape, sizeof shape, 0, NULL) != 0) {
+        printf("round %d, submission %d refused: %s\n", round, t, tg_last_error());
+        fflush(stdout);
+        _exit(3);
+      }
+    }
+    if (tg_tensor_read(&acc, buf) != 0 || buf[0] != 4.0f || buf[ROWS * COLS - 1] != 4.0f)
+      return 1;
+    tg_tensor_free(&acc);
+  }
+  printf("finished: 4 rounds of a freed and re-created reduction target\n");
+  tg_tensor_free(&in);
+  free(buf);
+  tg_shutdown();
+  return 0;
+}
+
 static int child(const char *mode) {
   tg_runtime_config rc = tg_runtime_config_default();
   rc.emulated_devices = 3;
@@ -66,6 +101,7 @@ static int child(const char *mode) {
     printf("tg_init: %s\n", tg_last_error());
     return strstr(tg_last_error(), "pocl-opencl-icd") ? 77 : 1;
   }
+  if (strcmp(mode, "churn") == 0) return churn();
   tg_tensor acc, in[NIN];
   float *ones = malloc(sizeof(float) * ROWS * COLS);
   float *out = calloc((size_t)ROWS * COLS, sizeof(float));
@@ -162,5 +198,10 @@ int main(int argc, char **argv) {
   rc = run("roomy", "4", &s);
   CHECK(rc == 0, "roomy, 4 MiB: exit status %d, expected 0", rc);
   printf("roomy, 4 MiB: exit status %d after %.1f s\n", rc, s);
+
+  rc = run("churn", "4", &s);
+  CHECK(rc == 0, "churn, 4 MiB: exit status %d, expected 0 (a freed REDUX target still "
+        "counted?)", rc);
+  printf("churn, 4 MiB: exit status %d after %.1f s\n", rc, s);
   return tg_test_finish("test_emulated_livelock");
 }
