@@ -66,13 +66,16 @@ static int tg_dm_ready = 0;
 static long long tg_dm_budget = -1; /* bytes; -1: no device node */
 static int tg_dm_node = -1;        /* the node with that budget */
 static starpu_data_handle_t *tg_dm_redux;
+static long long *tg_dm_redux_bytes; /* each handle's size when it was added */
 static int tg_dm_nredux = 0, tg_dm_cap = 0;
 static long long tg_dm_redux_sum = 0, tg_dm_redux_max = 0, tg_dm_task_max = 0;
 
 static void tg_dm_reset(void) {
   pthread_mutex_lock(&tg_dm_lock);
   free(tg_dm_redux);
+  free(tg_dm_redux_bytes);
   tg_dm_redux = NULL;
+  tg_dm_redux_bytes = NULL;
   tg_dm_nredux = tg_dm_cap = 0;
   tg_dm_redux_sum = tg_dm_redux_max = tg_dm_task_max = 0;
   tg_dm_ready = 0;
@@ -106,10 +109,14 @@ static int tg_dm_add_redux(starpu_data_handle_t h) {
     starpu_data_handle_t *grown = realloc(tg_dm_redux, cap * sizeof *grown);
     if (!grown) return -ENOMEM;
     tg_dm_redux = grown;
+    long long *bytes = realloc(tg_dm_redux_bytes, cap * sizeof *bytes);
+    if (!bytes) return -ENOMEM;
+    tg_dm_redux_bytes = bytes;
     tg_dm_cap = cap;
   }
-  tg_dm_redux[tg_dm_nredux++] = h;
   long long s = (long long)starpu_data_get_size(h);
+  tg_dm_redux_bytes[tg_dm_nredux] = s;
+  tg_dm_redux[tg_dm_nredux++] = h;
   tg_dm_redux_sum += s;
   if (s > tg_dm_redux_max) tg_dm_redux_max = s;
   return 0;
@@ -121,10 +128,13 @@ void tg_device_memory_forget(starpu_data_handle_t h) {
     if (tg_dm_redux[i] != h) continue;
     /* a freed handle's contributions are gone, and its address may be
      * reused by an unrelated handle: drop it, recompute the largest */
-    tg_dm_redux[i] = tg_dm_redux[--tg_dm_nredux];
+    tg_dm_nredux--;
+    tg_dm_redux[i] = tg_dm_redux[tg_dm_nredux];
+    tg_dm_redux_bytes[i] = tg_dm_redux_bytes[tg_dm_nredux];
+    /* sizes as recorded: other entries may be handles already gone */
     tg_dm_redux_sum = tg_dm_redux_max = 0;
     for (int k = 0; k < tg_dm_nredux; k++) {
-      long long s = (long long)starpu_data_get_size(tg_dm_redux[k]);
+      long long s = tg_dm_redux_bytes[k];
       tg_dm_redux_sum += s;
       if (s > tg_dm_redux_max) tg_dm_redux_max = s;
     }

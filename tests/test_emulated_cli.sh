@@ -143,7 +143,7 @@ if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; 
      cmp -s "$work/one.st" "$work/two.st"; then
     ok "MPI: 2 ranks with one emulated device each = 1 process, bitwise"
   else
-    bad "MPI with emulated devices: $(grep 'error' "$work/err" | head -2)"
+    bad "MPI with emulated devices: $(cmp "$work/one.st" "$work/two.st" 2>&1 | head -1) $(tail -c 600 "$work/err")"
   fi
 else
   echo "skip MPI: no mpirun or no StarPU-MPI"
