@@ -13,6 +13,7 @@
 #include <starpu.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/sched.h"
 
@@ -168,7 +169,5 @@ int tg_cli_cmp_double(const void *a, const void *b) {
 }
 
 double tg_cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
+  return tg_monotonic_us() * 1e-6;
 }

@@ -40,6 +40,7 @@
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
+#include "rng.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/mlp.h"
 
@@ -89,14 +90,6 @@ tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
     o.weight_decay = 0.0f;
   }
   return o;
-}
-
-/* splitmix64: a small, well-mixed, reproducible generator for initialisation */
-static uint64_t tg_splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
 }
 
 static void tg_fill_uniform(float *x, size_t n, float bound, uint64_t *s) {

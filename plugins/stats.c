@@ -35,6 +35,7 @@
 #include <starpu.h>
 
 #include "check.h"
+#include "clock.h"
 #include "hooks.h"
 #include "taskgrad/data.h"
 #include "taskgrad/stats.h"
@@ -171,25 +172,16 @@ static void tg_bus_sum(long long *bytes, long *transfers) {
 
 /* ---- statistics ----------------------------------------------------------- */
 
-static double tg_ts_us(const struct timespec *t) {
-  return t->tv_sec * 1e6 + t->tv_nsec * 1e-3;
-}
-
-static double tg_now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return tg_ts_us(&t);
-}
 
 static void tg_stats_task_done(struct starpu_task *task) {
   struct starpu_profiling_task_info *pi = task->profiling_info;
-  double us = tg_ts_us(&pi->end_time) - tg_ts_us(&pi->start_time);
+  double us = tg_timespec_us(&pi->end_time) - tg_timespec_us(&pi->start_time);
   pthread_mutex_lock(&tg_stats_lock);
   tg_cur.tasks++;
   int w = pi->workerid;
   if (w >= 0 && w < TG_STATS_MAX_WORKERS)
     tg_cur.workers[w].data_wait_us +=
-        tg_ts_us(&pi->acquire_data_end_time) - tg_ts_us(&pi->acquire_data_start_time);
+        tg_timespec_us(&pi->acquire_data_end_time) - tg_timespec_us(&pi->acquire_data_start_time);
   int i;
   for (i = 0; i < tg_cur.ncodelets; i++)
     if (tg_cur.codelets[i].name == task->cl->name) break;
@@ -220,7 +212,7 @@ int tg_stats_begin(void) {
                                          TG_STATS_MAX_BUSES);
   tg_stats_evictions(&tg_window_evictions, &tg_window_evicted_bytes);
   tg_window_prefetched = tg_loader_prefetched();
-  tg_window_start_us = tg_now_us();
+  tg_window_start_us = tg_monotonic_us();
   tg_stats_active = 1;
   tg_plugins_update_hook();
   return 0;
@@ -228,7 +220,7 @@ int tg_stats_begin(void) {
 
 int tg_stats_end(tg_stats *out) {
   starpu_task_wait_for_all();
-  double wall = tg_now_us() - tg_window_start_us;
+  double wall = tg_monotonic_us() - tg_window_start_us;
   tg_stats_active = 0;
   tg_plugins_update_hook();
   pthread_mutex_lock(&tg_stats_lock);
@@ -267,9 +259,9 @@ int tg_stats_end(tg_stats *out) {
     tg_worker_stats *ws = &out->workers[w];
     starpu_worker_get_name(w, ws->name, sizeof ws->name);
     ws->tasks = info.executed_tasks;
-    ws->total_us = tg_ts_us(&info.total_time);
-    ws->executing_us = tg_ts_us(&info.executing_time);
-    ws->sleeping_us = tg_ts_us(&info.sleeping_time);
+    ws->total_us = tg_timespec_us(&info.total_time);
+    ws->executing_us = tg_timespec_us(&info.executing_time);
+    ws->sleeping_us = tg_timespec_us(&info.sleeping_time);
     /* StarPU 1.3's OpenCL driver counts as sleeping the time its worker
      * spends waiting in its own loop, tasks in flight included (measured:
      * 17% busy + 99.5% sleeping on emulated devices): idle is at most what

@@ -16,6 +16,7 @@
 #include <starpu.h>
 
 #include "check.h"
+#include "clock.h"
 #include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/stats.h"
@@ -46,10 +47,6 @@ static long long tg_bus_bytes0[TG_STATS_MAX_BUSES];
 static long tg_bus_count0[TG_STATS_MAX_BUSES];
 static long tg_evictions0, tg_prefetched0; /* at tg_trace_begin */
 
-static double tg_ts_us(const struct timespec *t) {
-  return t->tv_sec * 1e6 + t->tv_nsec * 1e-3;
-}
-
 static void tg_trace_task_done(struct starpu_task *task) {
   struct starpu_profiling_task_info *pi = task->profiling_info;
   pthread_mutex_lock(&tg_trace_lock);
@@ -70,8 +67,8 @@ static void tg_trace_task_done(struct starpu_task *task) {
   if (task->name && strcmp(task->name, e->codelet) != 0)
     snprintf(e->name, sizeof e->name, "%s", task->name);
   e->worker = pi->workerid;
-  e->start_us = tg_ts_us(&pi->start_time);
-  e->end_us = tg_ts_us(&pi->end_time);
+  e->start_us = tg_timespec_us(&pi->start_time);
+  e->end_us = tg_timespec_us(&pi->end_time);
   e->flops = task->flops;
   pthread_mutex_unlock(&tg_trace_lock);
 }

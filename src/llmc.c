@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "atomic_file.h"
+#include "rng.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/runtime.h"
 
@@ -172,23 +173,16 @@ void tg_gpt_param_shape(const tg_gpt_config *c, tg_gpt_param p, int *rows,
 
 /* ---- initialisation ----------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 /* n normal(0, std) values by Box-Muller (both values of each pair used). */
 static void fill_normal(float *x, size_t n, float std, uint64_t seed,
                         int stream) {
   uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(stream + 1));
-  (void)splitmix64(&s);
+  (void)tg_splitmix64(&s);
   const double two_pi = 6.283185307179586476925286766559;
   for (size_t i = 0; i < n; i += 2) {
     /* u1 in (0, 1] so that log(u1) is finite; u2 in [0, 1) */
-    double u1 = (double)((splitmix64(&s) >> 11) + 1) * 0x1.0p-53;
-    double u2 = (double)(splitmix64(&s) >> 11) * 0x1.0p-53;
+    double u1 = (double)((tg_splitmix64(&s) >> 11) + 1) * 0x1.0p-53;
+    double u2 = (double)(tg_splitmix64(&s) >> 11) * 0x1.0p-53;
     double r = sqrt(-2.0 * log(u1));
     x[i] = (float)(std * r * cos(two_pi * u2));
     if (i + 1 < n) x[i + 1] = (float)(std * r * sin(two_pi * u2));

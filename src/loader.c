@@ -86,6 +86,7 @@
 
 #include <starpu.h>
 
+#include "rng.h"
 #include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
@@ -152,18 +153,11 @@ struct tg_loader {
 
 /* ---- random order ------------------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in [0, bound) without modulo bias (rejection sampling). */
 static uint64_t rand_below(uint64_t *s, uint64_t bound) {
   uint64_t threshold = (0 - bound) % bound; /* 2^64 mod bound */
   for (;;) {
-    uint64_t r = splitmix64(s);
+    uint64_t r = tg_splitmix64(s);
     if (r >= threshold) return r % bound;
   }
 }
@@ -175,7 +169,7 @@ static void make_perm(int *perm, int n, int shuffle, uint64_t seed,
   for (int i = 0; i < n; i++) perm[i] = i;
   if (!shuffle) return;
   uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
-  (void)splitmix64(&s);
+  (void)tg_splitmix64(&s);
   for (int i = n - 1; i > 0; i--) {
     int j = (int)rand_below(&s, (uint64_t)i + 1);
     int t = perm[i];
