@@ -6,7 +6,8 @@
 # deterministic results bitwise (issue 14) shows no difference.
 # Covers: the MLP (plain, tiled, micro-batched, bf16 with loss scaling), the
 # GPT (fp32 and bf16, micro-batches, chunked and naive attention, cosine
-# schedule, weight decay), each saving its model/checkpoint.
+# schedule, weight decay), each saving its model/checkpoint.  Every run
+# names its --micro-batches, so a change of the default does not show here.
 set -euo pipefail
 build=${1:?usage: determinism-snapshot.sh BUILD OUT}
 out=${2:?usage: determinism-snapshot.sh BUILD OUT}
@@ -41,14 +42,14 @@ hdr=[20240520,1,n]+[0]*253
 open('$work/tok.bin','wb').write(struct.pack('<256i',*hdr)+struct.pack('<%dH'%n,*[random.randrange(97) for _ in range(n)]))"
 
 mlp=(train mlp --epochs 1 --steps 12 --batch 64 --hidden 96,48 --deterministic)
-run mlp "${mlp[@]}" --save mlp-model.safetensors
+run mlp "${mlp[@]}" --micro-batches 2 --save mlp-model.safetensors
 run mlp_mb "${mlp[@]}" --micro-batches 2 --ncpus 2 --save mlp_mb-model.safetensors
 run mlp_tiled "${mlp[@]}" --tiles 3 --micro-batches 2 --save mlp_tiled-model.safetensors
-run mlp_bf16 "${mlp[@]}" --precision bf16 --loss-scale 1024 --save mlp_bf16-model.safetensors
+run mlp_bf16 "${mlp[@]}" --micro-batches 2 --precision bf16 --loss-scale 1024 --save mlp_bf16-model.safetensors
 
 gpt=(train gpt --init-from "$work/g.bin" --data "$work/tok.bin" --batch 4 --seq 32 --steps 8
      --deterministic)
-run gpt "${gpt[@]}" --save gpt-model.bin
+run gpt "${gpt[@]}" --micro-batches 1 --save gpt-model.bin
 run gpt_mb "${gpt[@]}" --micro-batches 2 --ncpus 2 --lr-schedule cosine --warmup 2 \
   --weight-decay 0.1 --checkpoint gpt_mb-ck --save gpt_mb-model.bin
 run gpt_naive "${gpt[@]}" --attention naive --micro-batches 4 --data-order shuffled --seed 3 \
