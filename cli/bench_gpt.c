@@ -146,10 +146,10 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   run.attention = attention;
   run.chunk = chunk;
   run.attn_splits = splits;
-  run.precision = prec.precision;
-  run.loss_scaling = prec.dynamic;
-  run.loss_scale = (float)prec.scale;
-  run.loss_scale_window = prec.window;
+  run.amp.precision = prec.precision;
+  run.amp.loss_scaling = prec.dynamic;
+  run.amp.loss_scale = (float)prec.scale;
+  run.amp.loss_scale_window = prec.window;
   tg_cli_precision_start(&prec);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   opt.lr = 1e-4f;
@@ -194,8 +194,8 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));
   printf("taskgrad GFLOP/s: %.1f (llm.c count, %.2f GFLOP per step)\n", flops / (med * 1e6),
          flops * 1e-9);
-  if (g.scaler.enabled)
-    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.scaler.scale, g.scaler.skipped);
+  if (g.optim.scaler.enabled)
+    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.optim.scaler.scale, g.optim.scaler.skipped);
   if (!quiet) tg_stats_print(&st, stdout);
   free(ms);
   tg_loader_destroy(ld);

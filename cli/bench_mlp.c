@@ -151,7 +151,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s", batch,
          micro, steps, st.nworkers, starpu_sched_ctx_get_sched_policy(0)->policy_name);
   if (cfg.tiles > 1) printf(", %d tiles", cfg.tiles);
-  if (cfg.precision != TG_PREC_FP32) printf(", %s", tg_precision_name(cfg.precision));
+  if (cfg.amp.precision != TG_PREC_FP32) printf(", %s", tg_precision_name(cfg.amp.precision));
   printf("\n");
   printf("step time:        %.2f ms\n", st.wall_us / steps * 1e-3);
   if (per_step) {

@@ -226,14 +226,14 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   int step = 0;
   if (tg_gpt_read_state(g, c.params, c.m, c.v, &step) < 0) tg_cli_die_last("--checkpoint");
   /* the run's steps: AdamW's count plus the steps an overflow skipped */
-  c.step = step + g->scaler.skipped;
+  c.step = step + g->optim.scaler.skipped;
   c.batches = batches;
   c.B = o->B;
   c.T = o->T;
   c.data_order = o->shuffled;
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
-  c.scaler = tg_cli_scaler_state(&g->scaler);
+  c.scaler = tg_cli_scaler_state(&g->optim.scaler);
   if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
   tg_checkpoint_free(&c);
 }
@@ -434,10 +434,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   run.attention = o.attention;
   run.chunk = o.chunk;
   run.attn_splits = o.attn_splits;
-  run.precision = o.prec.precision;
-  run.loss_scaling = o.prec.dynamic;
-  run.loss_scale = (float)o.prec.scale;
-  run.loss_scale_window = o.prec.window;
+  run.amp.precision = o.prec.precision;
+  run.amp.loss_scaling = o.prec.dynamic;
+  run.amp.loss_scale = (float)o.prec.scale;
+  run.amp.loss_scale_window = o.prec.window;
   tg_cli_precision_start(&o.prec);
   tg_gpt g;
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
@@ -454,7 +454,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
       tg_cli_die_last("--resume");
     start = (int)ck.step;
     start_batch = ck.batches;
-    tg_cli_scaler_restore(&g.scaler, &ck.scaler);
+    tg_cli_scaler_restore(&g.optim.scaler, &ck.scaler);
     tg_checkpoint_free(&ck);
     if (root)
       fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
@@ -508,7 +508,7 @@ int tg_cmd_train_gpt(int argc, char **argv) {
       tg_dist_abort(TG_EXIT_USAGE);
     }
     char scale[64];
-    tg_cli_precision_status(scale, sizeof scale, &g.scaler);
+    tg_cli_precision_status(scale, sizeof scale, &g.optim.scaler);
     if (root && ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps))
       printf(tg_deterministic() ? "step %d loss %.9g (%.1f ms, %.0f tokens/s)%s\n"
                                  : "step %d loss %.6f (%.1f ms, %.0f tokens/s)%s\n",
@@ -560,9 +560,9 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   if (root)
     fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
             (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
-  if (root && g.scaler.enabled)
+  if (root && g.optim.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
-            tg_precision_name(o.prec.precision), g.scaler.scale, g.scaler.skipped);
+            tg_precision_name(o.prec.precision), g.optim.scaler.scale, g.optim.scaler.skipped);
   if (R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)params_checksum(&g, &cfg));
