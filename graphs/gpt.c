@@ -14,7 +14,9 @@
  * attention tensors of a (layer, micro-batch) are persistent host-homed
  * buffers whose row-block partition plans (by whole sequences) let the
  * attention run as several tasks; the state (lse or probabilities) is
- * partitioned once for good, since only its blocks are ever used.
+ * partitioned once for good, since only its blocks are ever used
+ * (gpt_attention.c).  The update is the shared training-step core's
+ * (optim.h): the parameters are registered with it at creation.
  *
  * This file calls only insert wrappers and tensor functions (layer 3).
  */
@@ -27,8 +29,8 @@
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
+#include "gpt_internal.h"
 #include "taskgrad/dist.h"
-#include "taskgrad/gpt.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
   return (tg_gpt_run_config){.B = B, .T = T, .nmicro = 1, .attention = TG_ATTN_CHUNKED,
@@ -124,43 +126,6 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
   return tg_amp_config_check(&r->amp, "GPT");
-}
-
-/* Attention buffers of one (layer, micro-batch) of b sequences. */
-static int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
-                              const tg_gpt_run_config *r, int b) {
-  int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
-  memset(a, 0, sizeof *a);
-  tg_dtype act = tg_precision_lowp(r->amp.precision); /* TG_F32 unless 16-bit */
-  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, act));
-  TG_TRY(tg_tensor_alloc(&a->out, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dout, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, act));
-  if (r->attention == TG_ATTN_NAIVE)
-    TG_TRY(tg_tensor_alloc(&a->state, b * NH * r->T, r->T, TG_F32));
-  else
-    TG_TRY(tg_tensor_alloc(&a->state, n, NH, TG_F32));
-  if (S > 1) {
-    TG_TRY(tg_split_plan(&a->qkv, S, &a->qkv_s));
-    TG_TRY(tg_split_plan(&a->out, S, &a->out_s));
-    TG_TRY(tg_split_plan(&a->dout, S, &a->dout_s));
-    TG_TRY(tg_split_plan(&a->dqkv, S, &a->dqkv_s));
-    TG_TRY(tg_tensor_split_static(&a->state, S, &a->state_s));
-  }
-  return 0;
-}
-
-static void tg_gpt_attn_destroy(tg_gpt_attn *a) {
-  tg_split_free(&a->qkv, &a->qkv_s);
-  tg_split_free(&a->out, &a->out_s);
-  tg_split_free(&a->dout, &a->dout_s);
-  tg_split_free(&a->dqkv, &a->dqkv_s);
-  tg_split_free(&a->state, &a->state_s);
-  tg_tensor_free(&a->qkv);
-  tg_tensor_free(&a->out);
-  tg_tensor_free(&a->dout);
-  tg_tensor_free(&a->dqkv);
-  tg_tensor_free(&a->state);
 }
 
 /* Registers every slice of every parameter tensor with the optimizer, in
@@ -289,44 +254,6 @@ static int tg_gpt_wgrad(const tg_gpt *g, starpu_data_handle_t dY, starpu_data_ha
                         starpu_data_handle_t dW, tg_accum mode, const tg_task_opts *o) {
   if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
   return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
-}
-
-/* Attention forward of one layer: whole qkv in, whole out valid after. */
-static int tg_gpt_attn_fwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
-  const tg_gpt_run_config *r = &gpt->run;
-  int NH = gpt->cfg.num_heads;
-  if (S == 1)
-    return tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
-                                   a->out.handle, a->state.handle, o);
-  tg_split_readonly(&a->qkv, &a->qkv_s);
-  tg_split_write(&a->out, &a->out_s);
-  for (int s = 0; s < S; s++)
-    TG_TRY(tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
-                                   a->out_s.parts[s], a->state_s.parts[s], o));
-  tg_split_join(&a->out, &a->out_s);
-  return 0;
-}
-
-/* Attention backward: whole dout in, whole dqkv valid after. */
-static int tg_gpt_attn_bwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
-  const tg_gpt_run_config *r = &gpt->run;
-  int NH = gpt->cfg.num_heads;
-  if (S == 1)
-    return tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
-                                   a->out.handle, a->state.handle, a->dout.handle,
-                                   a->dqkv.handle, o);
-  tg_split_readonly(&a->dout, &a->dout_s);
-  tg_split_readonly(&a->out, &a->out_s);
-  tg_split_write(&a->dqkv, &a->dqkv_s);
-  for (int s = 0; s < S; s++)
-    TG_TRY(tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
-                                   a->out_s.parts[s], a->state_s.parts[s],
-                                   a->dout_s.parts[s], a->dqkv_s.parts[s], o));
-  tg_split_join(&a->dqkv, &a->dqkv_s);
-  tg_split_join(&a->dout, &a->dout_s);
-  tg_split_join(&a->out, &a->out_s);
-  tg_split_join(&a->qkv, &a->qkv_s);
-  return 0;
 }
 
 static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
