@@ -117,7 +117,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
     xc[i] = starpu_data_get_sub_data(x.handle, 1, i);
     yc[i] = starpu_data_get_sub_data(y.handle, 1, i);
   }
-  tg_batch b = {batch, micro, xc, yc};
+  tg_batch b = {.rows = batch, .nmicro = micro, .x = xc, .y = yc};
 
   for (int k = 0; k < warmup; k++)
     if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("warm-up step");

@@ -106,7 +106,8 @@ static float *init_params(const tg_gpt_config *cfg, uint64_t seed, size_t *np) {
 /* ---- 1. closeness to fp32 ----------------------------------------------------- */
 
 static void closeness(void) {
-  tg_gpt_config cfg = {32, 128, 2, 4, 64, 128};
+  tg_gpt_config cfg = {.max_seq_len = 32, .vocab_size = 128, .num_layers = 2,
+                       .num_heads = 4, .channels = 64, .padded_vocab_size = 128};
   tg_rng rng = {11};
   size_t np;
   float *params = init_params(&cfg, 5, &np);
@@ -145,7 +146,8 @@ static void closeness(void) {
 /* ---- 2. padding ----------------------------------------------------------------- */
 
 static void padding(void) {
-  tg_gpt_config c0 = {16, 250, 2, 4, 60, 250}, c1 = c0;
+  tg_gpt_config c0 = {.max_seq_len = 16, .vocab_size = 250, .num_layers = 2,
+                      .num_heads = 4, .channels = 60, .padded_vocab_size = 250}, c1 = c0;
   c1.padded_vocab_size = 256;
   size_t s0[TG_GPT_NPARAMS], s1[TG_GPT_NPARAMS];
   size_t n0 = tg_gpt_param_sizes(&c0, s0), n1 = tg_gpt_param_sizes(&c1, s1);
@@ -182,7 +184,8 @@ static void padding(void) {
 /* ---- 3. injected overflow ---------------------------------------------------- */
 
 static void overflow(void) {
-  tg_gpt_config cfg = {16, 64, 2, 4, 32, 64};
+  tg_gpt_config cfg = {.max_seq_len = 16, .vocab_size = 64, .num_layers = 2,
+                       .num_heads = 4, .channels = 32, .padded_vocab_size = 64};
   size_t np;
   float *params = init_params(&cfg, 3, &np);
   tg_rng rng = {31};
@@ -247,7 +250,8 @@ static void *poller(void *arg) {
 }
 
 static long long step_peak(tg_precision prec) {
-  tg_gpt_config cfg = {64, 64, 4, 4, 64, 64};
+  tg_gpt_config cfg = {.max_seq_len = 64, .vocab_size = 64, .num_layers = 4,
+                       .num_heads = 4, .channels = 64, .padded_vocab_size = 64};
   size_t np;
   float *params = init_params(&cfg, 7, &np);
   tg_rng rng = {41};

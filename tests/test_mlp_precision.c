@@ -55,7 +55,7 @@ static void model_open(model *d, tg_precision prec, int scaling, float scale) {
   if (tg_mlp_create(&d->m, &c, &opt, 77) < 0) die("tg_mlp_create");
   if (tg_tensor_alloc(&d->x, B, WIDTHS[0], TG_F32) < 0 || tg_tensor_alloc(&d->y, B, 1, TG_I32) < 0)
     die("batch");
-  tg_rng rng = {123};
+  tg_rng rng = {.s = 123};
   tg_rng_fill(&rng, d->x.host, (size_t)B * WIDTHS[0], 1.0f);
   for (int i = 0; i < B; i++) ((int32_t *)d->y.host)[i] = (int32_t)(tg_rng_next(&rng) % 10);
   if (tg_tensor_split_static(&d->x, M, &d->xs) < 0 || tg_tensor_split_static(&d->y, M, &d->ys) < 0)

@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
   }
   tg_batch tb = {.rows = n, .nmicro = (int)M, .x = xs.parts, .y = ys.parts};
 
-  writer w = {fopen(out, "wb"), out, 0};
+  writer w = {.f = fopen(out, "wb"), .path = out, .failed = 0};
   if (!w.f) {
     fprintf(stderr, "tg_gpt_dump: cannot open %s: %s\n", out, strerror(errno));
     return 1;
