@@ -65,7 +65,8 @@ static double torch_step_ms(const char *model, const char *tokens, int B, int T,
 
 int tg_cmd_bench_gpt(int argc, char **argv) {
   const char *init_from = NULL;
-  tg_gpt_config cfg = {256, 256, 4, 4, 256, 256};
+  tg_gpt_config cfg = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
+                       .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
   int B = 8, T = 256, micro = 2, chunk = 64, splits = 0, steps = 10, warmup = 2;
   int torch = 0, quiet = 0, vp_given = 0;
   tg_cli_precision prec;
@@ -146,10 +147,10 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   run.attention = attention;
   run.chunk = chunk;
   run.attn_splits = splits;
-  run.precision = prec.precision;
-  run.loss_scaling = prec.dynamic;
-  run.loss_scale = (float)prec.scale;
-  run.loss_scale_window = prec.window;
+  run.amp.precision = prec.precision;
+  run.amp.loss_scaling = prec.dynamic;
+  run.amp.loss_scale = (float)prec.scale;
+  run.amp.loss_scale_window = prec.window;
   tg_cli_precision_start(&prec);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   opt.lr = 1e-4f;
@@ -157,7 +158,8 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
                             "this GPT model and batch");
   if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
-  tg_token_loader_config lc = {B, T, micro, 1, 0, 0, 0, 0, 1};
+  tg_token_loader_config lc = {.B = B, .T = T, .nmicro = micro, .prefetch = 1, .shuffled = 0,
+                               .seed = 0, .start_batch = 0, .shard = 0, .nshards = 1};
   tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
   if (!ld) tg_cli_die_last("batch");
   tg_batch b;
@@ -194,8 +196,8 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));
   printf("taskgrad GFLOP/s: %.1f (llm.c count, %.2f GFLOP per step)\n", flops / (med * 1e6),
          flops * 1e-9);
-  if (g.scaler.enabled)
-    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.scaler.scale, g.scaler.skipped);
+  if (g.optim.scaler.enabled)
+    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.optim.scaler.scale, g.optim.scaler.skipped);
   if (!quiet) tg_stats_print(&st, stdout);
   free(ms);
   tg_loader_destroy(ld);

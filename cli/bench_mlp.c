@@ -117,7 +117,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
     xc[i] = starpu_data_get_sub_data(x.handle, 1, i);
     yc[i] = starpu_data_get_sub_data(y.handle, 1, i);
   }
-  tg_batch b = {batch, micro, xc, yc};
+  tg_batch b = {.rows = batch, .nmicro = micro, .x = xc, .y = yc};
 
   for (int k = 0; k < warmup; k++)
     if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("warm-up step");
@@ -151,7 +151,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   printf(", batch %d, %d micro-batches, %d steps, %d workers, scheduler %s", batch,
          micro, steps, st.nworkers, starpu_sched_ctx_get_sched_policy(0)->policy_name);
   if (cfg.tiles > 1) printf(", %d tiles", cfg.tiles);
-  if (cfg.precision != TG_PREC_FP32) printf(", %s", tg_precision_name(cfg.precision));
+  if (cfg.amp.precision != TG_PREC_FP32) printf(", %s", tg_precision_name(cfg.amp.precision));
   printf("\n");
   printf("step time:        %.2f ms\n", st.wall_us / steps * 1e-3);
   if (per_step) {

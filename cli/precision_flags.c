@@ -59,10 +59,10 @@ void tg_cli_precision_status(char *buf, size_t len, const tg_loss_scaler *s) {
 
 void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
                           const tg_optimizer_config *opt) {
-  model->precision = p->precision;
-  model->loss_scaling = p->dynamic;
-  model->loss_scale = (float)p->scale;
-  model->loss_scale_window = p->window;
+  model->amp.precision = p->precision;
+  model->amp.loss_scaling = p->dynamic;
+  model->amp.loss_scale = (float)p->scale;
+  model->amp.loss_scale_window = p->window;
   if (!tg_precision_lowp(p->precision)) return;
   if (opt->kind != TG_OPT_ADAMW)
     tg_cli_die("--precision %s needs --optimizer adamw (fp32 master weights and moments)",

@@ -106,7 +106,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   run.attention = o->attention;
   run.chunk = o->chunk;
   run.attn_splits = o->attn_splits;
-  run.precision = o->prec.precision;
+  run.amp.precision = o->prec.precision;
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   gpt_ctx c = {.lr = 1e-4f};
   if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
@@ -130,7 +130,7 @@ static int mlp_step(void *p) {
 
 static void run_mlp(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   tg_mlp_config cfg = o->mlp;
-  cfg.precision = o->prec.precision;
+  cfg.amp.precision = o->prec.precision;
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   mlp_ctx c;
   if (tg_mlp_create(&c.m, &cfg, &opt, 1) < 0) tg_cli_die_last("creating the model");

@@ -7,6 +7,10 @@
  * step).  With no --init-from and no --data it is a demonstration: the KJV
  * token files are prepared if missing, a small model is initialised and
  * trained for a few minutes with a progress bar, and a sample is printed.
+ *
+ * tg_cmd_train_gpt runs named steps: setting up (train_gpt_setup.c: model,
+ * data, StarPU and the graph, loaders), the training loop, stopping on a
+ * signal or finishing (validation, summary, --save, --sample), teardown.
  */
 #include <errno.h>
 #include <math.h>
@@ -14,28 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/safetensors.h"
-
-typedef struct gpt_opts {
-  const char *init_from, *data, *val, *save, *checkpoint, *resume;
-  int B, T, steps, micro, warmup, chunk, attn_splits, sample, val_every, val_batches;
-  int log_every, cosine, shuffled, checkpoint_every;
-  int order_given, seed_given, shape_given[2];
-  double temperature;
-  tg_attention_kind attention;
-  tg_optimizer_config opt;
-  uint64_t seed;
-  tg_runtime_config rt;
-  tg_cli_precision prec;
-  int demo;
-} gpt_opts;
+#include "train_gpt.h"
 
 static void gpt_usage(void) {
   puts("usage: taskgrad train gpt [flags]\n"
@@ -198,13 +187,6 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   if (o->temperature < 0) o->temperature = 1.0;
 }
 
-/* An existing file we can read, checked before any work. */
-static void need_file(const char *flag, const char *path) {
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-    tg_cli_die("%s: '%s' is not a readable file", flag, path);
-}
-
 /* FNV-1a over the parameters' bytes: equal on every rank when the replicas
  * are bitwise identical. */
 static uint64_t params_checksum(tg_gpt *g, const tg_gpt_config *cfg) {
@@ -226,14 +208,14 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   int step = 0;
   if (tg_gpt_read_state(g, c.params, c.m, c.v, &step) < 0) tg_cli_die_last("--checkpoint");
   /* the run's steps: AdamW's count plus the steps an overflow skipped */
-  c.step = step + g->scaler.skipped;
+  c.step = step + g->optim.scaler.skipped;
   c.batches = batches;
   c.B = o->B;
   c.T = o->T;
   c.data_order = o->shuffled;
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
-  c.scaler = tg_cli_scaler_state(&g->scaler);
+  c.scaler = tg_cli_scaler_state(&g->optim.scaler);
   if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
   tg_checkpoint_free(&c);
 }
@@ -300,292 +282,136 @@ static void sample(tg_gpt *g, int n, int T, double temperature, uint64_t seed) {
   free(logits);
 }
 
-static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
-  const char *cache = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  char dir[3000];
-  if (cache) snprintf(dir, sizeof dir, "%s/taskgrad/kjv", cache);
-  else snprintf(dir, sizeof dir, "%s/.cache/taskgrad/kjv", home ? home : ".");
-  snprintf(train, len, "%s/kjv_train.bin", dir);
-  snprintf(val, len, "%s/kjv_val.bin", dir);
-  struct stat st;
-  if (stat(train, &st) != 0 || stat(val, &st) != 0) {
-    fprintf(stderr, "taskgrad: preparing the KJV token files in %s\n", dir);
-    char *argv[] = {"kjv", "--out", dir, NULL};
-    if (tg_cmd_prepare_kjv(3, argv) != 0) exit(TG_EXIT_USAGE);
-  }
-  o->data = train;
-  o->val = val;
-}
-
-/* --resume DIR: 1 when DIR holds a checkpoint to continue from; 0 when it
- * holds none yet and --init-from names the start (a requeued job's first
- * run); exits 2 otherwise. */
-static int resume_from_checkpoint(const gpt_opts *o) {
-  int have = tg_checkpoint_exists(o->resume);
-  if (have < 0) tg_cli_die_last("--resume");
-  if (!have && !o->init_from)
-    tg_cli_die("--resume %s: no checkpoint there yet; give --init-from FILE too, to start "
-               "the run from FILE when there is none", o->resume);
-  return have;
-}
-
-/* A checkpoint continues the run that --init-from started: same model. */
-static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
-  need_file("--init-from", init_from);
-  tg_gpt_config cfg;
-  float *params = NULL;
-  if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
-  free(params);
-  if (memcmp(&cfg, ck, sizeof cfg))
-    tg_cli_die("--init-from %s (L=%d C=%d NH=%d V=%d Vp=%d T=%d) is not the model of the "
-               "checkpoint in the --resume directory (L=%d C=%d NH=%d V=%d Vp=%d T=%d)",
-               init_from, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
-               cfg.padded_vocab_size, cfg.max_seq_len, ck->num_layers, ck->channels,
-               ck->num_heads, ck->vocab_size, ck->padded_vocab_size, ck->max_seq_len);
-}
-
-int tg_cmd_train_gpt(int argc, char **argv) {
-  gpt_opts o;
-  parse(argc, argv, &o);
-  int distributed = tg_cli_mpi_check(&o.rt);
-  tg_cli_instrument_check(&o.rt);
-  char train_path[4096], val_path[4096];
-  tg_gpt_config cfg;
-  float *params = NULL;
-  tg_checkpoint ck;
-  int have_ck = 0;
-  memset(&ck, 0, sizeof ck);
-  if (o.resume && !resume_from_checkpoint(&o)) {
-    /* the first run of a requeued job: nothing saved yet */
-    fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from %s\n", o.resume,
-            o.init_from);
-    o.resume = NULL;
-  }
-  if (o.demo) {
-    demo_prepare(&o, train_path, val_path, sizeof train_path);
-    cfg = (tg_gpt_config){256, 256, 4, 4, 128, 256};
-    size_t sizes[TG_GPT_NPARAMS];
-    params = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
-    if (!params) tg_cli_die("out of memory");
-    tg_gpt_init_params(&cfg, o.seed, params);
-    fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
-            "of %d x %d tokens\n", cfg.num_layers, cfg.channels, cfg.num_heads, o.steps, o.B, o.T);
-  } else if (o.resume) {
-    need_file("--data", o.data);
-    if (o.val) need_file("--val", o.val);
-    if (tg_checkpoint_load(o.resume, &ck) < 0) tg_cli_die_last("--resume");
-    have_ck = 1;
-    cfg = ck.cfg;
-    if (o.init_from) check_same_model(o.init_from, &cfg);
-    /* the data sequence continues only with the same shape, order and seed */
-    if (o.shape_given[0] && o.B != ck.B)
-      tg_cli_die("--batch %d disagrees with the checkpoint's %d", o.B, ck.B);
-    if (o.shape_given[1] && o.T != ck.T)
-      tg_cli_die("--seq %d disagrees with the checkpoint's %d", o.T, ck.T);
-    if (o.order_given && o.shuffled != ck.data_order)
-      tg_cli_die("--data-order %s disagrees with the checkpoint's %s",
-                 o.shuffled ? "shuffled" : "sequential", ck.data_order ? "shuffled" : "sequential");
-    if (o.seed_given && o.seed != ck.data_seed)
-      tg_cli_die("--seed %llu disagrees with the checkpoint's %llu", (unsigned long long)o.seed,
-                 (unsigned long long)ck.data_seed);
-    if (ck.step > o.steps)
-      tg_cli_die("--steps %d: the checkpoint is already at step %lld", o.steps, ck.step);
-    o.B = ck.B;
-    o.T = ck.T;
-    o.shuffled = ck.data_order;
-    o.seed = ck.data_seed;
-    if (o.B % o.micro)
-      tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o.micro, o.B);
-    params = ck.params;
-  } else {
-    need_file("--init-from", o.init_from);
-    need_file("--data", o.data);
-    if (o.val) need_file("--val", o.val);
-    if (tg_llmc_model_read(o.init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
-  }
-  if (o.save) tg_cli_check_output("--save", o.save);
-  if (o.checkpoint) tg_cli_checkpoint_dir(o.checkpoint);
-  if (o.T > cfg.max_seq_len)
-    tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o.T, cfg.max_seq_len);
-  uint16_t *tokens = NULL, *vtokens = NULL;
-  size_t ntok = 0, nvtok = 0;
-  if (tg_llmc_tokens_read(o.data, cfg.vocab_size, &tokens, &ntok) < 0) tg_cli_die_last("--data");
-  if (o.val && tg_llmc_tokens_read(o.val, cfg.vocab_size, &vtokens, &nvtok) < 0)
-    tg_cli_die_last("--val");
-  size_t need = (size_t)o.B * o.T + 1;
-  if (ntok < need)
-    tg_cli_die("--data: %zu tokens, fewer than one batch needs (%zu)", ntok, need);
-  if (o.val && nvtok < need)
-    tg_cli_die("--val: %zu tokens, fewer than one batch needs (%zu)", nvtok, need);
-
-  if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
-  /* data parallelism: each rank B / R sequences and micro / R micro-batches
-   * of every global batch */
-  int R = tg_dist_size(), root = tg_cli_is_root();
-  if (distributed && (R & (R - 1)))
-    tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
-  if (o.B % R || o.micro % R)
-    tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
-               o.B, o.micro, R);
-  tg_cli_instrument_begin(&o.rt);
-  tg_gpt_run_config run = tg_gpt_run_default(o.B / R, o.T);
-  run.nmicro = o.micro / R;
-  run.attention = o.attention;
-  run.chunk = o.chunk;
-  run.attn_splits = o.attn_splits;
-  run.precision = o.prec.precision;
-  run.loss_scaling = o.prec.dynamic;
-  run.loss_scale = (float)o.prec.scale;
-  run.loss_scale_window = o.prec.window;
-  tg_cli_precision_start(&o.prec);
-  tg_gpt g;
-  tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
-                            "this GPT model and batch");
-  if (tg_gpt_create(&g, &cfg, params, &run, &o.opt) < 0) tg_cli_die_last("building the model");
-  /* every replica starts from rank 0's parameters */
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg.num_layers : 1); l++)
-      if (tg_dist_broadcast(g.w[p][l].handle) < 0) tg_cli_die_last("broadcasting the parameters");
-  int start = 0;
-  long long start_batch = 0;
-  if (have_ck) {
-    if (tg_gpt_write_state(&g, NULL, ck.m, ck.v, (int)(ck.step - ck.scaler.skipped_steps)) < 0)
-      tg_cli_die_last("--resume");
-    start = (int)ck.step;
-    start_batch = ck.batches;
-    tg_cli_scaler_restore(&g.scaler, &ck.scaler);
-    tg_checkpoint_free(&ck);
-    if (root)
-      fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o.resume, start,
-              start_batch);
-  } else {
-    free(params);
-  }
-  params = NULL;
-  tg_token_loader_config lc = {o.B, o.T, o.micro / R, 2, o.shuffled, o.seed, start_batch,
-                               tg_dist_rank(), R};
-  tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
-  if (!ld) tg_cli_die_last("training data");
-  /* validation: every rank the same batches (identical parameters) */
-  tg_token_loader_config vc = {o.B / R, o.T, o.micro / R, 2, 0, 0, 0, 0, 1};
-  tg_loader *vl = o.val ? tg_token_loader_create(vtokens, nvtok, &vc) : NULL;
-  if (o.val && !vl) tg_cli_die_last("validation data");
-  if (root)
-    fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA + %d emulated workers%s, "
-            "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg.num_layers,
-            cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-            tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
-            o.attention == TG_ATTN_NAIVE ? "naive" : "chunked", g.run.attn_splits,
-            tg_precision_name(o.prec.precision),
-            tg_deterministic() ? ", deterministic reductions" : "");
-  if (root && R > 1)
-    fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
-            R, o.B / R, o.micro / R);
-
-  tg_progress bar;
-  if (o.demo && root) {
-    tg_progress_begin(&bar, "training", o.steps);
-    bar.unit = "tokens/s";
-  }
-  double tokens_per_step = (double)o.B * o.T, t_all = tg_cli_now(), last_loss = 0;
-  /* after StarPU's own handlers (tg_init), which would end the process */
-  tg_cli_catch_signals();
-  long long batches = start_batch;
-  int step = start, stopped = 0;
-  for (; step < o.steps; step++) {
+/* The training steps from s->start to --steps, or until a signal: returns
+ * the signal (0 when none), with *step the steps done and *batches the
+ * training batches consumed. */
+static int train_loop(gpt_session *s, tg_progress *bar, int *step, long long *batches) {
+  const gpt_opts *o = &s->o;
+  tg_gpt *g = &s->g;
+  int root = s->root;
+  double tokens_per_step = (double)o->B * o->T, last_loss = 0;
+  for (*step = s->start; *step < o->steps; (*step)++) {
+    int k = *step; /* 0-based index of this step */
     double t0 = tg_cli_now();
     tg_batch b;
-    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("training data");
-    batches++;
-    if (tg_gpt_step(&g, &b, lr_at(&o, step)) < 0) tg_cli_die_last("training step");
-    if (tg_gpt_loss(&g, &last_loss, 1) < 0) tg_cli_die_last("reading the loss");
+    if (tg_loader_next(s->ld, &b) < 0) tg_cli_die_last("training data");
+    (*batches)++;
+    if (tg_gpt_step(g, &b, lr_at(o, k)) < 0) tg_cli_die_last("training step");
+    if (tg_gpt_loss(g, &last_loss, 1) < 0) tg_cli_die_last("reading the loss");
     double dt = tg_cli_now() - t0;
     /* the loss is the global batch's: the same on every rank */
     if (!isfinite(last_loss)) {
-      if (root)
-        fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", step + 1);
+      if (root) fprintf(stderr, "taskgrad: error: the loss is not finite at step %d\n", k + 1);
       tg_dist_abort(TG_EXIT_USAGE);
     }
     char scale[64];
-    tg_cli_precision_status(scale, sizeof scale, &g.scaler);
-    if (root && ((step + 1) % o.log_every == 0 || step == 0 || step + 1 == o.steps))
+    tg_cli_precision_status(scale, sizeof scale, &g->optim.scaler);
+    if (root && ((k + 1) % o->log_every == 0 || k == 0 || k + 1 == o->steps))
       printf(tg_deterministic() ? "step %d loss %.9g (%.1f ms, %.0f tokens/s)%s\n"
                                  : "step %d loss %.6f (%.1f ms, %.0f tokens/s)%s\n",
-             step + 1, last_loss, dt * 1e3, tokens_per_step / dt, scale);
+             k + 1, last_loss, dt * 1e3, tokens_per_step / dt, scale);
     fflush(stdout);
-    if (o.demo && root) {
-      bar.extra = scale;
-      tg_progress_update(&bar, step + 1, last_loss, -1, tokens_per_step / dt);
+    if (o->demo && root) {
+      bar->extra = scale;
+      tg_progress_update(bar, k + 1, last_loss, -1, tokens_per_step / dt);
     }
-    if (vl && o.val_every && (step + 1) % o.val_every == 0) {
-      double v = validate(&g, vl, o.val_batches);
-      if (root) printf("step %d val loss %.6f\n", step + 1, v);
+    if (s->vl && o->val_every && (k + 1) % o->val_every == 0) {
+      double v = validate(g, s->vl, o->val_batches);
+      if (root) printf("step %d val loss %.6f\n", k + 1, v);
     }
     /* ranks get a signal at different moments: they stop after the same step */
-    if (R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
-    if (root && o.checkpoint && o.checkpoint_every && (step + 1) % o.checkpoint_every == 0 &&
-        step + 1 < o.steps && !tg_cli_signal)
-      save_checkpoint(&g, &o, batches);
+    if (s->R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
+    if (root && o->checkpoint && o->checkpoint_every && (k + 1) % o->checkpoint_every == 0 &&
+        k + 1 < o->steps && !tg_cli_signal)
+      save_checkpoint(g, o, *batches);
     if (tg_cli_signal) {
-      stopped = tg_cli_signal;
-      step++;
-      break;
+      (*step)++;
+      return tg_cli_signal;
     }
   }
-  if (stopped) {
-    if (o.demo && root) tg_progress_end(&bar);
-    if (o.checkpoint && root) save_checkpoint(&g, &o, batches);
-    if (root)
-      fprintf(stderr, "taskgrad: %s: stopped after step %d%s%s\n",
-            stopped == SIGINT ? "SIGINT" : "SIGTERM", step,
-            o.checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
-            o.checkpoint ? o.checkpoint : "");
-    tg_loader_destroy(ld);
-    if (vl) tg_loader_destroy(vl);
-    tg_gpt_destroy(&g);
-    tg_cli_instrument_end(&o.rt);
-    tg_shutdown();
-    free(tokens);
-    free(vtokens);
-    return 128 + stopped;
-  }
-  if (o.checkpoint && root) save_checkpoint(&g, &o, batches);
-  if (o.demo && root) tg_progress_end(&bar);
-  double t_train = tg_cli_now() - t_all;
-  if (vl && (!o.val_every || o.steps % o.val_every)) {
-    double v = validate(&g, vl, o.val_batches);
+  return 0;
+}
+
+/* Saves the trained parameters: FILE.safetensors with Hugging Face GPT-2
+ * names, anything else in llm.c's format. */
+static void save_model(gpt_session *s) {
+  const char *path = s->o.save;
+  size_t sizes[TG_GPT_NPARAMS];
+  float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
+  if (!out) tg_cli_die("out of memory for --save");
+  if (tg_gpt_read_params(&s->g, out) < 0) tg_cli_die_last("--save");
+  size_t len = strlen(path);
+  int st = len > 12 && !strcmp(path + len - 12, ".safetensors");
+  if ((st ? tg_safetensors_write_gpt2(path, &s->cfg, out)
+          : tg_llmc_model_write(path, &s->cfg, out)) < 0)
+    tg_cli_die_last("--save");
+  free(out);
+  fprintf(stderr, "taskgrad: saved %s\n", path);
+}
+
+/* After the last step: the final validation, the summary, the parameters'
+ * checksum, --save and --sample. */
+static void finish_run(gpt_session *s, double t_train) {
+  const gpt_opts *o = &s->o;
+  tg_gpt *g = &s->g;
+  int root = s->root;
+  if (s->vl && (!o->val_every || o->steps % o->val_every)) {
+    double v = validate(g, s->vl, o->val_batches);
     if (root) printf("val loss %.6f\n", v);
   }
+  double tokens_per_step = (double)o->B * o->T;
   if (root)
-    fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o.steps - start, t_train,
-            (o.steps - start) * tokens_per_step / (t_train > 0 ? t_train : 1));
-  if (root && g.scaler.enabled)
+    fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o->steps - s->start,
+            t_train, (o->steps - s->start) * tokens_per_step / (t_train > 0 ? t_train : 1));
+  if (root && g->optim.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
-            tg_precision_name(o.prec.precision), g.scaler.scale, g.scaler.skipped);
-  if (R > 1 || tg_deterministic())
+            tg_precision_name(o->prec.precision), g->optim.scaler.scale,
+            g->optim.scaler.skipped);
+  if (s->R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
-            (unsigned long long)params_checksum(&g, &cfg));
-  if (o.save && root) {
-    size_t sizes[TG_GPT_NPARAMS];
-    float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&cfg, sizes));
-    if (!out) tg_cli_die("out of memory for --save");
-    if (tg_gpt_read_params(&g, out) < 0) tg_cli_die_last("--save");
-    /* FILE.safetensors: Hugging Face GPT-2 names; anything else: llm.c */
-    size_t len = strlen(o.save);
-    int st = len > 12 && !strcmp(o.save + len - 12, ".safetensors");
-    if ((st ? tg_safetensors_write_gpt2(o.save, &cfg, out) : tg_llmc_model_write(o.save, &cfg, out)) < 0)
-      tg_cli_die_last("--save");
-    free(out);
-    fprintf(stderr, "taskgrad: saved %s\n", o.save);
+            (unsigned long long)params_checksum(g, &s->cfg));
+  if (o->save && root) save_model(s);
+  if (o->sample && root) sample(g, o->sample, o->T, o->temperature, o->seed);
+}
+
+int tg_cmd_train_gpt(int argc, char **argv) {
+  gpt_session session;
+  gpt_session *s = &session;
+  memset(s, 0, sizeof *s);
+  gpt_opts *o = &s->o;
+  parse(argc, argv, o);
+  s->distributed = tg_cli_mpi_check(&o->rt);
+  tg_cli_instrument_check(&o->rt);
+  gpt_setup_model(s);
+  gpt_setup_data(s);
+  gpt_build_model(s);
+  gpt_open_loaders(s);
+
+  tg_progress bar;
+  if (o->demo && s->root) {
+    tg_progress_begin(&bar, "training", o->steps);
+    bar.unit = "tokens/s";
   }
-  if (o.sample && root) sample(&g, o.sample, o.T, o.temperature, o.seed);
-  tg_loader_destroy(ld);
-  if (vl) tg_loader_destroy(vl);
-  tg_gpt_destroy(&g);
-  tg_cli_instrument_end(&o.rt);
-  tg_shutdown();
-  free(tokens);
-  free(vtokens);
+  double t_all = tg_cli_now();
+  /* after StarPU's own handlers (tg_init), which would end the process */
+  tg_cli_catch_signals();
+  long long batches = s->start_batch;
+  int step = 0;
+  int stopped = train_loop(s, &bar, &step, &batches);
+  if (stopped) {
+    if (o->demo && s->root) tg_progress_end(&bar);
+    if (o->checkpoint && s->root) save_checkpoint(&s->g, o, batches);
+    if (s->root)
+      fprintf(stderr, "taskgrad: %s: stopped after step %d%s%s\n",
+              stopped == SIGINT ? "SIGINT" : "SIGTERM", step,
+              o->checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
+              o->checkpoint ? o->checkpoint : "");
+    gpt_teardown(s);
+    return 128 + stopped;
+  }
+  if (o->checkpoint && s->root) save_checkpoint(&s->g, o, batches);
+  if (o->demo && s->root) tg_progress_end(&bar);
+  finish_run(s, tg_cli_now() - t_all);
+  gpt_teardown(s);
   return 0;
 }

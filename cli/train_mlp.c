@@ -259,13 +259,13 @@ static tg_mlp_checkpoint run_shape(const train_opts *o, int samples) {
   tg_mlp_checkpoint c = {.nlayers = o->model.nlayers,
                          .activation = (int)o->model.act,
                          .optimizer = (int)o->opt.kind,
-                         .precision = (int)o->model.precision,
+                         .precision = (int)o->model.amp.precision,
                          .tiles = o->model.tiles > 1 ? o->model.tiles : 1,
                          .batch = o->batch,
                          .shuffled = 1,
                          .samples = samples,
                          .seed = o->seed,
-                         .loss_scaling = o->model.loss_scaling != 0,
+                         .loss_scaling = o->model.amp.loss_scaling != 0,
                          .scaler = {.scale = 1.0f}};
   for (int l = 0; l <= o->model.nlayers; l++) c.widths[l] = o->model.widths[l];
   return c;
@@ -332,11 +332,11 @@ static void save_checkpoint(tg_mlp *m, const train_opts *o, const tg_mlp_checkpo
   }
   if (tg_mlp_checkpoint_alloc(&c) < 0) tg_cli_die_last("--checkpoint");
   if (tg_mlp_read_state(m, c.params, c.state1, c.state2) < 0) tg_cli_die_last("--checkpoint");
-  c.step = m->step;
+  c.step = m->optim.step;
   c.batches = batches;
   c.metric_batches = m->metric_batches;
   c.metric_samples = m->metric_samples;
-  c.scaler = tg_cli_scaler_state(&m->scaler);
+  c.scaler = tg_cli_scaler_state(&m->optim.scaler);
   if (tg_mlp_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
   tg_mlp_checkpoint_free(&c);
 }
@@ -348,7 +348,7 @@ static void restore(tg_mlp *m, tg_mlp_checkpoint *ck) {
       tg_mlp_write_metric_sums(m, ck->loss_sum, ck->correct_sum, ck->metric_batches,
                                ck->metric_samples) < 0)
     tg_cli_die_last("--resume");
-  tg_cli_scaler_restore(&m->scaler, &ck->scaler);
+  tg_cli_scaler_restore(&m->optim.scaler, &ck->scaler);
 }
 
 /* --resume DIR: loads the checkpoint into *ck and returns 1, or returns 0
@@ -420,7 +420,7 @@ int tg_cmd_train_mlp(int argc, char **argv) {
             "scheduler %s, %s%s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
             tg_nopencl_workers(), R > 1 ? " per rank" : "",
             o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"),
-            tg_precision_name(o.model.precision), tg_deterministic() ? ", deterministic reductions" : "");
+            tg_precision_name(o.model.amp.precision), tg_deterministic() ? ", deterministic reductions" : "");
   if (root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d samples and %d micro-batches each per step\n",
             R, o.batch / R, o.micro / R);
@@ -470,7 +470,7 @@ int tg_cmd_train_mlp(int argc, char **argv) {
       double l, a;
       if (tg_mlp_metrics(&m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
       char scale[64];
-      tg_cli_precision_status(scale, sizeof scale, &m.scaler);
+      tg_cli_precision_status(scale, sizeof scale, &m.optim.scaler);
       bar.extra = scale;
       tg_progress_update(&bar, k + 1, l, a, samples / (tg_cli_now() - t_epoch));
       bar.extra = NULL;
@@ -520,9 +520,9 @@ int tg_cmd_train_mlp(int argc, char **argv) {
     return 128 + stopped;
   }
   if (test_acc < 0) evaluate(&m, &test, &o, &test_loss, &test_acc); /* nothing left to run */
-  if (root && m.scaler.enabled)
+  if (root && m.optim.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
-            tg_precision_name(o.model.precision), m.scaler.scale, m.scaler.skipped);
+            tg_precision_name(o.model.amp.precision), m.optim.scaler.scale, m.optim.scaler.skipped);
   uint64_t sum = param_checksum(&m);
   if (R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),

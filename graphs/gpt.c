@@ -14,25 +14,30 @@
  * attention tensors of a (layer, micro-batch) are persistent host-homed
  * buffers whose row-block partition plans (by whole sequences) let the
  * attention run as several tasks; the state (lse or probabilities) is
- * partitioned once for good, since only its blocks are ever used.
+ * partitioned once for good, since only its blocks are ever used
+ * (gpt_attention.c).  The update is the shared training-step core's
+ * (optim.h): the parameters are registered with it at creation.
  *
  * This file calls only insert wrappers and tensor functions (layer 3).
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
+#include "gpt_internal.h"
 #include "taskgrad/dist.h"
-#include "taskgrad/gpt.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
-  tg_gpt_run_config r = {B, T, 1, TG_ATTN_CHUNKED, 64, 0, 256, TG_PREC_FP32, 0,
-                         TG_LOSS_SCALE_DEFAULT, TG_LOSS_SCALE_WINDOW};
-  return r;
+  return (tg_gpt_run_config){.B = B, .T = T, .nmicro = 1, .attention = TG_ATTN_CHUNKED,
+                             .chunk = 64, .attn_splits = 0, .classifier_chunk = 256,
+                             .amp = {.precision = TG_PREC_FP32, .loss_scaling = 0,
+                                     .loss_scale = TG_LOSS_SCALE_DEFAULT,
+                                     .loss_scale_window = TG_LOSS_SCALE_WINDOW}};
 }
 
 size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,
@@ -49,7 +54,7 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   size_t scratch = (size_t)chunk * cfg->vocab_size * sizeof(float) +
                    tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
                                               cfg->channels, cfg->num_heads, run->chunk);
-  if (tg_precision_lowp(run->precision)) {
+  if (tg_precision_lowp(run->amp.precision)) {
     /* 16-bit activations (the statistics stay f32: no matter), and per
      * worker the adapter's f32 copies of the largest task's 16-bit buffers:
      * the classifier's lnf, dlnf and wte, or the MLP block's X, Z, H, W */
@@ -67,6 +72,9 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
   return 6.0 * N + 6.0 * cfg->num_layers * (double)cfg->channels * T;
 }
 
+/* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
+#define TG_GPT_RANKS(L) (3 * (L) + 2)
+
 /* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
 #define W(g, p, l) ((g)->w[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
 /* This step's sum of a gradient (reduce.h), and where micro-batch mb->micro
@@ -77,7 +85,7 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 
 /* Mixed precision: the 16-bit type of activations (TG_F32: none), and the
  * weight a GEMM reads (its 16-bit copy when there is one). */
-#define ACT(g) tg_precision_lowp((g)->run.precision)
+#define ACT(g) tg_precision_lowp((g)->run.amp.precision)
 #define WG(g, p, l) ((g)->wl[p][0].handle ? (g)->wl[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle \
                                           : W(g, p, l))
 
@@ -102,7 +110,7 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
                    r->nmicro, r->B);
   int b = r->B / r->nmicro;
   if (r->attn_splits == 0) {
-    int w = starpu_cpu_worker_get_count() + starpu_cuda_worker_get_count();
+    int w = tg_ncpu_workers() + starpu_cuda_worker_get_count();
     r->attn_splits = 1;
     for (int s = w < b ? w : b; s > 1; s--)
       if (b % s == 0) {
@@ -117,58 +125,24 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
-  if ((unsigned)r->precision > TG_PREC_FP16)
-    return tg_fail(EINVAL, "GPT: unknown precision %d", (int)r->precision);
-  if (r->loss_scaling && !tg_precision_lowp(r->precision))
-    return tg_fail(EINVAL, "GPT: loss scaling is for bf16 and fp16 training, not %s",
-                   tg_precision_name(r->precision));
-  return 0;
+  return tg_amp_config_check(&r->amp, "GPT");
 }
 
-/* Attention buffers of one (layer, micro-batch) of b sequences. */
-static int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
-                              const tg_gpt_run_config *r, int b) {
-  int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
-  memset(a, 0, sizeof *a);
-  tg_dtype act = tg_precision_lowp(r->precision); /* TG_F32 unless 16-bit */
-  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, act));
-  TG_TRY(tg_tensor_alloc(&a->out, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dout, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, act));
-  if (r->attention == TG_ATTN_NAIVE)
-    TG_TRY(tg_tensor_alloc(&a->state, b * NH * r->T, r->T, TG_F32));
-  else
-    TG_TRY(tg_tensor_alloc(&a->state, n, NH, TG_F32));
-  if (S > 1) {
-    TG_TRY(tg_split_plan(&a->qkv, S, &a->qkv_s));
-    TG_TRY(tg_split_plan(&a->out, S, &a->out_s));
-    TG_TRY(tg_split_plan(&a->dout, S, &a->dout_s));
-    TG_TRY(tg_split_plan(&a->dqkv, S, &a->dqkv_s));
-    TG_TRY(tg_tensor_split_static(&a->state, S, &a->state_s));
-  }
-  return 0;
-}
-
-static void tg_gpt_attn_destroy(tg_gpt_attn *a) {
-  tg_split_free(&a->qkv, &a->qkv_s);
-  tg_split_free(&a->out, &a->out_s);
-  tg_split_free(&a->dout, &a->dout_s);
-  tg_split_free(&a->dqkv, &a->dqkv_s);
-  tg_split_free(&a->state, &a->state_s);
-  tg_tensor_free(&a->qkv);
-  tg_tensor_free(&a->out);
-  tg_tensor_free(&a->dout);
-  tg_tensor_free(&a->dqkv);
-  tg_tensor_free(&a->state);
-}
-
-/* The 16-bit weight copies from the master weights (after they were
- * written from outside: creation, a resumed checkpoint). */
-static int tg_gpt_refresh_lowp(tg_gpt *g) {
+/* Registers every slice of every parameter tensor with the optimizer, in
+ * the order of their update tasks, with the priorities of their place on
+ * the critical path: layer l's parameters gate the next step's layer l, the
+ * embeddings its very start, the final LayerNorm its end. */
+static int tg_gpt_register_params(tg_gpt *g) {
+  int L = g->cfg.num_layers;
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
-      if (g->wl[p][l].handle)
-        TG_TRY(tg_convert_insert(ACT(g), g->w[p][l].handle, g->wl[p][l].handle, NULL));
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      int global_rank = p == TG_LNFW || p == TG_LNFB ? 0 : L;
+      tg_param prm = {.value = &g->w[p][l], .grad = &g->g[p][l], .state1 = &g->m[p][l],
+                      .state2 = &g->v[p][l], .lowp = &g->wl[p][l],
+                      .rank = tg_gpt_param_per_layer((tg_gpt_param)p) ? L - l : global_rank};
+      snprintf(prm.name, sizeof prm.name, "%s.L%d", tg_gpt_param_names[p], l);
+      TG_TRY(tg_optim_add(&g->optim, &prm));
+    }
   return 0;
 }
 
@@ -182,8 +156,8 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   if (opt->kind != TG_OPT_ADAMW) return tg_fail(EINVAL, "GPT: only AdamW is supported");
   g->cfg = *cfg;
   g->run = *run;
-  g->opt = *opt;
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
+  TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
   size_t sizes[TG_GPT_NPARAMS];
   tg_gpt_param_sizes(cfg, sizes);
   const float *src = params;
@@ -211,14 +185,8 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++)
       rc = tg_tensor_alloc(&g->wl[p][l], rows, cols, lowp);
   }
-  if (rc == 0) rc = tg_tensor_alloc(&g->overflow, 1, 1, TG_F32);
-  if (rc == 0) rc = tg_fill_insert(g->overflow.handle, 0.0f, NULL);
-  if (rc == 0)
-    rc = tg_loss_scaler_init(&g->scaler, g->run.loss_scaling,
-                             g->run.loss_scale > 0 ? g->run.loss_scale : TG_LOSS_SCALE_DEFAULT,
-                             g->run.loss_scale_window > 0 ? g->run.loss_scale_window
-                                                          : TG_LOSS_SCALE_WINDOW);
-  if (rc == 0) rc = tg_gpt_refresh_lowp(g);
+  if (rc == 0) rc = tg_gpt_register_params(g);
+  if (rc == 0) rc = tg_optim_start(&g->optim);
   int L = cfg->num_layers, M = g->run.nmicro;
   if (rc == 0) {
     g->attn = calloc((size_t)L * M, sizeof *g->attn);
@@ -245,7 +213,7 @@ void tg_gpt_destroy(tg_gpt *g) {
       tg_tensor_free(&g->wl[p][l]);
     }
   tg_tensor_free(&g->loss);
-  tg_tensor_free(&g->overflow);
+  tg_optim_destroy(&g->optim);
 }
 
 /* Forward activations of one layer kept for its backward. */
@@ -263,8 +231,6 @@ typedef struct tg_gpt_micro {
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
 } tg_gpt_micro;
 
-/* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
-#define TG_GPT_RANKS(L) (3 * (L) + 2)
 /* every task of the graph names the 16-bit type of its 2-byte buffers */
 #define OPT(...) tg_gopt_lowp(&go, ACT(g), __VA_ARGS__)
 #define FWD(l) OPT(3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
@@ -288,44 +254,6 @@ static int tg_gpt_wgrad(const tg_gpt *g, starpu_data_handle_t dY, starpu_data_ha
                         starpu_data_handle_t dW, tg_accum mode, const tg_task_opts *o) {
   if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
   return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
-}
-
-/* Attention forward of one layer: whole qkv in, whole out valid after. */
-static int tg_gpt_attn_fwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
-  const tg_gpt_run_config *r = &gpt->run;
-  int NH = gpt->cfg.num_heads;
-  if (S == 1)
-    return tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
-                                   a->out.handle, a->state.handle, o);
-  tg_split_readonly(&a->qkv, &a->qkv_s);
-  tg_split_write(&a->out, &a->out_s);
-  for (int s = 0; s < S; s++)
-    TG_TRY(tg_attention_fwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
-                                   a->out_s.parts[s], a->state_s.parts[s], o));
-  tg_split_join(&a->out, &a->out_s);
-  return 0;
-}
-
-/* Attention backward: whole dout in, whole dqkv valid after. */
-static int tg_gpt_attn_bwd(tg_gpt *gpt, tg_gpt_attn *a, int S, const tg_task_opts *o) {
-  const tg_gpt_run_config *r = &gpt->run;
-  int NH = gpt->cfg.num_heads;
-  if (S == 1)
-    return tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv.handle,
-                                   a->out.handle, a->state.handle, a->dout.handle,
-                                   a->dqkv.handle, o);
-  tg_split_readonly(&a->dout, &a->dout_s);
-  tg_split_readonly(&a->out, &a->out_s);
-  tg_split_write(&a->dqkv, &a->dqkv_s);
-  for (int s = 0; s < S; s++)
-    TG_TRY(tg_attention_bwd_insert(r->attention, r->T, NH, r->chunk, a->qkv_s.parts[s],
-                                   a->out_s.parts[s], a->state_s.parts[s],
-                                   a->dout_s.parts[s], a->dqkv_s.parts[s], o));
-  tg_split_join(&a->dqkv, &a->dqkv_s);
-  tg_split_join(&a->dout, &a->dout_s);
-  tg_split_join(&a->out, &a->out_s);
-  tg_split_join(&a->qkv, &a->qkv_s);
-  return 0;
 }
 
 static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
@@ -487,7 +415,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
     if (rc == 0)
       rc = tg_lm_classifier_scaled_insert(
-          c->vocab_size, g->run.classifier_chunk, scale, g->scaler.scale, mb->lnf.handle,
+          c->vocab_size, g->run.classifier_chunk, scale, g->optim.scaler.scale, mb->lnf.handle,
           WG(g, TG_WTE, 0), mb->targets, backward ? mb->dlnf.handle : NULL,
           backward ? G(g, TG_WTE, 0) : NULL, backward ? GMODE(g) : TG_REDUCE,
           tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
@@ -539,53 +467,7 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
 int tg_gpt_forward_backward(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 1); }
 int tg_gpt_evaluate(tg_gpt *g, const tg_batch *batch) { return tg_gpt_run(g, batch, 0); }
 
-/* Mixed precision: the overflow flag of this step's gradients (loss
- * scaling only: the flag stays 0 otherwise), read by the optimizer tasks,
- * which skip their update when it is set. */
-static int tg_gpt_check_grads(tg_gpt *g) {
-  if (!g->scaler.enabled) return 0;
-  TG_TRY(tg_fill_insert(g->overflow.handle, 0.0f, NULL));
-  tg_gopts go;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
-      TG_TRY(tg_nonfinite_insert(g->g[p][l].handle, g->overflow.handle,
-                                 tg_gopt(&go, 0, TG_GPT_RANKS(g->cfg.num_layers), "%s.L%d.check",
-                                         tg_gpt_param_names[p], l)));
-  return 0;
-}
-
-int tg_gpt_update(tg_gpt *g, float lr) {
-  g->step++;
-  const tg_optimizer_config *o = &g->opt;
-  tg_adamw_hyper h = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, g->step};
-  int L = g->cfg.num_layers;
-  tg_dtype lowp = ACT(g);
-  if (lowp) {
-    TG_TRY(tg_gpt_check_grads(g));
-    h.grad_scale = 1.0f / g->scaler.scale; /* a power of two: exact */
-  }
-  tg_gopts go;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      /* layer l's parameters gate the next step's layer l; the embeddings
-       * its very start, the final LayerNorm its end */
-      int rank = !tg_gpt_param_per_layer((tg_gpt_param)p) ? (p == TG_LNFW || p == TG_LNFB ? 0 : L)
-                                                           : L - l;
-      const tg_task_opts *opts = tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.opt",
-                                         tg_gpt_param_names[p], l);
-      if (lowp)
-        TG_TRY(tg_adamw_amp_insert(lowp, g->w[p][l].handle, g->g[p][l].handle,
-                                   g->m[p][l].handle, g->v[p][l].handle, g->wl[p][l].handle,
-                                   g->overflow.handle, &h, opts));
-      else
-        TG_TRY(tg_adamw_insert(g->w[p][l].handle, g->g[p][l].handle, g->m[p][l].handle,
-                               g->v[p][l].handle, &h, opts));
-    }
-  int skipped = tg_loss_scaler_after_step(&g->scaler, &g->overflow);
-  TG_TRY(skipped);
-  g->step -= skipped; /* a skipped step leaves AdamW's count as it was */
-  return 0;
-}
+int tg_gpt_update(tg_gpt *g, float lr) { return tg_optim_update(&g->optim, lr); }
 
 int tg_gpt_step(tg_gpt *g, const tg_batch *batch, float lr) {
   TG_TRY(tg_gpt_forward_backward(g, batch));
@@ -620,7 +502,7 @@ int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step) {
   if (params) TG_TRY(tg_gpt_read(g, g->w, params));
   if (m) TG_TRY(tg_gpt_read(g, g->m, m));
   if (v) TG_TRY(tg_gpt_read(g, g->v, v));
-  if (step) *step = g->step;
+  if (step) *step = g->optim.step;
   return 0;
 }
 
@@ -640,8 +522,8 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
   if (params) TG_TRY(tg_gpt_write(g, g->w, params));
   if (m) TG_TRY(tg_gpt_write(g, g->m, m));
   if (v) TG_TRY(tg_gpt_write(g, g->v, v));
-  g->step = step;
-  if (params) TG_TRY(tg_gpt_refresh_lowp(g));
+  g->optim.step = step;
+  if (params) TG_TRY(tg_optim_refresh_lowp(&g->optim));
   return 0;
 }
 
@@ -677,7 +559,9 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   if (rc == 0) rc = tg_temp(&out, n, c->padded_vocab_size);
   if (rc == 0)
     rc = tg_gemm_insert(0, 1, 1.0f, mb->lnf.handle, WG(g, TG_WTE, 0), 0.0f, out.handle,
-                        TG_OVERWRITE, &(tg_task_opts){0, -1, NULL, ACT(g)});
+                        TG_OVERWRITE,
+                        &(tg_task_opts){.priority = 0, .worker = -1, .name = NULL,
+                                        .lowp = ACT(g)});
   if (mb) tg_gpt_release_forward(g, mb);
   for (int l = 0; attn && l < c->num_layers; l++) {
     tg_tensor_release(&attn[l].qkv);

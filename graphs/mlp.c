@@ -10,87 +10,23 @@
  *             dZ_{l-1} = (dZ_l W_l) * act'(Z_{l-1})  (one fused task)
  * Activations are temporaries with no home node, released (unregistered
  * asynchronously) right after the last task that reads them is submitted,
- * so StarPU frees them as soon as that task has run.  This file calls only
- * insert wrappers and tensor functions (layer 3 of taskgrad).
+ * so StarPU frees them as soon as that task has run.  The update is the
+ * shared training-step core's (optim.h).  This file calls only insert
+ * wrappers and tensor functions (layer 3 of taskgrad).
  *
- * Tiled (cfg.tiles = N > 1, see mlp.h), layer l runs as N blocks j of its
- * output features, on row blocks W_j (out_j, in) and column blocks b_j:
- *   forward   Z_l[:, j] = H_{l-1} W_j^T + b_j ; H_l[:, j] = act(...)
- *   backward  dW_j += dZ_l[:, j]^T H_{l-1} ; db_j += colsum(dZ_l[:, j])
- *             G (r_i, in) = sum_j dZ_l[:, j] W_j   (GEMMs chained in j order)
- *             dZ_{l-1} = G * act'(Z_{l-1})
- * The parameters, gradients and optimizer state carry partition plans
- * (tensor.h) made once at creation: a step partitions them (W read-only,
- * gradients for writing) and joins them again at its end, so that readers
- * outside the step see whole tensors.  Z, H and dZ must be whole for one
- * layer and split for the next, and StarPU 1.3 cannot plan a partition of a
- * temporary (its blocks' data is lost), so tiled activations are pinned host
- * tensors with column plans, kept per (micro-batch, rows) and reused by the
- * following steps; StarPU's sequential consistency orders a step's writes
- * after the previous step's reads.  The data gradient's sum G is an
- * ordinary temporary.  The gradient blocks are summed over the micro-batches
- * with reduce.h's fixed-order leaves, never STARPU_REDUX (StarPU 1.3 cannot
- * reduce the blocks of a partition plan), so a tiled step is always
- * bitwise reproducible.
+ * The tiled graph (cfg.tiles > 1) is in mlp_tiled.c; this file holds the
+ * untiled one and the entry points both share.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "graph_common.h"
-#include "reduce.h"
+#include "mlp_internal.h"
 #include "rng.h"
 #include "taskgrad/dist.h"
-#include "taskgrad/mlp.h"
-
-/* A step's sums (reduce.h): parameter gradients (per tile; [l][0] untiled),
- * loss, correct count. */
-typedef struct tg_mlp_sums {
-  tg_sum dw[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT], db[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT];
-  tg_sum loss, correct;
-} tg_mlp_sums;
-
-/* Activation buffers of one micro-batch slot in tiled mode: host tensors
- * (temporaries cannot be partitioned) with column-block plans. */
-typedef struct tg_mlp_acts {
-  int micro, rows;                       /* what they serve: micro-batch, rows */
-  unsigned long last_use;                /* for eviction */
-  tg_tensor Z[TG_MLP_MAX_LAYERS];        /* (rows, widths[l+1]) pre-activations */
-  tg_tensor H[TG_MLP_MAX_LAYERS];        /* (rows, widths[l+1]) activations, l < L-1 */
-  tg_tensor dZ[TG_MLP_MAX_LAYERS];       /* (rows, widths[l+1]) gradients of Z */
-  tg_split Zs[TG_MLP_MAX_LAYERS], Hs[TG_MLP_MAX_LAYERS], dZs[TG_MLP_MAX_LAYERS];
-} tg_mlp_acts;
-
-/* Buffer sets kept per micro-batch index (a training batch, its epoch's
- * last partial batch and the evaluation batches differ in rows); beyond it
- * the least recently used set of that index is freed. */
-#define TG_MLP_ACTS_PER_MICRO 4
-
-struct tg_mlp_tiling {
-  int n;                                 /* tiles */
-  /* parameters, gradients and optimizer state: W-shaped tensors by rows,
-   * b-shaped by columns */
-  tg_split w[TG_MLP_MAX_LAYERS], b[TG_MLP_MAX_LAYERS];
-  tg_split dw[TG_MLP_MAX_LAYERS], db[TG_MLP_MAX_LAYERS];
-  tg_split s1w[TG_MLP_MAX_LAYERS], s1b[TG_MLP_MAX_LAYERS];
-  tg_split s2w[TG_MLP_MAX_LAYERS], s2b[TG_MLP_MAX_LAYERS];
-  /* the gradient blocks as tensors (views: never released), for tg_sum */
-  tg_tensor dwv[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT]; /* (out_j, in) */
-  tg_tensor dbv[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT]; /* (1, out_j) */
-  tg_mlp_acts **acts;                    /* [nacts] */
-  int nacts, cap;
-  unsigned long uses;
-};
-
-tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
-  tg_optimizer_config o = {kind, 1e-3f, 0.9f, 0.9f, 0.999f, 1e-8f, 0.01f};
-  if (kind == TG_OPT_SGD) {
-    o.lr = 0.05f;
-    o.weight_decay = 0.0f;
-  }
-  return o;
-}
 
 static void tg_fill_uniform(float *x, size_t n, float bound, uint64_t *s) {
   for (size_t i = 0; i < n; i++) {
@@ -115,171 +51,32 @@ static int tg_mlp_check_config(const tg_mlp_config *cfg) {
     if (cfg->tiles > cfg->widths[l])
       return tg_fail(EINVAL, "MLP: %d tiles exceed the %d output features of layer %d",
                      cfg->tiles, cfg->widths[l], l - 1);
-  if ((unsigned)cfg->precision > TG_PREC_FP16)
-    return tg_fail(EINVAL, "MLP: unknown precision %d", (int)cfg->precision);
-  if (tg_precision_lowp(cfg->precision) && cfg->tiles > 1)
+  TG_TRY(tg_amp_config_check(&cfg->amp, "MLP"));
+  if (tg_precision_lowp(cfg->amp.precision) && cfg->tiles > 1)
     return tg_fail(EINVAL, "MLP: %s training is not available with tiles (%d)",
-                   tg_precision_name(cfg->precision), cfg->tiles);
-  if (cfg->loss_scaling && !tg_precision_lowp(cfg->precision))
-    return tg_fail(EINVAL, "MLP: loss scaling is for bf16 and fp16 training, not %s",
-                   tg_precision_name(cfg->precision));
+                   tg_precision_name(cfg->amp.precision), cfg->tiles);
   return 0;
 }
 
-/* ---- tiled mode: partitions and activation buffers ------------------------ */
-
-static void tg_mlp_acts_free(tg_mlp_acts *A, int L) {
+/* Registers w[l] and b[l] of every layer with the optimizer, in the order
+ * of their tasks (layer by layer, weight then bias), and in mixed precision
+ * allocates the weights' 16-bit copies that the GEMMs read. */
+static int tg_mlp_register_params(tg_mlp *m) {
+  const tg_mlp_config *c = &m->cfg;
+  int L = c->nlayers, sgd = m->optim.opt.kind == TG_OPT_SGD;
   for (int l = 0; l < L; l++) {
-    tg_split_free(&A->Z[l], &A->Zs[l]);
-    tg_split_free(&A->H[l], &A->Hs[l]);
-    tg_split_free(&A->dZ[l], &A->dZs[l]);
-    tg_tensor_free(&A->Z[l]);
-    tg_tensor_free(&A->H[l]);
-    tg_tensor_free(&A->dZ[l]);
+    if (MLP_LOWP(m))
+      TG_TRY(tg_tensor_alloc(&m->wl[l], c->widths[l + 1], c->widths[l], MLP_LOWP(m)));
+    tg_param w = {.value = &m->w[l], .grad = &m->dw[l], .state1 = &m->state1_w[l],
+                  .state2 = sgd ? NULL : &m->state2_w[l], .lowp = &m->wl[l], .rank = L - l};
+    tg_param b = {.value = &m->b[l], .grad = &m->db[l], .state1 = &m->state1_b[l],
+                  .state2 = sgd ? NULL : &m->state2_b[l], .lowp = NULL, .rank = L - l};
+    snprintf(w.name, sizeof w.name, "L%d", l);
+    snprintf(b.name, sizeof b.name, "L%d", l);
+    TG_TRY(tg_optim_add(&m->optim, &w));
+    TG_TRY(tg_optim_add(&m->optim, &b));
   }
-  free(A);
-}
-
-static int tg_mlp_acts_alloc(const tg_mlp *m, int micro, int rows, tg_mlp_acts **out) {
-  const tg_mlp_config *c = &m->cfg;
-  int L = c->nlayers, N = m->tiling->n, rc = 0;
-  tg_mlp_acts *A = calloc(1, sizeof *A);
-  if (!A) return tg_fail(ENOMEM, "MLP: out of memory for activation buffers");
-  A->micro = micro;
-  A->rows = rows;
-  for (int l = 0; l < L && rc == 0; l++) {
-    int out = c->widths[l + 1];
-    rc = tg_tensor_alloc(&A->Z[l], rows, out, TG_F32);
-    if (rc == 0) rc = tg_split_plan_cols(&A->Z[l], N, &A->Zs[l]);
-    if (rc == 0) rc = tg_tensor_alloc(&A->dZ[l], rows, out, TG_F32);
-    if (rc == 0) rc = tg_split_plan_cols(&A->dZ[l], N, &A->dZs[l]);
-    if (rc == 0 && l + 1 < L) rc = tg_tensor_alloc(&A->H[l], rows, out, TG_F32);
-    if (rc == 0 && l + 1 < L) rc = tg_split_plan_cols(&A->H[l], N, &A->Hs[l]);
-  }
-  if (rc < 0) {
-    tg_mlp_acts_free(A, L);
-    return rc;
-  }
-  *out = A;
-  return 0;
-}
-
-/* The activation buffers for micro-batch `micro` of `rows` rows: a kept set
- * when one fits, else a new one (freeing that index's least recently used
- * set when it has TG_MLP_ACTS_PER_MICRO; freeing waits for its tasks). */
-static int tg_mlp_acts_get(tg_mlp *m, int micro, int rows, tg_mlp_acts **out) {
-  tg_mlp_tiling *T = m->tiling;
-  int same = 0, lru = -1;
-  for (int k = 0; k < T->nacts; k++) {
-    tg_mlp_acts *A = T->acts[k];
-    if (A->micro != micro) continue;
-    if (A->rows == rows) {
-      A->last_use = ++T->uses;
-      *out = A;
-      return 0;
-    }
-    same++;
-    if (lru < 0 || A->last_use < T->acts[lru]->last_use) lru = k;
-  }
-  tg_mlp_acts *A = NULL;
-  TG_TRY(tg_mlp_acts_alloc(m, micro, rows, &A));
-  A->last_use = ++T->uses;
-  if (same >= TG_MLP_ACTS_PER_MICRO) {
-    tg_mlp_acts_free(T->acts[lru], m->cfg.nlayers);
-    T->acts[lru] = A;
-  } else {
-    if (T->nacts == T->cap) {
-      int cap = T->cap ? 2 * T->cap : 16;
-      tg_mlp_acts **p = realloc(T->acts, (size_t)cap * sizeof *p);
-      if (!p) {
-        tg_mlp_acts_free(A, m->cfg.nlayers);
-        return tg_fail(ENOMEM, "MLP: out of memory for activation buffers");
-      }
-      T->acts = p;
-      T->cap = cap;
-    }
-    T->acts[T->nacts++] = A;
-  }
-  *out = A;
-  return 0;
-}
-
-static void tg_mlp_tiling_free(tg_mlp *m) {
-  tg_mlp_tiling *T = m->tiling;
-  if (!T) return;
-  for (int k = 0; k < T->nacts; k++) tg_mlp_acts_free(T->acts[k], m->cfg.nlayers);
-  free(T->acts);
-  for (int l = 0; l < m->cfg.nlayers; l++) {
-    tg_split_free(&m->w[l], &T->w[l]);
-    tg_split_free(&m->b[l], &T->b[l]);
-    tg_split_free(&m->dw[l], &T->dw[l]);
-    tg_split_free(&m->db[l], &T->db[l]);
-    tg_split_free(&m->state1_w[l], &T->s1w[l]);
-    tg_split_free(&m->state1_b[l], &T->s1b[l]);
-    tg_split_free(&m->state2_w[l], &T->s2w[l]);
-    tg_split_free(&m->state2_b[l], &T->s2b[l]);
-  }
-  free(T);
-  m->tiling = NULL;
-}
-
-/* A block of a planned split as a tensor (a view: never released). */
-static tg_tensor tg_mlp_block_view(const tg_split *s, int j) {
-  tg_tensor v = {0};
-  v.handle = s->parts[j];
-  v.rows = (int)starpu_matrix_get_ny(v.handle);
-  v.cols = (int)starpu_matrix_get_nx(v.handle);
-  v.dtype = TG_F32;
-  return v;
-}
-
-static int tg_mlp_tiling_create(tg_mlp *m) {
-  int N = m->cfg.tiles;
-  tg_mlp_tiling *T = calloc(1, sizeof *T);
-  if (!T) return tg_fail(ENOMEM, "MLP: out of memory for the tiling");
-  m->tiling = T;
-  T->n = N;
-  for (int l = 0; l < m->cfg.nlayers; l++) {
-    TG_TRY(tg_split_plan(&m->w[l], N, &T->w[l]));
-    TG_TRY(tg_split_plan_cols(&m->b[l], N, &T->b[l]));
-    TG_TRY(tg_split_plan(&m->dw[l], N, &T->dw[l]));
-    TG_TRY(tg_split_plan_cols(&m->db[l], N, &T->db[l]));
-    TG_TRY(tg_split_plan(&m->state1_w[l], N, &T->s1w[l]));
-    TG_TRY(tg_split_plan_cols(&m->state1_b[l], N, &T->s1b[l]));
-    if (m->opt.kind != TG_OPT_SGD) {
-      TG_TRY(tg_split_plan(&m->state2_w[l], N, &T->s2w[l]));
-      TG_TRY(tg_split_plan_cols(&m->state2_b[l], N, &T->s2b[l]));
-    }
-    for (int j = 0; j < N; j++) {
-      T->dwv[l][j] = tg_mlp_block_view(&T->dw[l], j);
-      T->dbv[l][j] = tg_mlp_block_view(&T->db[l], j);
-    }
-  }
-  return 0;
-}
-
-/* Mixed precision: the 16-bit type of activations (TG_F32: none). */
-#define MLP_LOWP(m) tg_precision_lowp((m)->cfg.precision)
-
-/* Mixed precision: 16-bit weight copies from the initial weights, the
- * overflow flag, the loss scaler. */
-static int tg_mlp_lowp_create(tg_mlp *m) {
-  tg_dtype lowp = MLP_LOWP(m);
-  const tg_mlp_config *c = &m->cfg;
-  TG_TRY(tg_loss_scaler_init(&m->scaler, c->loss_scaling,
-                             c->loss_scale > 0 ? c->loss_scale : TG_LOSS_SCALE_DEFAULT,
-                             c->loss_scale_window > 0 ? c->loss_scale_window
-                                                      : TG_LOSS_SCALE_WINDOW));
-  if (!lowp) return 0;
-  if (m->opt.kind != TG_OPT_ADAMW)
-    return tg_fail(EINVAL, "MLP: %s training needs the AdamW optimizer (its mixed-precision "
-                   "step keeps fp32 master weights)", tg_precision_name(c->precision));
-  for (int l = 0; l < c->nlayers; l++) {
-    TG_TRY(tg_tensor_alloc(&m->wl[l], c->widths[l + 1], c->widths[l], lowp));
-    TG_TRY(tg_convert_insert(lowp, m->w[l].handle, m->wl[l].handle, NULL));
-  }
-  TG_TRY(tg_tensor_alloc(&m->overflow, 1, 1, TG_F32));
-  return tg_fill_insert(m->overflow.handle, 0.0f, NULL);
+  return tg_optim_start(&m->optim);
 }
 
 int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
@@ -287,7 +84,7 @@ int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
   memset(m, 0, sizeof *m);
   TG_TRY(tg_mlp_check_config(cfg));
   m->cfg = *cfg;
-  m->opt = *opt;
+  TG_TRY(tg_optim_init(&m->optim, opt, &cfg->amp, TG_MLP_RANKS(cfg->nlayers), "MLP"));
   uint64_t s = seed;
   for (int l = 0; l < cfg->nlayers; l++) {
     int in = cfg->widths[l], out = cfg->widths[l + 1];
@@ -320,7 +117,7 @@ int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
   }
   tg_tensor_enable_reduction(&m->loss);
   tg_tensor_enable_reduction(&m->correct);
-  if ((rc = tg_mlp_lowp_create(m)) < 0) {
+  if ((rc = tg_mlp_register_params(m)) < 0) {
     tg_mlp_destroy(m);
     return rc;
   }
@@ -339,15 +136,10 @@ void tg_mlp_destroy(tg_mlp *m) {
                         &m->state2_b[l], &m->wl[l]};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_free(all[k]);
   }
-  tg_tensor_free(&m->overflow);
+  tg_optim_destroy(&m->optim);
   tg_tensor_free(&m->loss);
   tg_tensor_free(&m->correct);
 }
-
-/* Forward of one micro-batch.  Z[l] and H[l] (l < L-1) are left registered
- * for the backward; returns the logits in Z[L-1]. */
-/* critical-path ranks (graph_common.h) */
-#define TG_MLP_RANKS(L) (3 * (L) + 1)
 
 /* Every task of the untiled graph names the 16-bit type of its 2-byte
  * buffers (mixed precision; TG_F32 otherwise). */
@@ -363,7 +155,9 @@ static starpu_data_handle_t tg_mlp_wg(const tg_mlp *m, int l) {
   return m->wl[l].handle ? m->wl[l].handle : m->w[l].handle;
 }
 
-/* x: the micro-batch's input (f32); in mixed precision *xl receives its
+/* Forward of one micro-batch.  Z[l] and H[l] (l < L-1) are left registered
+ * for the backward; returns the logits in Z[L-1].
+ * x: the micro-batch's input (f32); in mixed precision *xl receives its
  * 16-bit copy (released by the backward, or by the caller). */
 static int tg_mlp_forward_micro(tg_mlp *m, starpu_data_handle_t x, int rows,
                                 tg_tensor *Z, tg_tensor *H, tg_tensor *xl, int micro) {
@@ -428,94 +222,6 @@ static int tg_mlp_backward_micro(tg_mlp *m, tg_mlp_sums *S, starpu_data_handle_t
   return 0;
 }
 
-/* Tiled forward of one micro-batch into A: layer l as N tasks, each writing
- * its column block of Z_l (and H_l); Z_l and H_l are whole again for the
- * next layer.  Leaves the logits in A->Z[L-1]. */
-static int tg_mlp_forward_tiled(tg_mlp *m, tg_mlp_acts *A, starpu_data_handle_t x,
-                                int micro) {
-  const tg_mlp_config *c = &m->cfg;
-  tg_mlp_tiling *T = m->tiling;
-  int L = c->nlayers;
-  tg_gopts g = {0};
-  starpu_data_handle_t in = x; /* (rows, widths[l]) */
-  for (int l = 0; l < L; l++) {
-    int last = l + 1 == L;
-    tg_split_write(&A->Z[l], &A->Zs[l]);
-    if (!last) tg_split_write(&A->H[l], &A->Hs[l]);
-    for (int j = 0; j < T->n; j++)
-      TG_TRY(tg_linear_fwd_insert(in, T->w[l].parts[j], T->b[l].parts[j],
-                                  last ? TG_ACT_NONE : c->act, A->Zs[l].parts[j],
-                                  last ? NULL : A->Hs[l].parts[j],
-                                  tg_gopt(&g, 3 * L - l, TG_MLP_RANKS(L), "L%d.m%d.fwd%d", l,
-                                          micro, j)));
-    tg_split_join(&A->Z[l], &A->Zs[l]);
-    if (!last) {
-      tg_split_join(&A->H[l], &A->Hs[l]);
-      in = A->H[l].handle;
-    }
-  }
-  return 0;
-}
-
-/* Tiled backward of one micro-batch whose logits' gradient is in A->dZ[L-1]. */
-static int tg_mlp_backward_tiled(tg_mlp *m, tg_mlp_sums *S, tg_mlp_acts *A,
-                                 starpu_data_handle_t x, int rows, int micro) {
-  const tg_mlp_config *c = &m->cfg;
-  tg_mlp_tiling *T = m->tiling;
-  int L = c->nlayers, R = TG_MLP_RANKS(L);
-  tg_gopts g = {0};
-  for (int l = L - 1; l >= 0; l--) {
-    starpu_data_handle_t in = l > 0 ? A->H[l - 1].handle : x; /* (rows, widths[l]) */
-    tg_split_readonly(&A->dZ[l], &A->dZs[l]);
-    for (int j = 0; j < T->n; j++) {
-      starpu_data_handle_t dz = A->dZs[l].parts[j]; /* (rows, out_j) */
-      TG_TRY(tg_gemm_insert(1, 0, 1.0f, dz, in, 1.0f, tg_sum_handle(&S->dw[l][j], micro),
-                            tg_sum_mode(&S->dw[l][j]),
-                            tg_gopt(&g, L - l, R, "L%d.m%d.dW%d", l, micro, j)));
-      TG_TRY(tg_bias_grad_insert(dz, tg_sum_handle(&S->db[l][j], micro),
-                                 tg_sum_mode(&S->db[l][j]),
-                                 tg_gopt(&g, L - l, R, "L%d.m%d.db%d", l, micro, j)));
-    }
-    if (l > 0) {
-      /* G = sum_j dZ[:, j] W_j, in block order (the first block writes) */
-      tg_tensor G; /* (rows, widths[l]) */
-      TG_TRY(tg_tensor_temp(&G, rows, c->widths[l], TG_F32));
-      int rc = 0;
-      for (int j = 0; j < T->n && rc == 0; j++)
-        rc = tg_gemm_insert(0, 0, 1.0f, A->dZs[l].parts[j], T->w[l].parts[j],
-                            j ? 1.0f : 0.0f, G.handle, j ? TG_ACCUMULATE : TG_OVERWRITE,
-                            tg_gopt(&g, L + l, R, "L%d.m%d.bwd%d", l, micro, j));
-      if (rc == 0)
-        rc = tg_act_bwd_insert(c->act, A->Z[l - 1].handle, G.handle, A->dZ[l - 1].handle,
-                               tg_gopt(&g, L + l, R, "L%d.m%d.act_bwd", l, micro));
-      tg_tensor_release(&G);
-      TG_TRY(rc);
-    }
-    tg_split_join(&A->dZ[l], &A->dZs[l]);
-  }
-  return 0;
-}
-
-/* Partitions the parameters (read-only) and, for a training pass, the
- * gradients (for writing) before a tiled pass; join = 1 joins them after. */
-static void tg_mlp_tiled_params(tg_mlp *m, int backward, int join) {
-  tg_mlp_tiling *T = m->tiling;
-  for (int l = 0; l < m->cfg.nlayers; l++) {
-    if (join) {
-      tg_split_join(&m->w[l], &T->w[l]);
-      tg_split_join(&m->b[l], &T->b[l]);
-      tg_split_join(&m->dw[l], &T->dw[l]);
-      tg_split_join(&m->db[l], &T->db[l]);
-      continue;
-    }
-    tg_split_readonly(&m->w[l], &T->w[l]);
-    tg_split_readonly(&m->b[l], &T->b[l]);
-    if (backward) {
-      tg_split_write(&m->dw[l], &T->dw[l]);
-      tg_split_write(&m->db[l], &T->db[l]);
-    }
-  }
-}
 
 static int tg_mlp_check_batch(const tg_mlp *m, const tg_batch *batch) {
   if (batch->nmicro < 1 || batch->rows < 1)
@@ -544,18 +250,7 @@ static int tg_mlp_micros(tg_mlp *m, tg_mlp_sums *S, const tg_batch *batch, int b
   for (int i = 0; i < batch->nmicro; i++) {
     int rows = (int)starpu_matrix_get_ny(batch->x[i]);
     if (m->tiling) {
-      tg_mlp_acts *A = NULL;
-      tg_gopts g = {0};
-      int L = c->nlayers;
-      TG_TRY(tg_mlp_acts_get(m, i, rows, &A));
-      TG_TRY(tg_mlp_forward_tiled(m, A, batch->x[i], i));
-      starpu_data_handle_t logits = A->Z[L - 1].handle; /* (rows, classes) */
-      TG_TRY(tg_softmax_xent_insert(logits, batch->y[i], scale, A->dZ[L - 1].handle,
-                                    tg_sum_handle(&S->loss, i), tg_sum_mode(&S->loss),
-                                    tg_gopt(&g, 2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
-      TG_TRY(tg_accuracy_insert(logits, batch->y[i], tg_sum_handle(&S->correct, i),
-                                tg_sum_mode(&S->correct), NULL));
-      if (backward) TG_TRY(tg_mlp_backward_tiled(m, S, A, batch->x[i], rows, i));
+      TG_TRY(tg_mlp_micro_tiled(m, S, batch, i, rows, backward, scale));
       continue;
     }
     tg_tensor Z[TG_MLP_MAX_LAYERS] = {0}, H[TG_MLP_MAX_LAYERS] = {0}, dlogits, xl = {0};
@@ -571,8 +266,8 @@ static int tg_mlp_micros(tg_mlp *m, tg_mlp_sums *S, const tg_batch *batch, int b
                                   MOPT(2 * L, TG_MLP_RANKS(L), "m%d.xent", i)));
     TG_TRY(tg_accuracy_insert(logits->handle, batch->y[i], tg_sum_handle(&S->correct, i),
                               tg_sum_mode(&S->correct), MOPT(2 * L, TG_MLP_RANKS(L), "m%d.acc", i)));
-    if (backward && m->scaler.enabled)
-      TG_TRY(tg_scale_insert(dlogits.handle, m->scaler.scale,
+    if (backward && m->optim.scaler.enabled)
+      TG_TRY(tg_scale_insert(dlogits.handle, m->optim.scaler.scale,
                              MOPT(2 * L, TG_MLP_RANKS(L), "m%d.scale", i)));
     tg_tensor_release(logits);
     starpu_data_handle_t x = xl.handle ? xl.handle : batch->x[i];
@@ -638,96 +333,11 @@ int tg_mlp_forward_backward(tg_mlp *m, const tg_batch *batch) {
 
 int tg_mlp_evaluate(tg_mlp *m, const tg_batch *batch) { return tg_mlp_run(m, batch, 0); }
 
-/* One optimizer task on a parameter, its gradient and state (s2 unused by
- * SGD). */
-static int tg_mlp_opt_insert(const tg_mlp *m, starpu_data_handle_t p, starpu_data_handle_t grad,
-                             starpu_data_handle_t s1, starpu_data_handle_t s2,
-                             const tg_task_opts *ow) {
-  const tg_optimizer_config *o = &m->opt;
-  if (o->kind == TG_OPT_SGD) {
-    tg_sgd_hyper h = {o->lr, o->momentum, o->weight_decay, 1.0f};
-    return tg_sgd_insert(p, grad, s1, &h, ow);
-  }
-  tg_adamw_hyper h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, 1.0f, m->step};
-  return tg_adamw_insert(p, grad, s1, s2, &h, ow);
-}
-
-/* Tiled: one optimizer task per block of each parameter tensor, between a
- * partition of the parameter, its gradient and state and their join. */
-static int tg_mlp_update_tiled(tg_mlp *m) {
-  tg_mlp_tiling *T = m->tiling;
-  int L = m->cfg.nlayers, sgd = m->opt.kind == TG_OPT_SGD, rc = 0;
-  tg_gopts g = {0};
-  for (int l = 0; l < L && rc == 0; l++) {
-    /* the weight's pieces, then the bias's: {tensor, split} */
-    tg_tensor *ts[2][4] = {{&m->w[l], &m->dw[l], &m->state1_w[l], &m->state2_w[l]},
-                           {&m->b[l], &m->db[l], &m->state1_b[l], &m->state2_b[l]}};
-    tg_split *ss[2][4] = {{&T->w[l], &T->dw[l], &T->s1w[l], &T->s2w[l]},
-                          {&T->b[l], &T->db[l], &T->s1b[l], &T->s2b[l]}};
-    for (int k = 0; k < 2 && rc == 0; k++) {
-      int nt = sgd ? 3 : 4;
-      for (int t = 0; t < nt; t++) {
-        if (t == 1) tg_split_readonly(ts[k][t], ss[k][t]);
-        else tg_split_write(ts[k][t], ss[k][t]);
-      }
-      for (int j = 0; j < T->n && rc == 0; j++)
-        rc = tg_mlp_opt_insert(m, ss[k][0]->parts[j], ss[k][1]->parts[j], ss[k][2]->parts[j],
-                               sgd ? NULL : ss[k][3]->parts[j],
-                               tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt%d", l, j));
-      for (int t = 0; t < nt; t++) tg_split_join(ts[k][t], ss[k][t]);
-    }
-  }
-  return rc;
-}
-
-/* Mixed precision: non-finite checks of every gradient into the overflow
- * flag (loss scaling only), then AdamW on the fp32 master weights, skipped
- * on the device when the flag is set, refreshing the 16-bit copies; the
- * host reads the flag afterwards for the next step's scale. */
-static int tg_mlp_update_lowp(tg_mlp *m) {
-  int L = m->cfg.nlayers;
-  tg_dtype lowp = MLP_LOWP(m);
-  tg_gopts g;
-  if (m->scaler.enabled) {
-    TG_TRY(tg_fill_insert(m->overflow.handle, 0.0f, NULL));
-    for (int l = 0; l < L; l++) {
-      TG_TRY(tg_nonfinite_insert(m->dw[l].handle, m->overflow.handle,
-                                 tg_gopt(&g, 0, TG_MLP_RANKS(L), "L%d.check", l)));
-      TG_TRY(tg_nonfinite_insert(m->db[l].handle, m->overflow.handle,
-                                 tg_gopt(&g, 0, TG_MLP_RANKS(L), "L%d.check", l)));
-    }
-  }
-  const tg_optimizer_config *o = &m->opt;
-  tg_adamw_hyper h = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
-                      1.0f / m->scaler.scale, m->step};
-  for (int l = 0; l < L; l++) {
-    const tg_task_opts *ow = tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt", l);
-    TG_TRY(tg_adamw_amp_insert(lowp, m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle,
-                               m->state2_w[l].handle, m->wl[l].handle, m->overflow.handle,
-                               &h, ow));
-    TG_TRY(tg_adamw_amp_insert(lowp, m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
-                               m->state2_b[l].handle, NULL, m->overflow.handle, &h, ow));
-  }
-  int skipped = tg_loss_scaler_after_step(&m->scaler, &m->overflow);
-  TG_TRY(skipped);
-  m->step -= skipped; /* a skipped step leaves AdamW's count as it was */
-  return 0;
-}
 
 int tg_mlp_update(tg_mlp *m) {
-  m->step++;
-  if (m->tiling) return tg_mlp_update_tiled(m);
-  if (MLP_LOWP(m)) return tg_mlp_update_lowp(m);
-  int L = m->cfg.nlayers;
-  tg_gopts g;
-  for (int l = 0; l < L; l++) {
-    const tg_task_opts *ow = tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt", l);
-    TG_TRY(tg_mlp_opt_insert(m, m->w[l].handle, m->dw[l].handle, m->state1_w[l].handle,
-                             m->state2_w[l].handle, ow));
-    TG_TRY(tg_mlp_opt_insert(m, m->b[l].handle, m->db[l].handle, m->state1_b[l].handle,
-                             m->state2_b[l].handle, ow));
-  }
-  return 0;
+  if (!m->tiling) return tg_optim_update(&m->optim, m->optim.opt.lr);
+  m->optim.step++;
+  return tg_mlp_update_tiled(m);
 }
 
 int tg_mlp_step(tg_mlp *m, const tg_batch *batch) {
@@ -769,7 +379,7 @@ static int tg_mlp_copy_state(tg_mlp *m, tg_tensor *w, tg_tensor *b, float *out,
 }
 
 static int tg_mlp_check_s2(const tg_mlp *m, const void *s2) {
-  if (s2 && m->opt.kind == TG_OPT_SGD)
+  if (s2 && m->optim.opt.kind == TG_OPT_SGD)
     return tg_fail(EINVAL, "MLP: SGD has no second optimizer state");
   return 0;
 }
@@ -789,11 +399,9 @@ int tg_mlp_write_state(tg_mlp *m, const float *params, const float *s1, const fl
   if (params) TG_TRY(tg_mlp_copy_state(m, m->w, m->b, NULL, params));
   if (s1) TG_TRY(tg_mlp_copy_state(m, m->state1_w, m->state1_b, NULL, s1));
   if (s2) TG_TRY(tg_mlp_copy_state(m, m->state2_w, m->state2_b, NULL, s2));
-  m->step = step;
+  m->optim.step = step;
   /* the GEMMs of mixed precision read the 16-bit copies of the weights */
-  for (int l = 0; l < m->cfg.nlayers && params; l++)
-    if (m->wl[l].handle)
-      TG_TRY(tg_convert_insert(MLP_LOWP(m), m->w[l].handle, m->wl[l].handle, NULL));
+  if (params) TG_TRY(tg_optim_refresh_lowp(&m->optim));
   return 0;
 }
 

@@ -35,7 +35,7 @@
 
 #include <jansson.h>
 
-#include "taskgrad/llmc.h"
+#include "taskgrad/gpt_model.h" /* the model a file holds: no llm.c format here */
 #include "taskgrad/runtime.h"
 #include "atomic_file.h"
 #include "taskgrad/safetensors.h"

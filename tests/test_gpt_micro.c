@@ -52,7 +52,8 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
-static const tg_gpt_config CFG = {MAXT, V, L, NH, C, V};
+static const tg_gpt_config CFG = {.max_seq_len = MAXT, .vocab_size = V, .num_layers = L,
+                                  .num_heads = NH, .channels = C, .padded_vocab_size = V};
 
 typedef struct result {
   double loss[2];

@@ -60,9 +60,9 @@ static void model_open(model *m, const tg_gpt_config *cfg, const float *params, 
   tg_gpt_run_config run = tg_gpt_run_default(B, T);
   run.nmicro = M;
   run.attn_splits = 1;
-  run.precision = prec;
-  run.loss_scaling = scaling;
-  run.loss_scale = scale;
+  run.amp.precision = prec;
+  run.amp.loss_scaling = scaling;
+  run.amp.loss_scale = scale;
   if (tg_gpt_create(&m->g, cfg, params, &run, &opt) < 0) die("tg_gpt_create");
   if (tg_tensor_alloc(&m->x, B * T, 1, TG_I32) < 0 || tg_tensor_alloc(&m->y, B * T, 1, TG_I32) < 0)
     die("batch");
@@ -106,7 +106,8 @@ static float *init_params(const tg_gpt_config *cfg, uint64_t seed, size_t *np) {
 /* ---- 1. closeness to fp32 ----------------------------------------------------- */
 
 static void closeness(void) {
-  tg_gpt_config cfg = {32, 128, 2, 4, 64, 128};
+  tg_gpt_config cfg = {.max_seq_len = 32, .vocab_size = 128, .num_layers = 2,
+                       .num_heads = 4, .channels = 64, .padded_vocab_size = 128};
   tg_rng rng = {11};
   size_t np;
   float *params = init_params(&cfg, 5, &np);
@@ -145,7 +146,8 @@ static void closeness(void) {
 /* ---- 2. padding ----------------------------------------------------------------- */
 
 static void padding(void) {
-  tg_gpt_config c0 = {16, 250, 2, 4, 60, 250}, c1 = c0;
+  tg_gpt_config c0 = {.max_seq_len = 16, .vocab_size = 250, .num_layers = 2,
+                      .num_heads = 4, .channels = 60, .padded_vocab_size = 250}, c1 = c0;
   c1.padded_vocab_size = 256;
   size_t s0[TG_GPT_NPARAMS], s1[TG_GPT_NPARAMS];
   size_t n0 = tg_gpt_param_sizes(&c0, s0), n1 = tg_gpt_param_sizes(&c1, s1);
@@ -182,7 +184,8 @@ static void padding(void) {
 /* ---- 3. injected overflow ---------------------------------------------------- */
 
 static void overflow(void) {
-  tg_gpt_config cfg = {16, 64, 2, 4, 32, 64};
+  tg_gpt_config cfg = {.max_seq_len = 16, .vocab_size = 64, .num_layers = 2,
+                       .num_heads = 4, .channels = 32, .padded_vocab_size = 64};
   size_t np;
   float *params = init_params(&cfg, 3, &np);
   tg_rng rng = {31};
@@ -192,22 +195,22 @@ static void overflow(void) {
   float *before = tg_test_malloc(sizeof(float) * np), *after = tg_test_malloc(sizeof(float) * np);
   if (tg_gpt_read_params(&m.g, before) < 0) die("read params");
   int steps = 0, skipped_ok = 0, applied_ok = 0, wrong = 0, optimizer_steps = 0;
-  while (steps < 200 && (m.g.scaler.skipped == 0 || applied_ok < 3)) {
-    long sk = m.g.scaler.skipped;
-    float scale = m.g.scaler.scale;
+  while (steps < 200 && (m.g.optim.scaler.skipped == 0 || applied_ok < 3)) {
+    long sk = m.g.optim.scaler.skipped;
+    float scale = m.g.optim.scaler.scale;
     step(&m, 1e-3f);
     steps++;
     if (tg_gpt_read_params(&m.g, after) < 0) die("read params");
     int same = memcmp(before, after, sizeof(float) * np) == 0;
-    int skipped = m.g.scaler.skipped == sk + 1;
-    if (skipped && same && m.g.scaler.scale == scale / 2) skipped_ok++;
-    else if (!skipped && !same && m.g.scaler.skipped == sk) applied_ok++;
+    int skipped = m.g.optim.scaler.skipped == sk + 1;
+    if (skipped && same && m.g.optim.scaler.scale == scale / 2) skipped_ok++;
+    else if (!skipped && !same && m.g.optim.scaler.skipped == sk) applied_ok++;
     else {
       wrong++;
       fprintf(stderr, "step %d: skipped %d, parameters %s, scale %g -> %g\n", steps, skipped,
-              same ? "unchanged" : "changed", scale, m.g.scaler.scale);
+              same ? "unchanged" : "changed", scale, m.g.optim.scaler.scale);
     }
-    optimizer_steps = m.g.step;
+    optimizer_steps = m.g.optim.step;
     memcpy(before, after, sizeof(float) * np);
   }
   CHECK(wrong == 0, "fp16 overflow: %d steps neither cleanly skipped nor applied", wrong);
@@ -216,9 +219,9 @@ static void overflow(void) {
         applied_ok, steps);
   CHECK(optimizer_steps == applied_ok, "AdamW counted %d steps, %d were applied",
         optimizer_steps, applied_ok);
-  CHECK(m.g.scaler.scale < 1e30f, "the scale stayed at %g", m.g.scaler.scale);
+  CHECK(m.g.optim.scaler.scale < 1e30f, "the scale stayed at %g", m.g.optim.scaler.scale);
   printf("ok   fp16, loss scale 1e30: %d steps skipped with parameters bit-identical, then %d "
-         "applied at scale %g\n", skipped_ok, applied_ok, m.g.scaler.scale);
+         "applied at scale %g\n", skipped_ok, applied_ok, m.g.optim.scaler.scale);
   model_close(&m);
   free(params);
   free(tok);
@@ -247,7 +250,8 @@ static void *poller(void *arg) {
 }
 
 static long long step_peak(tg_precision prec) {
-  tg_gpt_config cfg = {64, 64, 4, 4, 64, 64};
+  tg_gpt_config cfg = {.max_seq_len = 64, .vocab_size = 64, .num_layers = 4,
+                       .num_heads = 4, .channels = 64, .padded_vocab_size = 64};
   size_t np;
   float *params = init_params(&cfg, 7, &np);
   tg_rng rng = {41};

@@ -1,5 +1,5 @@
 /*
- * test_mlp_precision: the MLP step in bf16 and fp16 (tg_mlp_config.precision)
+ * test_mlp_precision: the MLP step in bf16 and fp16 (tg_mlp_config.amp)
  * against fp32 from the same initial weights, on one batch of 3
  * micro-batches (widths 23-37-19-10, GELU, AdamW):
  *  - the first forward/backward: loss within 1e-2 (relative) of fp32, weight
@@ -42,8 +42,8 @@ static void die(const char *what) {
 }
 
 static tg_mlp_config config(tg_precision prec, int scaling, float scale) {
-  tg_mlp_config c = {.nlayers = NL, .act = TG_ACT_GELU, .precision = prec,
-                     .loss_scaling = scaling, .loss_scale = scale};
+  tg_mlp_config c = {.nlayers = NL, .act = TG_ACT_GELU, .amp = {.precision = prec,
+                     .loss_scaling = scaling, .loss_scale = scale}};
   for (int l = 0; l <= NL; l++) c.widths[l] = WIDTHS[l];
   return c;
 }
@@ -55,7 +55,7 @@ static void model_open(model *d, tg_precision prec, int scaling, float scale) {
   if (tg_mlp_create(&d->m, &c, &opt, 77) < 0) die("tg_mlp_create");
   if (tg_tensor_alloc(&d->x, B, WIDTHS[0], TG_F32) < 0 || tg_tensor_alloc(&d->y, B, 1, TG_I32) < 0)
     die("batch");
-  tg_rng rng = {123};
+  tg_rng rng = {.s = 123};
   tg_rng_fill(&rng, d->x.host, (size_t)B * WIDTHS[0], 1.0f);
   for (int i = 0; i < B; i++) ((int32_t *)d->y.host)[i] = (int32_t)(tg_rng_next(&rng) % 10);
   if (tg_tensor_split_static(&d->x, M, &d->xs) < 0 || tg_tensor_split_static(&d->y, M, &d->ys) < 0)
@@ -126,21 +126,21 @@ static void overflow(void) {
   read_all(&d, 0, before);
   int skipped = 0, applied = 0, wrong = 0;
   for (int s = 0; s < 200 && (skipped == 0 || applied < 3); s++) {
-    long sk = d.m.scaler.skipped;
-    float scale = d.m.scaler.scale;
+    long sk = d.m.optim.scaler.skipped;
+    float scale = d.m.optim.scaler.scale;
     if (tg_mlp_step(&d.m, &d.batch) < 0) die("step");
     read_all(&d, 0, after);
     int same = memcmp(before, after, sizeof(float) * n) == 0;
-    if (d.m.scaler.skipped == sk + 1 && same && d.m.scaler.scale == scale / 2) skipped++;
-    else if (d.m.scaler.skipped == sk && !same) applied++;
+    if (d.m.optim.scaler.skipped == sk + 1 && same && d.m.optim.scaler.scale == scale / 2) skipped++;
+    else if (d.m.optim.scaler.skipped == sk && !same) applied++;
     else wrong++;
     memcpy(before, after, sizeof(float) * n);
   }
   CHECK(wrong == 0 && skipped > 0 && applied >= 3,
         "fp16 overflow: %d skipped, %d applied, %d neither", skipped, applied, wrong);
-  CHECK(d.m.step == applied, "AdamW counted %d steps, %d were applied", d.m.step, applied);
+  CHECK(d.m.optim.step == applied, "AdamW counted %d steps, %d were applied", d.m.optim.step, applied);
   printf("ok   fp16, loss scale 1e30: %d steps skipped with parameters bit-identical, then %d "
-         "applied at scale %g\n", skipped, applied, d.m.scaler.scale);
+         "applied at scale %g\n", skipped, applied, d.m.optim.scaler.scale);
   model_close(&d);
   free(before);
   free(after);

@@ -307,7 +307,7 @@ int main(void) {
          tg_ncuda_workers());
   float *x = xmalloc(sizeof(float) * B * WIDTHS[0]);
   int32_t y[B];
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   tg_rng_fill(&rng, x, (size_t)B * WIDTHS[0], 1.5f);
   for (int r = 0; r < B; r++) y[r] = (int32_t)(tg_rng_next(&rng) % WIDTHS[NL]);
 

@@ -73,7 +73,7 @@ static int child(void) {
     fprintf(stderr, "child: tg_tensor_alloc: %s\n", tg_last_error());
     return 2;
   }
-  tg_rng rng = {0xD1B54A32D192ED03ULL};
+  tg_rng rng = {.s = 0xD1B54A32D192ED03ULL};
   tg_rng_fill(&rng, x.host, (size_t)B * WIDTHS[0], 1.0f);
   int32_t *yl = y.host;
   for (int r = 0; r < B; r++) yl[r] = (int32_t)(tg_rng_next(&rng) % WIDTHS[NL]);
@@ -177,7 +177,7 @@ static int parent(void) {
   static const char *SCHEDS[] = {"eager", "prio", "lws", "dmda", "dmdas"};
   static const int NCPUS[] = {1, 2};
   enum { NS = sizeof SCHEDS / sizeof SCHEDS[0], NC = sizeof NCPUS / sizeof NCPUS[0] };
-  outcome ref = {{0}, {0}, 0, {0}};
+  outcome ref = {.ncpu = 0};
   int have_ref = 0;
   char ref_name[80] = "";
   for (int c = 0; c < NC; c++)

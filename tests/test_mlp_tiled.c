@@ -273,7 +273,7 @@ int main(void) {
          tg_ncuda_workers());
   float *x = tg_test_malloc(sizeof(float) * B * WIDTHS[0]); /* (B, WIDTHS[0]) */
   int32_t y[B];                                            /* (B, 1) */
-  tg_rng rng = {0x2545F4914F6CDD1DULL};
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   tg_rng_fill(&rng, x, (size_t)B * WIDTHS[0], 1.5f);
   for (int r = 0; r < B; r++) y[r] = (int32_t)(tg_rng_next(&rng) % WIDTHS[NL]);
 

@@ -1,6 +1,6 @@
 /*
  * taskgrad layer 3: GPT-2 training step as a task graph (the model exactly
- * as llm.c defines it; see llmc.h for the parameters).
+ * as llm.c defines it; see gpt_model.h for the parameters).
  *
  * tg_gpt_step() submits forward, backward and AdamW for a batch of B
  * sequences of T tokens split into micro-batches.  Per micro-batch of b
@@ -23,8 +23,8 @@
 #include "taskgrad/codelets.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/data.h"
-#include "taskgrad/llmc.h"
-#include "taskgrad/mlp.h"
+#include "taskgrad/gpt_model.h"
+#include "taskgrad/optim.h"
 #include "taskgrad/tensor.h"
 
 #ifdef __cplusplus
@@ -41,14 +41,11 @@ typedef struct tg_gpt_run_config {
   int attn_splits;             /* attention tasks per micro-batch; divides
                                   B / nmicro; 0 = as many as CPU workers */
   int classifier_chunk;        /* classifier rows per chunk (default 256) */
-  /* mixed precision (include/taskgrad/precision.h): with bf16 or fp16 the
-   * activations, their gradients and the GEMMs' weight operands are 16-bit
-   * (weights as copies refreshed by the optimizer), master weights, AdamW
-   * state and weight gradients f32 */
-  tg_precision precision;      /* default TG_PREC_FP32 */
-  int loss_scaling;            /* dynamic loss scaling on (fp16's default) */
-  float loss_scale;            /* initial loss scale (TG_LOSS_SCALE_DEFAULT) */
-  int loss_scale_window;       /* clean steps before it doubles (2000) */
+  /* mixed precision (optim.h): with bf16 or fp16 the activations, their
+   * gradients and the GEMMs' weight operands are 16-bit (weights as copies
+   * refreshed by the optimizer), master weights, AdamW state and weight
+   * gradients f32 */
+  tg_amp_config amp;           /* default fp32 */
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -63,8 +60,9 @@ typedef struct tg_gpt_attn {
 typedef struct tg_gpt {
   tg_gpt_config cfg;
   tg_gpt_run_config run;
-  tg_optimizer_config opt;     /* AdamW hyper-parameters (lr per step) */
-  int step;                    /* optimizer steps taken */
+  /* AdamW (lr per step), its step count and the loss scaler; its
+   * parameter set holds every slice of every tensor, by tensor then layer */
+  tg_optim optim;
   int nslices;                 /* L for per-layer tensors, 1 otherwise */
   /* [param][layer]: one tensor per layer slice (shape: tg_gpt_param_shape) */
   tg_tensor w[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
@@ -77,11 +75,8 @@ typedef struct tg_gpt {
                                   being submitted ([param * MAX_LAYERS + l]) */
   tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
   /* mixed precision: 16-bit copies of the GEMM weights (qkvw, attprojw,
-   * fcw, fcprojw, wte; empty otherwise), the step's overflow flag (1, 1)
-   * and the loss scaler */
+   * fcw, fcprojw, wte; empty otherwise) */
   tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
-  tg_tensor overflow;
-  tg_loss_scaler scaler;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),

@@ -35,6 +35,7 @@
 
 #include "taskgrad/codelets.h"
 #include "taskgrad/data.h"
+#include "taskgrad/optim.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/tensor.h"
 
@@ -44,20 +45,6 @@ extern "C" {
 
 #define TG_MLP_MAX_LAYERS 16
 
-typedef enum tg_optimizer_kind { TG_OPT_ADAMW = 0, TG_OPT_SGD = 1 } tg_optimizer_kind;
-
-typedef struct tg_optimizer_config {
-  tg_optimizer_kind kind;
-  float lr;
-  float momentum;              /* SGD */
-  float beta1, beta2, eps;     /* AdamW */
-  float weight_decay;
-} tg_optimizer_config;
-
-/* AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01;
- * SGD: lr 0.05, momentum 0.9, weight decay 0. */
-tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind);
-
 typedef struct tg_mlp_config {
   int nlayers;                          /* number of linear layers, >= 1 */
   int widths[TG_MLP_MAX_LAYERS + 1];    /* widths[0] inputs .. widths[nlayers] classes */
@@ -65,23 +52,22 @@ typedef struct tg_mlp_config {
   int tiles;                            /* output-feature blocks per layer: 0 or 1
                                            untiled (default), else 2 .. TG_MAX_SPLIT
                                            and at most every widths[l + 1] */
-  /* mixed precision (precision.h; untiled, AdamW): with bf16 or fp16 the
+  /* mixed precision (optim.h; untiled, AdamW): with bf16 or fp16 the
    * activations, their gradients, the inputs and the weights' copies read
    * by the GEMMs are 16-bit; parameters, AdamW state, weight gradients,
-   * logits' gradients, loss and accuracy f32.  0 = TG_PREC_FP32. */
-  tg_precision precision;
-  int loss_scaling;                     /* dynamic loss scaling (fp16's usual) */
-  float loss_scale;                     /* initial scale (0: TG_LOSS_SCALE_DEFAULT) */
-  int loss_scale_window;                /* (0: TG_LOSS_SCALE_WINDOW) */
+   * logits' gradients, loss and accuracy f32.  Zeroed: fp32. */
+  tg_amp_config amp;
 } tg_mlp_config;
 
-/* Tiled mode's partitions and per-micro-batch activation buffers (mlp.c). */
+/* Tiled mode's partitions and per-micro-batch activation buffers
+ * (graphs/mlp_tiled.c). */
 typedef struct tg_mlp_tiling tg_mlp_tiling;
 
 typedef struct tg_mlp {
   tg_mlp_config cfg;
-  tg_optimizer_config opt;
-  int step;                              /* optimizer steps taken */
+  /* the optimizer, its step count and the loss scaler; its parameter set
+   * holds w[0], b[0], w[1], b[1], ... (tiled: updated block by block) */
+  tg_optim optim;
   tg_tensor w[TG_MLP_MAX_LAYERS];        /* (widths[l+1], widths[l]) */
   tg_tensor b[TG_MLP_MAX_LAYERS];        /* (1, widths[l+1]) */
   tg_tensor dw[TG_MLP_MAX_LAYERS];       /* like w, REDUX-enabled */
@@ -96,8 +82,6 @@ typedef struct tg_mlp {
   int metric_samples;                    /* samples accumulated in correct */
   tg_mlp_tiling *tiling;                 /* NULL unless cfg.tiles > 1 */
   tg_tensor wl[TG_MLP_MAX_LAYERS];       /* mixed precision: 16-bit copies of w */
-  tg_tensor overflow;                    /* (1, 1): the step's gradients overflowed */
-  tg_loss_scaler scaler;
 } tg_mlp;
 
 /* Allocates parameters (PyTorch's nn.Linear initialisation, uniform in

@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
   }
   tg_batch tb = {.rows = n, .nmicro = (int)M, .x = xs.parts, .y = ys.parts};
 
-  writer w = {fopen(out, "wb"), out, 0};
+  writer w = {.f = fopen(out, "wb"), .path = out, .failed = 0};
   if (!w.f) {
     fprintf(stderr, "tg_gpt_dump: cannot open %s: %s\n", out, strerror(errno));
     return 1;
@@ -234,10 +234,10 @@ int main(int argc, char **argv) {
                    g.run.attn_splits, (int32_t)steps, g.run.classifier_chunk,
                    (int32_t)nparams};
   put(&w, hdr, sizeof hdr[0], sizeof hdr / sizeof hdr[0]);
-  float hyper[4] = {lr, g.opt.beta1, g.opt.beta2, g.opt.eps};
+  float hyper[4] = {lr, g.optim.opt.beta1, g.optim.opt.beta2, g.optim.opt.eps};
   put(&w, hyper, sizeof hyper[0], 4);
-  /* tg_gpt_update uses g.opt.weight_decay for every tensor */
-  for (int p = 0; p < TG_GPT_NPARAMS; p++) put_f32(&w, g.opt.weight_decay);
+  /* tg_gpt_update uses g.optim.opt.weight_decay for every tensor */
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) put_f32(&w, g.optim.opt.weight_decay);
   for (int i = 0; i <= n; i++) put_i32(&w, toks[i]);
 
   int rc = 0;

@@ -37,6 +37,8 @@
 
 #include <starpu.h>
 
+/* the library's one generator (private: the tools see no src/ path) */
+#include "../../src/rng.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
@@ -59,13 +61,6 @@ static int parse_int(const char *s, long lo, long hi, const char *what, long *ou
   }
   *out = v;
   return 0;
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
 }
 
 typedef struct writer {
@@ -232,10 +227,10 @@ int main(int argc, char **argv) {
   float *xh = x.host;
   int32_t *yh = y.host;
   for (size_t i = 0; i < (size_t)B * F; i++)
-    xh[i] = (float)((double)(splitmix64(&s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-  for (int r = 0; r < B; r++) yh[r] = (int32_t)(splitmix64(&s) % (uint64_t)C);
+    xh[i] = (float)((double)(tg_splitmix64(&s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+  for (int r = 0; r < B; r++) yh[r] = (int32_t)(tg_splitmix64(&s) % (uint64_t)C);
 
-  writer w = {fopen(out, "wb"), out, 0};
+  writer w = {.f = fopen(out, "wb"), .path = out, .failed = 0};
   if (!w.f) {
     fprintf(stderr, "tg_mlp_dump: cannot open %s: %s\n", out, strerror(errno));
     return 1;

@@ -1,0 +1,248 @@
+/*
+ * taskgrad train gpt: preparing a run (train_gpt.h).  Every input is
+ * checked before StarPU starts, so that a bad flag or file costs nothing
+ * and exits 2 with one message: the model (demonstration, --resume's
+ * checkpoint or --init-from), the outputs' places and the token files.
+ * Then StarPU, the graph's model on every rank, and the batch loaders.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "taskgrad/dist.h"
+#include "taskgrad/llmc.h"
+#include "train_gpt.h"
+
+/* An existing file we can read, checked before any work. */
+static void need_file(const char *flag, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    tg_cli_die("%s: '%s' is not a readable file", flag, path);
+}
+
+/* The demonstration: the KJV token files, prepared in the user's cache
+ * directory when missing, as --data and --val. */
+static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
+  const char *cache = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  char dir[3000];
+  if (cache) snprintf(dir, sizeof dir, "%s/taskgrad/kjv", cache);
+  else snprintf(dir, sizeof dir, "%s/.cache/taskgrad/kjv", home ? home : ".");
+  snprintf(train, len, "%s/kjv_train.bin", dir);
+  snprintf(val, len, "%s/kjv_val.bin", dir);
+  struct stat st;
+  if (stat(train, &st) != 0 || stat(val, &st) != 0) {
+    fprintf(stderr, "taskgrad: preparing the KJV token files in %s\n", dir);
+    char *argv[] = {"kjv", "--out", dir, NULL};
+    if (tg_cmd_prepare_kjv(3, argv) != 0) exit(TG_EXIT_USAGE);
+  }
+  o->data = train;
+  o->val = val;
+}
+
+/* --resume DIR: 1 when DIR holds a checkpoint to continue from; 0 when it
+ * holds none yet and --init-from names the start (a requeued job's first
+ * run); exits 2 otherwise. */
+static int resume_from_checkpoint(const gpt_opts *o) {
+  int have = tg_checkpoint_exists(o->resume);
+  if (have < 0) tg_cli_die_last("--resume");
+  if (!have && !o->init_from)
+    tg_cli_die("--resume %s: no checkpoint there yet; give --init-from FILE too, to start "
+               "the run from FILE when there is none", o->resume);
+  return have;
+}
+
+/* A checkpoint continues the run that --init-from started: same model. */
+static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
+  need_file("--init-from", init_from);
+  tg_gpt_config cfg;
+  float *params = NULL;
+  if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
+  free(params);
+  if (memcmp(&cfg, ck, sizeof cfg))
+    tg_cli_die("--init-from %s (L=%d C=%d NH=%d V=%d Vp=%d T=%d) is not the model of the "
+               "checkpoint in the --resume directory (L=%d C=%d NH=%d V=%d Vp=%d T=%d)",
+               init_from, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
+               cfg.padded_vocab_size, cfg.max_seq_len, ck->num_layers, ck->channels,
+               ck->num_heads, ck->vocab_size, ck->padded_vocab_size, ck->max_seq_len);
+}
+
+/* --resume with a checkpoint: its model, and the data shape, order and
+ * seed it was trained with (the flags may only repeat them). */
+static void setup_from_checkpoint(gpt_session *s) {
+  gpt_opts *o = &s->o;
+  tg_checkpoint *ck = &s->ck;
+  need_file("--data", o->data);
+  if (o->val) need_file("--val", o->val);
+  if (tg_checkpoint_load(o->resume, ck) < 0) tg_cli_die_last("--resume");
+  s->have_ck = 1;
+  s->cfg = ck->cfg;
+  if (o->init_from) check_same_model(o->init_from, &s->cfg);
+  /* the data sequence continues only with the same shape, order and seed */
+  if (o->shape_given[0] && o->B != ck->B)
+    tg_cli_die("--batch %d disagrees with the checkpoint's %d", o->B, ck->B);
+  if (o->shape_given[1] && o->T != ck->T)
+    tg_cli_die("--seq %d disagrees with the checkpoint's %d", o->T, ck->T);
+  if (o->order_given && o->shuffled != ck->data_order)
+    tg_cli_die("--data-order %s disagrees with the checkpoint's %s",
+               o->shuffled ? "shuffled" : "sequential",
+               ck->data_order ? "shuffled" : "sequential");
+  if (o->seed_given && o->seed != ck->data_seed)
+    tg_cli_die("--seed %llu disagrees with the checkpoint's %llu", (unsigned long long)o->seed,
+               (unsigned long long)ck->data_seed);
+  if (ck->step > o->steps)
+    tg_cli_die("--steps %d: the checkpoint is already at step %lld", o->steps, ck->step);
+  o->B = ck->B;
+  o->T = ck->T;
+  o->shuffled = ck->data_order;
+  o->seed = ck->data_seed;
+  if (o->B % o->micro)
+    tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o->micro, o->B);
+  s->params = ck->params;
+}
+
+/* The model and its initial parameters: the demonstration's, a
+ * checkpoint's, or --init-from's; everything checked before StarPU starts. */
+void gpt_setup_model(gpt_session *s) {
+  gpt_opts *o = &s->o;
+  if (o->resume && !resume_from_checkpoint(o)) {
+    /* the first run of a requeued job: nothing saved yet */
+    fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from %s\n", o->resume,
+            o->init_from);
+    o->resume = NULL;
+  }
+  if (o->demo) {
+    demo_prepare(o, s->train_path, s->val_path, sizeof s->train_path);
+    s->cfg = (tg_gpt_config){.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
+                             .num_heads = 4, .channels = 128, .padded_vocab_size = 256};
+    size_t sizes[TG_GPT_NPARAMS];
+    s->params = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
+    if (!s->params) tg_cli_die("out of memory");
+    tg_gpt_init_params(&s->cfg, o->seed, s->params);
+    fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
+            "of %d x %d tokens\n", s->cfg.num_layers, s->cfg.channels, s->cfg.num_heads,
+            o->steps, o->B, o->T);
+  } else if (o->resume) {
+    setup_from_checkpoint(s);
+  } else {
+    need_file("--init-from", o->init_from);
+    need_file("--data", o->data);
+    if (o->val) need_file("--val", o->val);
+    if (tg_llmc_model_read(o->init_from, &s->cfg, &s->params) < 0)
+      tg_cli_die_last("--init-from");
+  }
+}
+
+/* The outputs' places and the token files, checked against the model. */
+void gpt_setup_data(gpt_session *s) {
+  const gpt_opts *o = &s->o;
+  if (o->save) tg_cli_check_output("--save", o->save);
+  if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
+  if (o->T > s->cfg.max_seq_len)
+    tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o->T,
+               s->cfg.max_seq_len);
+  if (tg_llmc_tokens_read(o->data, s->cfg.vocab_size, &s->tokens, &s->ntok) < 0)
+    tg_cli_die_last("--data");
+  if (o->val && tg_llmc_tokens_read(o->val, s->cfg.vocab_size, &s->vtokens, &s->nvtok) < 0)
+    tg_cli_die_last("--val");
+  size_t need = (size_t)o->B * o->T + 1;
+  if (s->ntok < need)
+    tg_cli_die("--data: %zu tokens, fewer than one batch needs (%zu)", s->ntok, need);
+  if (o->val && s->nvtok < need)
+    tg_cli_die("--val: %zu tokens, fewer than one batch needs (%zu)", s->nvtok, need);
+}
+
+/* Starts StarPU and builds the graph's model on every rank, from rank 0's
+ * parameters, continuing the checkpoint's optimizer state when resuming. */
+void gpt_build_model(gpt_session *s) {
+  gpt_opts *o = &s->o;
+  if (tg_init(&o->rt) < 0) tg_cli_die_last("starting StarPU");
+  /* data parallelism: each rank B / R sequences and micro / R micro-batches
+   * of every global batch */
+  s->R = tg_dist_size();
+  s->root = tg_cli_is_root();
+  int R = s->R;
+  if (s->distributed && (R & (R - 1)))
+    tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
+  if (o->B % R || o->micro % R)
+    tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
+               o->B, o->micro, R);
+  tg_cli_instrument_begin(&o->rt);
+  tg_gpt_run_config run = tg_gpt_run_default(o->B / R, o->T);
+  run.nmicro = o->micro / R;
+  run.attention = o->attention;
+  run.chunk = o->chunk;
+  run.attn_splits = o->attn_splits;
+  run.amp = (tg_amp_config){.precision = o->prec.precision, .loss_scaling = o->prec.dynamic,
+                            .loss_scale = (float)o->prec.scale,
+                            .loss_scale_window = o->prec.window};
+  tg_cli_precision_start(&o->prec);
+  tg_cli_check_memory_limit(
+      tg_gpt_managed_bytes(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
+      "this GPT model and batch");
+  tg_gpt *g = &s->g;
+  if (tg_gpt_create(g, &s->cfg, s->params, &run, &o->opt) < 0)
+    tg_cli_die_last("building the model");
+  /* every replica starts from rank 0's parameters */
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? s->cfg.num_layers : 1); l++)
+      if (tg_dist_broadcast(g->w[p][l].handle) < 0)
+        tg_cli_die_last("broadcasting the parameters");
+  if (s->have_ck) {
+    tg_checkpoint *ck = &s->ck;
+    if (tg_gpt_write_state(g, NULL, ck->m, ck->v, (int)(ck->step - ck->scaler.skipped_steps)) < 0)
+      tg_cli_die_last("--resume");
+    s->start = (int)ck->step;
+    s->start_batch = ck->batches;
+    tg_cli_scaler_restore(&g->optim.scaler, &ck->scaler);
+    tg_checkpoint_free(ck); /* its parameters are s->params */
+    if (s->root)
+      fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o->resume, s->start,
+              s->start_batch);
+  } else {
+    free(s->params);
+  }
+  s->params = NULL;
+}
+
+/* The batch loaders (training sharded over the ranks, validation the same
+ * batches on every rank: identical parameters), and the run's banner. */
+void gpt_open_loaders(gpt_session *s) {
+  const gpt_opts *o = &s->o;
+  int R = s->R;
+  tg_token_loader_config lc = {.B = o->B, .T = o->T, .nmicro = o->micro / R, .prefetch = 2,
+                               .shuffled = o->shuffled, .seed = o->seed,
+                               .start_batch = s->start_batch, .shard = tg_dist_rank(),
+                               .nshards = R};
+  s->ld = tg_token_loader_create(s->tokens, s->ntok, &lc);
+  if (!s->ld) tg_cli_die_last("training data");
+  tg_token_loader_config vc = {.B = o->B / R, .T = o->T, .nmicro = o->micro / R,
+                               .prefetch = 2, .shuffled = 0, .seed = 0, .start_batch = 0,
+                               .shard = 0, .nshards = 1};
+  s->vl = o->val ? tg_token_loader_create(s->vtokens, s->nvtok, &vc) : NULL;
+  if (o->val && !s->vl) tg_cli_die_last("validation data");
+  const tg_gpt_config *cfg = &s->cfg;
+  if (s->root)
+    fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA + %d emulated workers%s, "
+            "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg->num_layers,
+            cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
+            tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
+            o->attention == TG_ATTN_NAIVE ? "naive" : "chunked", s->g.run.attn_splits,
+            tg_precision_name(o->prec.precision),
+            tg_deterministic() ? ", deterministic reductions" : "");
+  if (s->root && R > 1)
+    fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
+            R, o->B / R, o->micro / R);
+}
+
+/* Frees what the run holds and stops StarPU. */
+void gpt_teardown(gpt_session *s) {
+  tg_loader_destroy(s->ld);
+  if (s->vl) tg_loader_destroy(s->vl);
+  tg_gpt_destroy(&s->g);
+  tg_cli_instrument_end(&s->o.rt);
+  tg_shutdown();
+  free(s->tokens);
+  free(s->vtokens);
+}
