@@ -63,7 +63,7 @@ int tg_softmax_xent_insert(starpu_data_handle_t logits,
   TG_TRY(tg_expect(dlogits, "tg_softmax_xent", "dlogits", rows, cols, TG_FLOAT_SLOT));
   TG_TRY(tg_expect(loss, "tg_softmax_xent", "loss", 1, 1, TG_FLOAT_SLOT));
   if (loss_accum == TG_OVERWRITE)
-    return tg_fail(EINVAL, "tg_softmax_xent: the loss is an accumulator (TG_ACCUMULATE or TG_REDUCE)");
+    return tg_fail(EINVAL, "tg_softmax_xent: the loss is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
   tg_xent_args args = {0, scale};
   starpu_data_handle_t h[4] = {logits, labels, dlogits, loss};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_W,
@@ -79,7 +79,7 @@ int tg_accuracy_insert(starpu_data_handle_t logits, starpu_data_handle_t labels,
   TG_TRY(tg_labels_check(logits, labels, "tg_accuracy", &rows, &cols));
   TG_TRY(tg_expect(correct, "tg_accuracy", "correct", 1, 1, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
-    return tg_fail(EINVAL, "tg_accuracy: the count is an accumulator (TG_ACCUMULATE or TG_REDUCE)");
+    return tg_fail(EINVAL, "tg_accuracy: the count is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
   tg_xent_args args = {0, 0.0f};
   starpu_data_handle_t h[3] = {logits, labels, correct};
   enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, tg_accum_mode(accum)};

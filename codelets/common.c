@@ -78,6 +78,7 @@ enum starpu_data_access_mode tg_accum_mode(tg_accum accum) {
   case TG_OVERWRITE: return STARPU_W;
   case TG_ACCUMULATE: return STARPU_RW;
   case TG_REDUCE: return STARPU_REDUX;
+  case TG_COMMUTE: return STARPU_RW | STARPU_COMMUTE;
   }
   return STARPU_RW;
 }

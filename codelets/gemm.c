@@ -81,7 +81,7 @@ int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
                         TG_FLOAT_SLOT, &m, &n, &k));
   tg_gemm_args args = {0, transa != 0, transb != 0, alpha, beta};
   if (accum == TG_OVERWRITE) args.beta = 0.0f;
-  if (accum == TG_REDUCE) args.beta = 1.0f;
+  if (accum == TG_REDUCE || accum == TG_COMMUTE) args.beta = 1.0f;
   int key[2] = {args.transa, args.transb};
   args.shape = tg_hash_ints(key, 2);
   starpu_data_handle_t h[3] = {A, B, C};

@@ -77,7 +77,7 @@ int tg_gemm_lowp_insert(tg_dtype lowp, int transa, int transb, float alpha,
                    tg_dtype_name(lowp));
   tg_gemm_lowp_args args = {0, lowp, c_dtype, transa != 0, transb != 0, alpha, beta};
   if (accum == TG_OVERWRITE) args.beta = 0.0f;
-  if (accum == TG_REDUCE) args.beta = 1.0f;
+  if (accum == TG_REDUCE || accum == TG_COMMUTE) args.beta = 1.0f;
   int key[4] = {lowp, c_dtype, args.transa, args.transb};
   args.shape = tg_hash_ints(key, 4);
   /* the CPU widens tiles into the scratch, the GPU pads k to a multiple of

@@ -86,7 +86,7 @@ int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
   TG_TRY(tg_expect(dw, "tg_layernorm_bwd", "dw", 1, C, TG_FLOAT_SLOT));
   TG_TRY(tg_expect(db, "tg_layernorm_bwd", "db", 1, C, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
-    return tg_fail(EINVAL, "tg_layernorm_bwd: gradients accumulate (TG_ACCUMULATE or TG_REDUCE)");
+    return tg_fail(EINVAL, "tg_layernorm_bwd: gradients accumulate (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
   size_t scratch = 1;
 #ifdef TG_HAVE_CUDA
   scratch = tg_cuda_layernorm_bwd_scratch_floats(n, C);

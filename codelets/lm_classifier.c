@@ -69,14 +69,14 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
   TG_TRY(tg_expect(targets, op, "targets", n, 1, sizeof(int32_t)));
   TG_TRY(tg_expect(loss, op, "loss", 1, 1, TG_FLOAT_SLOT));
   if (loss_accum == TG_OVERWRITE)
-    return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE or TG_REDUCE)", op);
+    return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)", op);
   int backward = dlnf != NULL;
   if (backward) {
     TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, TG_FLOAT_SLOT));
     TG_TRY(tg_expect(dwte, op, "dwte", vp, C, TG_FLOAT_SLOT));
     TG_TRY(tg_expect_contiguous(dwte, op, "dwte"));
     if (dwte_accum == TG_OVERWRITE)
-      return tg_fail(EINVAL, "%s: dwte accumulates (TG_ACCUMULATE or TG_REDUCE)", op);
+      return tg_fail(EINVAL, "%s: dwte accumulates (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)", op);
   }
   if (chunk > n) chunk = n;
   if (!(grad_scale > 0.0f) || isinf(grad_scale))

@@ -18,7 +18,10 @@ static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
   if (!persistent) TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
+  /* one memory node: no reduction buffers; several: StarPU reduces on each */
+  s->mode = starpu_memory_nodes_get_count() == 1 ? TG_COMMUTE : TG_REDUCE;
   if (!ordered && !tg_deterministic() && !(persistent && s->allreduce)) return 0;
+  s->mode = TG_ACCUMULATE;
   s->leaves = calloc((size_t)nmicro, sizeof *s->leaves);
   if (!s->leaves) return tg_fail(ENOMEM, "reduction: out of memory for %d leaves", nmicro);
   for (int i = 0; i < nmicro; i++) {
@@ -45,7 +48,7 @@ starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
   return s->leaves ? s->leaves[micro].handle : s->target->handle;
 }
 
-tg_accum tg_sum_mode(const tg_sum *s) { return s->leaves ? TG_ACCUMULATE : TG_REDUCE; }
+tg_accum tg_sum_mode(const tg_sum *s) { return s->mode; }
 
 /* leaves[lo] = sum of leaves[lo .. hi-1], split at the midpoint */
 static int tg_sum_tree(tg_sum *s, int lo, int hi) {

@@ -7,7 +7,12 @@
  * passes tg_sum_handle(s, micro) and tg_sum_mode(s) to every task that
  * contributes, then calls tg_sum_finish once the last micro-batch is
  * submitted.  Three ways to sum, chosen by tg_sum_begin:
- *  - STARPU_REDUX into the target (default, fastest: any order);
+ *  - in place in any order (TG_COMMUTE, default when every worker shares
+ *    one memory node: a CPU-only run): contributions add into the target
+ *    one at a time, so the sum takes no memory beyond the target whatever
+ *    the number of workers;
+ *  - STARPU_REDUX into the target (default with accelerators: each memory
+ *    node reduces its workers' contributions, any order);
  *  - deterministic (tg_deterministic()): micro-batch i accumulates (RW, in
  *    submission order) into its own leaf, leaf 0 being the zeroed gradient
  *    itself; the leaves are summed by a fixed midpoint tree of accumulate
@@ -31,7 +36,9 @@ typedef struct tg_sum {
   int persistent;      /* 1: running total, 0: zeroed each step */
   int allreduce;       /* 1: summed over the ranks after the micro-batches */
   int nmicro;
-  tg_tensor *leaves;   /* [nmicro] or NULL (REDUX); leaves[0] may alias target */
+  tg_accum mode;       /* how micro-batches add: TG_ACCUMULATE (leaves),
+                          TG_COMMUTE or TG_REDUCE (into the target) */
+  tg_tensor *leaves;   /* [nmicro] or NULL; leaves[0] may alias target */
 } tg_sum;
 
 /* Starts the step's sum of `target` over nmicro micro-batches; allreduce:
@@ -45,7 +52,7 @@ int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int a
 int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                          int allreduce);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
-/* TG_REDUCE or TG_ACCUMULATE (leaves) */
+/* TG_COMMUTE, TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);
 /* Submits the tree, the all-reduce and the final add; frees the leaves. */
 int tg_sum_finish(tg_sum *s);

@@ -11,9 +11,15 @@
  *   TG_REDUCE     STARPU_REDUX   (the task adds into a per-worker copy that
  *                                 starts at zero; the handle must have had
  *                                 tg_tensor_enable_reduction())
+ *   TG_COMMUTE    STARPU_RW | STARPU_COMMUTE  (the task adds into the
+ *                                 output itself, beta as 1, one task at a
+ *                                 time in any order: no per-worker copies,
+ *                                 so the memory of a sum does not grow with
+ *                                 the workers; for workers that share one
+ *                                 memory node)
  * Label buffers are int32 matrices (rows, 1); scalar accumulators (loss,
- * correct count) are float matrices (1, 1) and take TG_ACCUMULATE or
- * TG_REDUCE only (TG_OVERWRITE is refused with -EINVAL: zero them with
+ * correct count) are float matrices (1, 1) and take TG_ACCUMULATE,
+ * TG_REDUCE or TG_COMMUTE only (TG_OVERWRITE is refused with -EINVAL: zero them with
  * tg_fill_insert first).
  *
  * Every codelet has a CPU and (when built with CUDA) a CUDA implementation, a
@@ -35,6 +41,7 @@ typedef enum tg_accum {
   TG_OVERWRITE = 0,
   TG_ACCUMULATE = 1,
   TG_REDUCE = 2,
+  TG_COMMUTE = 3,
 } tg_accum;
 
 typedef enum tg_activation {
@@ -115,7 +122,7 @@ int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
 
 /* ---- transformer codelets (GPT-2, llm.c definitions; see kernels_cpu.h) ----
  * Token buffers are int32 (n, 1) with n = b * T rows (b sequences of T);
- * T is an argument.  Weight gradients take TG_ACCUMULATE or TG_REDUCE. */
+ * T is an argument.  Weight gradients take TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE. */
 
 /* X (n, C) = wte(tokens) + wpe(position) */
 int tg_embedding_fwd_insert(int T, starpu_data_handle_t tokens,
