@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "micro_batches.h"
+#include "rng.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/stats.h"
 
@@ -25,7 +27,8 @@ static void bench_gpt_usage(void) {
        "                       Vp: V rounded up to a multiple of 64 unless given)\n"
        "  --batch B            sequences per step (default 8)\n"
        "  --seq T              tokens per sequence (default 256)\n"
-       "  --micro-batches M    (default 2)\n"
+       "  --micro-batches M    micro-batches per step, dividing B, or auto: one\n"
+       "                       per worker, within what B allows (default auto)\n"
        "  --attention NAME     naive or chunked (default chunked)\n"
        "  --chunk K            attention chunk (default 64)\n"
        "  --attn-splits S      attention tasks per micro-batch (default: auto)\n"
@@ -67,7 +70,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   const char *init_from = NULL;
   tg_gpt_config cfg = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
                        .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
-  int B = 8, T = 256, micro = 2, chunk = 64, splits = 0, steps = 10, warmup = 2;
+  int B = 8, T = 256, micro = 0 /* auto */, chunk = 64, splits = 0, steps = 10, warmup = 2;
   int torch = 0, quiet = 0, vp_given = 0;
   tg_cli_precision prec;
   tg_cli_precision_default(&prec);
@@ -89,7 +92,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
     else if (!strcmp(a, "--max-seq")) cfg.max_seq_len = INT(1, 1 << 20);
     else if (!strcmp(a, "--batch")) B = INT(1, 1 << 16);
     else if (!strcmp(a, "--seq")) T = INT(1, 1 << 20);
-    else if (!strcmp(a, "--micro-batches")) micro = INT(1, 1 << 16);
+    else if (!strcmp(a, "--micro-batches")) micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
     else if (!strcmp(a, "--chunk")) chunk = INT(1, 1 << 16);
     else if (!strcmp(a, "--attn-splits")) splits = INT(1, TG_MAX_SPLIT);
     else if (!strcmp(a, "--steps")) steps = INT(1, 1 << 20);
@@ -107,7 +110,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
 #undef INT
 #undef VAL
   }
-  if (B % micro) tg_cli_die("--micro-batches %d does not divide --batch %d", micro, B);
+  if (micro) tg_cli_check_gpt_micro(B, micro, splits); /* auto: once the workers are known */
   tg_cli_precision_finish(&prec);
   /* tensor-core alignment: the tied classifier's rows a multiple of 64 */
   if (!vp_given) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
@@ -133,15 +136,17 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   uint16_t *tokens = malloc(sizeof(uint16_t) * ntok);
   if (!tokens) tg_cli_die("out of memory");
   uint64_t s = 7;
-  for (size_t i = 0; i < ntok; i++) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    tokens[i] = (uint16_t)((s >> 33) % (uint64_t)cfg.vocab_size);
-  }
+  for (size_t i = 0; i < ntok; i++)
+    tokens[i] = (uint16_t)(tg_splitmix64(&s) % (uint64_t)cfg.vocab_size);
 
   rt.profiling = 1;
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
   tg_cli_instrument_begin_bench(&rt);
   int threads = tg_ncpu_workers();
+  if (!micro) {
+    micro = tg_cli_auto_micro_batches(B, 1, 1, 1);
+    tg_cli_check_gpt_micro(B, micro, splits);
+  }
   tg_gpt_run_config run = tg_gpt_run_default(B, T);
   run.nmicro = micro;
   run.attention = attention;

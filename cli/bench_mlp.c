@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "micro_batches.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/stats.h"
 
@@ -21,7 +22,8 @@ static void bench_usage(void) {
   puts("usage: taskgrad bench mlp [flags]\n"
        "\n"
        "  --batch N            samples per step (default 2048)\n"
-       "  --micro-batches M    (default 2)\n"
+       "  --micro-batches M    micro-batches per step, or auto: one per worker,\n"
+       "                       at least 16 samples each (default auto)\n"
        "  --hidden LIST        hidden widths (default 512,256)\n"
        "  --activation NAME    relu or gelu (default relu)\n"
        "  --tiles N            output-feature blocks per layer (1..64, at most\n"
@@ -37,7 +39,7 @@ static void bench_usage(void) {
 }
 
 int tg_cmd_bench_mlp(int argc, char **argv) {
-  int batch = 2048, micro = 2, steps = 30, warmup = 5, quiet = 0, per_step = 0;
+  int batch = 2048, micro = 0 /* auto */, steps = 30, warmup = 5, quiet = 0, per_step = 0;
   tg_mlp_config cfg = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
                        .tiles = 1};
   tg_runtime_config rt = tg_runtime_config_default();
@@ -51,7 +53,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
     } else if (!strcmp(a, "--batch")) {
       batch = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 1 << 20);
     } else if (!strcmp(a, "--micro-batches")) {
-      micro = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 4096);
+      micro = tg_cli_micro_batches_arg(a, tg_cli_value(argc, argv, &i), 4096);
     } else if (!strcmp(a, "--steps")) {
       steps = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 1000000);
     } else if (!strcmp(a, "--warmup")) {
@@ -76,7 +78,8 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
       tg_cli_die("unknown flag '%s' for 'bench mlp' (see --help)", a);
     }
   }
-  if (micro > batch) tg_cli_die("--micro-batches %d is larger than --batch %d", micro, batch);
+  if (micro > batch) /* auto (0): chosen once the workers are known */
+    tg_cli_die("--micro-batches %d is larger than --batch %d", micro, batch);
   cfg.widths[cfg.nlayers] = 10;
   if (cfg.tiles > tg_mlp_max_tiles(&cfg))
     tg_cli_die("--tiles %d is larger than the narrowest layer (%d output features)",
@@ -88,6 +91,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
 
   rt.profiling = 1;
   if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
+  if (!micro) micro = tg_cli_auto_micro_batches(batch, 1, 0, TG_MLP_AUTO_MIN_SAMPLES);
   tg_cli_instrument_begin_bench(&rt);
   tg_cli_precision_start(&prec);
   tg_cli_check_memory_limit(

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/gpt.h"
@@ -41,7 +42,9 @@ static void gpt_usage(void) {
        "  --seq T              tokens per sequence (default 64, at most the\n"
        "                       model's maxT)\n"
        "  --steps N            optimizer steps (default 20)\n"
-       "  --micro-batches M    micro-batches per step, dividing B (default 1)\n"
+       "  --micro-batches M    micro-batches per step, dividing B, or auto: one\n"
+       "                       per worker, within what B allows (default auto;\n"
+       "                       the choice is printed)\n"
        "  --lr X               learning rate (default 3e-4)\n"
        "  --lr-schedule NAME   constant or cosine (default constant)\n"
        "  --warmup N           linear warm-up steps for cosine (default 0)\n"
@@ -94,7 +97,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   o->B = 8;
   o->T = 64;
   o->steps = 20;
-  o->micro = 1;
+  o->micro = 0; /* auto */
   o->chunk = 64;
   o->val_batches = 10;
   o->log_every = 1;
@@ -126,7 +129,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--seq"))
       o->T = (int)tg_cli_int(a, VAL, 1, 1 << 20), given_shape = 1, o->shape_given[1] = 1;
     else if (!strcmp(a, "--steps")) o->steps = (int)tg_cli_int(a, VAL, 0, 1 << 30), given_shape = 1;
-    else if (!strcmp(a, "--micro-batches")) o->micro = (int)tg_cli_int(a, VAL, 1, 1 << 16);
+    else if (!strcmp(a, "--micro-batches")) o->micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
     else if (!strcmp(a, "--lr")) o->opt.lr = (float)tg_cli_double(a, VAL, 0, 10);
     else if (!strcmp(a, "--lr-schedule")) {
       const char *v = VAL;
@@ -161,11 +164,8 @@ static void parse(int argc, char **argv, gpt_opts *o) {
 #undef VAL
   }
   tg_cli_precision_finish(&o->prec);
-  if (o->B % o->micro)
-    tg_cli_die("--micro-batches %d does not divide --batch %d", o->micro, o->B);
-  if (o->attn_splits && (o->B / o->micro) % o->attn_splits)
-    tg_cli_die("--attn-splits %d does not divide the %d sequences of a micro-batch",
-               o->attn_splits, o->B / o->micro);
+  if (o->micro) /* auto: checked once the workers are known */
+    tg_cli_check_gpt_micro(o->B, o->micro, o->attn_splits);
   if (!(o->init_from || o->resume) != !o->data)
     tg_cli_die("give both --init-from and --data (or --resume and --data, or neither, for the "
                "KJV demonstration)");

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "micro_batches.h"
 #include "taskgrad/dist.h"
 #include "taskgrad/llmc.h"
 #include "train_gpt.h"
@@ -97,7 +98,7 @@ static void setup_from_checkpoint(gpt_session *s) {
   o->T = ck->T;
   o->shuffled = ck->data_order;
   o->seed = ck->data_seed;
-  if (o->B % o->micro)
+  if (o->micro && o->B % o->micro)
     tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o->micro, o->B);
   s->params = ck->params;
 }
@@ -165,6 +166,10 @@ void gpt_build_model(gpt_session *s) {
   int R = s->R;
   if (s->distributed && (R & (R - 1)))
     tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
+  if (!o->micro && o->B % R == 0) {
+    o->micro = tg_cli_auto_micro_batches(o->B, R, 1, 1);
+    tg_cli_check_gpt_micro(o->B, o->micro, o->attn_splits);
+  }
   if (o->B % R || o->micro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
                o->B, o->micro, R);

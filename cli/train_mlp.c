@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/data.h"
 #include "taskgrad/dist.h"
@@ -50,8 +51,10 @@ static void train_usage(void) {
        "\n"
        "  --epochs N           passes over the training set (default 10)\n"
        "  --batch N            samples per step (default 128)\n"
-       "  --micro-batches M    micro-batches per step, run concurrently; their\n"
-       "                       gradients merge by StarPU reduction (default 2)\n"
+       "  --micro-batches M    micro-batches per step, run concurrently, their\n"
+       "                       gradients summed; or auto: one per worker, at\n"
+       "                       least 16 samples each (default auto; the choice\n"
+       "                       is printed)\n"
        "  --hidden LIST        hidden layer widths, e.g. 512,256 (default 512,256)\n"
        "  --activation NAME    relu or gelu (default relu)\n"
        "  --optimizer NAME     adamw or sgd (default adamw)\n"
@@ -98,7 +101,7 @@ static void train_usage(void) {
 static void parse(int argc, char **argv, train_opts *o) {
   o->epochs = 10;
   o->batch = 128;
-  o->micro = 2;
+  o->micro = 0; /* auto */
   o->prefetch = 2;
   o->steps = 0;
   o->save = NULL;
@@ -127,7 +130,7 @@ static void parse(int argc, char **argv, train_opts *o) {
     } else if (!strcmp(a, "--batch")) {
       o->batch = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 1 << 20);
     } else if (!strcmp(a, "--micro-batches")) {
-      o->micro = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 4096);
+      o->micro = tg_cli_micro_batches_arg(a, tg_cli_value(argc, argv, &i), 4096);
     } else if (!strcmp(a, "--prefetch")) {
       o->prefetch = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 64);
     } else if (!strcmp(a, "--hidden")) {
@@ -177,7 +180,7 @@ static void parse(int argc, char **argv, train_opts *o) {
     tg_cli_die("--checkpoint-every needs --checkpoint DIR");
   if ((o->checkpoint && !*o->checkpoint) || (o->resume && !*o->resume))
     tg_cli_die("--checkpoint and --resume need a directory name");
-  if (o->micro > o->batch)
+  if (o->micro > o->batch) /* auto (0): chosen once the workers are known */
     tg_cli_die("--micro-batches %d is larger than --batch %d", o->micro, o->batch);
   o->model.widths[o->model.nlayers] = 10;
   if (o->model.tiles > tg_mlp_max_tiles(&o->model))
@@ -393,6 +396,8 @@ int tg_cmd_train_mlp(int argc, char **argv) {
   int R = tg_dist_size(), root = tg_cli_is_root();
   if (distributed && (R & (R - 1)))
     tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
+  if (!o.micro && o.batch % R == 0)
+    o.micro = tg_cli_auto_micro_batches(o.batch, R, 0, TG_MLP_AUTO_MIN_SAMPLES);
   if (o.batch % R || o.micro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
                o.batch, o.micro, R);

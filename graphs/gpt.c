@@ -61,9 +61,9 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
     size_t mrows = rows / (size_t)run->nmicro, Vp = (size_t)cfg->padded_vocab_size;
     size_t cls = 2 * mrows * C + Vp * C, mlp = mrows * 9 * C + 4 * C * C;
     scratch += sizeof(float) * (cls > mlp ? cls : mlp);
-    return sizeof(float) * N * w + 2 * acts + scratch * w;
+    return sizeof(float) * N * tg_sum_buffers(nworkers) + 2 * acts + scratch * w;
   }
-  return sizeof(float) * (acts + N * w) + scratch * w;
+  return sizeof(float) * (acts + N * tg_sum_buffers(nworkers)) + scratch * w;
 }
 
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {

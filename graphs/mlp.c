@@ -427,7 +427,7 @@ size_t tg_mlp_managed_bytes(const tg_mlp_config *cfg, int rows, int nworkers) {
     grads += (size_t)cfg->widths[l] * out + out;     /* dW, db */
   }
   act += (size_t)cfg->widths[cfg->nlayers];          /* dlogits */
-  return sizeof(float) * (act * (size_t)rows + grads * (size_t)(nworkers > 0 ? nworkers : 1));
+  return sizeof(float) * (act * (size_t)rows + grads * tg_sum_buffers(nworkers));
 }
 
 int tg_mlp_max_tiles(const tg_mlp_config *cfg) {

@@ -18,8 +18,7 @@ static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
   if (!persistent) TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
-  /* one memory node: no reduction buffers; several: StarPU reduces on each */
-  s->mode = starpu_memory_nodes_get_count() == 1 ? TG_COMMUTE : TG_REDUCE;
+  s->mode = tg_sum_in_place() ? TG_COMMUTE : TG_REDUCE;
   if (!ordered && !tg_deterministic() && !(persistent && s->allreduce)) return 0;
   s->mode = TG_ACCUMULATE;
   s->leaves = calloc((size_t)nmicro, sizeof *s->leaves);
@@ -33,6 +32,16 @@ static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro
     TG_TRY(tg_fill_insert(s->leaves[i].handle, 0.0f, NULL));
   }
   return 0;
+}
+
+/* one memory node: contributions add in place, no reduction buffers;
+ * several: STARPU_REDUX, each node reducing its own workers' */
+int tg_sum_in_place(void) { return starpu_memory_nodes_get_count() == 1; }
+
+size_t tg_sum_buffers(int nworkers) {
+  int w = nworkers > 0 ? nworkers : 1;
+  /* deterministic leaves: bounded by the workers as StarPU's copies were */
+  return tg_deterministic() || !tg_sum_in_place() ? (size_t)w : 0;
 }
 
 int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {

@@ -31,6 +31,8 @@
 #include "taskgrad/codelets.h"
 #include "taskgrad/tensor.h"
 
+#include <stddef.h>
+
 typedef struct tg_sum {
   tg_tensor *target;   /* host tensor, REDUX-enabled */
   int persistent;      /* 1: running total, 0: zeroed each step */
@@ -40,6 +42,15 @@ typedef struct tg_sum {
                           TG_COMMUTE or TG_REDUCE (into the target) */
   tg_tensor *leaves;   /* [nmicro] or NULL; leaves[0] may alias target */
 } tg_sum;
+
+/* After tg_init: 1 when the sums of tg_sum_begin add in place in any order
+ * (TG_COMMUTE: every worker shares one memory node), 0 when they use
+ * STARPU_REDUX. */
+int tg_sum_in_place(void);
+/* After tg_init: how many gradient-sized buffers StarPU allocates for one
+ * sum with `nworkers` workers, at most (the memory estimates of the graphs):
+ * none in place, one per worker with STARPU_REDUX or deterministic leaves. */
+size_t tg_sum_buffers(int nworkers);
 
 /* Starts the step's sum of `target` over nmicro micro-batches; allreduce:
  * also over the ranks (training steps; evaluation passes are local). */

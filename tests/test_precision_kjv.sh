@@ -29,7 +29,7 @@ for run in fp32 bf16 bf16-det; do
   start=$(date +%s)
   if "$tg" train gpt "${det[@]}" --init-from "$work/init.bin" --data "$work/kjv/kjv_train.bin" \
        --val "$work/kjv/kjv_val.bin" --batch 8 --seq 64 --steps 300 --lr 1e-3 \
-       --lr-schedule cosine --warmup 50 --val-batches 20 --log-every 100 --precision $p \
+       --lr-schedule cosine --warmup 50 --val-batches 20 --log-every 100 --precision $p --micro-batches 1 \
        >"$work/$run.out" 2>"$work/$run.err"; then
     val[$run]=$(awk '/^val loss/ {print $3}' "$work/$run.out")
     echo "     $run: val loss ${val[$run]} in $(( $(date +%s) - start )) s ($(grep '^step 300' "$work/$run.out"))"

@@ -114,7 +114,9 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
 /* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
  * during a step, at most: every micro-batch's activation temporaries in
  * flight, the backward's transient ones, one gradient reduction copy per
- * worker, and each worker's attention and classifier scratch.  The
+ * worker when gradients are reduced with STARPU_REDUX or deterministic
+ * leaves (none when they add in place: CPU workers only), and each worker's
+ * attention and classifier scratch.  Call it after tg_init.  The
  * parameters, optimizer state, batches and attention buffers are the
  * application's memory, not counted.  See tg_mlp_managed_bytes. */
 size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,

@@ -137,7 +137,9 @@ int tg_mlp_max_tiles(const tg_mlp_config *cfg);
 /* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
  * during a step on `rows` samples with `nworkers` workers, at most: every
  * micro-batch's activations and their gradients in flight at once, plus one
- * reduction copy of the gradients per worker.  The parameters, optimizer
+ * reduction copy of the gradients per worker when gradients are reduced with
+ * STARPU_REDUX or deterministic leaves (none when they add in place: CPU
+ * workers only).  Call it after tg_init.  The parameters, optimizer
  * state and batches are the application's pinned memory, not counted.
  * StarPU 1.3 waits forever for memory that a limit below this never frees,
  * so callers refuse such a limit up front. */
