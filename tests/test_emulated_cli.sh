@@ -106,7 +106,7 @@ expect_refusal() {
   fi
 }
 STARPU_LIMIT_OPENCL_MEM=5 expect_refusal "StarPU reductions under a 5 MiB device limit" \
-  "STARPU_REDUX.*--deterministic" train mlp --steps 3 --batch 64 --hidden 128,64 --epochs 1 \
+  "STARPU_REDUX.*--deterministic" train mlp --steps 3 --batch 64 --micro-batches 2 --hidden 128,64 --epochs 1 \
   --emulated-devices 3 --ncpus 0
 STARPU_LIMIT_OPENCL_MEM=2 expect_refusal "a device limit below two tasks" \
   "two tasks need .* MiB at once" "${mlp[@]}" --emulated-devices 2 --ncpus 0
