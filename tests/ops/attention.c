@@ -1,5 +1,8 @@
 /*
- * Causal self-attention kernels (kernels/cpu/attention.c).
+ * Op family attention (codelets/attention.c): causal self-attention,
+ * naive and chunked, forward and backward.
+ *
+ * ref (was test_attention.c), on the kernels of kernels/cpu/attention.c:
  *
  *  1. naive forward against a float64 reference written here (out and the
  *     probabilities att, whose upper triangle must be exact zeros), for
@@ -27,26 +30,21 @@
  *     chunks and masks them afterwards multiplies 0 by NaN).
  *
  * Inputs q, k are scaled so that scores spread over a few units (softmax far
- * from uniform).  No StarPU here.
+ * from uniform).
+ *
+ * pair: both kinds, T in {1, 17, 64, 100} (not a multiple of the chunk 16).
+ * cuda-emu: the four launchers, T = 1 and T not a multiple of the tile or
+ * above the naive kernels' 256-wide chunks, head sizes 8 to 256; dqkv
+ * compared per q / k / v third.
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "taskgrad/kernels_cpu.h"
-#include "testutil.h"
+#include "ref_util.h"
+#include "pair.h"
 
-#define TOL_FWD 1e-5
-#define TOL_FD 1e-4
 #define TOL_CHUNK 1e-5
-#define FD_H 1e-4
 #define GUARD 64 /* floats after the scratch that must stay untouched */
 
-static const float OUT_PAD = -12345.5f; /* sentinel in output padding */
-
-/* ---- helpers ------------------------------------------------------------- */
+/* ---- ref --------------------------------------------------------------------- */
 
 /* qkv (n, ld): q and k in [-qk, qk), v in [-1, 1), NaN padding */
 static float *rand_qkv(tg_rng *rng, int n, int C, int ld, float qk) {
@@ -74,14 +72,6 @@ static double block_err(const float *got, int ldg, const float *ref, int ldr,
   free(g);
   free(r);
   return e;
-}
-
-/* the padding floats of every row still equal `pad`, bit for bit */
-static int pad_intact(const float *m, int rows, int cols, int ld, float pad) {
-  for (int r = 0; r < rows; r++)
-    for (int c = cols; c < ld; c++)
-      if (memcmp(&m[(size_t)r * ld + c], &pad, sizeof pad) != 0) return 0;
-  return 1;
 }
 
 /* rows [r0, r1) of columns [0, cols) are bitwise equal in a and b */
@@ -123,8 +113,6 @@ static int guard_intact(const float *s, size_t floats) {
   return 1;
 }
 
-/* ---- float64 reference --------------------------------------------------- */
-
 /* Causal attention in double on a compact qkv (n, 3C).  Writes out (n, C);
  * att (b, NH, T, T) and lse (n, NH) when not NULL. */
 static void ref_attention(int b, int T, int C, int NH, const double *qkv,
@@ -164,9 +152,7 @@ static void ref_attention(int b, int T, int C, int NH, const double *qkv,
   free(p);
 }
 
-/* ---- 1. naive forward and backward --------------------------------------- */
-
-static void test_naive_fwd(tg_rng *rng) {
+static void ref_naive_fwd(tg_rng *rng) {
   static const int BS[] = {1, 2}, TS[] = {1, 5, 17};
   static const int CH[][2] = {{8, 2}, {12, 3}, {64, 4}};
   double worst_o = 0, worst_a = 0;
@@ -224,7 +210,7 @@ static double fd_loss(const double *qkv, const fd_ctx *cx) {
   return L;
 }
 
-static void test_naive_bwd(tg_rng *rng) {
+static void ref_naive_bwd(tg_rng *rng) {
   static const int CASES[][4] = {/* b, T, C, NH */
                                  {1, 5, 8, 2},
                                  {2, 4, 12, 3},
@@ -271,8 +257,6 @@ static void test_naive_bwd(tg_rng *rng) {
   }
   printf("naive bwd: worst rel err vs finite differences %.2e\n", worst);
 }
-
-/* ---- 2. chunked against naive -------------------------------------------- */
 
 typedef struct {
   int T, chunk;
@@ -341,7 +325,7 @@ static void run_chunk_case(tg_rng *rng, chunk_case cc, double worst[5]) {
   free(scr), free(out_c), free(lse), free(dq_c), free(x), free(ro), free(rl);
 }
 
-static void test_chunked(tg_rng *rng) {
+static void ref_chunked(tg_rng *rng) {
   static const int TS[] = {1, 17, 64, 100, 256}, CS[] = {16, 64};
   double worst[5] = {0};
   for (int it = 0; it < 5; it++)
@@ -361,9 +345,7 @@ static void test_chunked(tg_rng *rng) {
          "dv %.2e\n", worst[0], worst[1], worst[2], worst[3], worst[4]);
 }
 
-/* ---- 3. scratch linear in T ---------------------------------------------- */
-
-static void test_scratch_size(void) {
+static void ref_scratch_size(void) {
   const int C = 256, NH = 4, chunk = 64;
   for (int T = 256; T <= 4096; T *= 4) {
     size_t s1 = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
@@ -377,8 +359,6 @@ static void test_scratch_size(void) {
   CHECK(s > 0, "scratch(4096) = 0");
   printf("scratch floats (C 256, NH 4, chunk 64): T=4096 -> %zu\n", s);
 }
-
-/* ---- 4. causality and skipping ------------------------------------------- */
 
 typedef struct {
   float *out, *lse, *dqkv;
@@ -406,7 +386,7 @@ static chunk_run run_chunked(int b, int T, int C, int NH, int chunk,
 }
 static void free_run(chunk_run r) { free(r.out), free(r.lse), free(r.dqkv); }
 
-static void test_causality(tg_rng *rng) {
+static void ref_causality(tg_rng *rng) {
   const int b = 2, T = 100, C = 64, NH = 4, chunk = 16, n = b * T;
   float *qkv = rand_qkv(rng, n, C, 3 * C, 2.0f);
   float *dout = tg_rand_mat(rng, n, C, C, 1.0f, 0);
@@ -469,12 +449,197 @@ static void test_causality(tg_rng *rng) {
   free(qkv), free(dout);
 }
 
-int main(void) {
+static void attention_ref(void) {
   tg_rng rng = {0x5eed0a77e7710ULL};
-  test_naive_fwd(&rng);
-  test_naive_bwd(&rng);
-  test_chunked(&rng);
-  test_scratch_size();
-  test_causality(&rng);
-  return tg_test_finish("test_attention");
+  ref_naive_fwd(&rng);
+  ref_naive_bwd(&rng);
+  ref_chunked(&rng);
+  ref_scratch_size();
+  ref_causality(&rng);
 }
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+static int attn_fwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_attention_fwd_insert((tg_attention_kind)c->kind, c->T, c->NH, c->chunk, c->h[0],
+                                 out[0].handle, out[1].handle, o);
+}
+
+static int attn_bwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_attention_bwd_insert((tg_attention_kind)c->kind, c->T, c->NH, c->chunk, c->h[0],
+                                 c->h[1], c->h[2], c->h[3], out[0].handle, o);
+}
+
+static void pair_attention(void) {
+  static const int Ts[] = {1, 17, 64, 100};
+  const int b = 2, C = 32, NH = 4, chunk = 16;
+  for (int kind = 0; kind < 2; kind++)
+    for (int t = 0; t < 4; t++) {
+      int T = Ts[t], n = b * T;
+      size_t srows = kind == TG_ATTN_NAIVE ? (size_t)b * NH * T : (size_t)n;
+      int scols = kind == TG_ATTN_NAIVE ? T : NH;
+      float *qkv = rnd((size_t)n * 3 * C, 2), *dout = rnd((size_t)n * C, 1);
+      float *out = xmalloc(sizeof(float) * n * C), *state = xmalloc(sizeof(float) * srows * scols);
+      float *scratch = xmalloc(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk));
+      if (kind == TG_ATTN_NAIVE)
+        tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, 3 * C, state, out, C);
+      else
+        tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, 3 * C, out, C, state, scratch);
+      tg_tensor Q, O, S, DO;
+      new_tensor(&Q, n, 3 * C, qkv); new_tensor(&O, n, C, out);
+      new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
+      char what[64];
+      const char *kn = kind == TG_ATTN_NAIVE ? "naive" : "chunked";
+      gctx c = {{Q.handle, O.handle, S.handle, DO.handle}, T, NH, chunk, 0, kind, TG_OVERWRITE};
+      outspec fo[2] = {{"out", n, C, NULL, 0, TOL},
+                       {"state", (int)srows, scols, NULL, 0, TOL}};
+      snprintf(what, sizeof what, "attention_fwd %s T=%d", kn, T);
+      run_pair(what, attn_fwd, &c, 2, fo, NULL, NULL);
+      outspec bo = {"dqkv", n, 3 * C, NULL, 0, TOL};
+      snprintf(what, sizeof what, "attention_bwd %s T=%d", kn, T);
+      run_pair(what, attn_bwd, &c, 1, &bo, NULL, NULL);
+      free(qkv); free(dout); free(out); free(state); free(scratch);
+      tg_tensor_free(&Q); tg_tensor_free(&O); tg_tensor_free(&S); tg_tensor_free(&DO);
+    }
+}
+
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+/* ||x|| over the C columns [c0, c0 + C) of (rows, ld) */
+static double cols_norm(const float *x, int rows, int ld, int c0, int C) {
+  double s = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = c0; j < c0 + C; j++) s += (double)x[(size_t)r * ld + j] * x[(size_t)r * ld + j];
+  return sqrt(s);
+}
+
+/* dqkv compared per third (q, k, v gradients): their magnitudes differ by
+ * orders (dk is ~400 times smaller than dv here), and one normwise error
+ * over the whole buffer would hide a dk wrong by 1e-4.  With T == 1 the
+ * softmax has one key, P = 1, and dq = dk = 0 exactly: both sides return
+ * rounding noise, which is measured against ||dv|| instead (a noise of
+ * ~1e-8 relative; a real error would be O(1)). */
+static void compare_qkv(const char *launcher, const float *emu, const float *cpu, int rows,
+                        int C, int ld, int T) {
+  static const char *const names[3] = {"dq", "dk", "dv"};
+  float *e = tg_test_malloc(sizeof(float) * (size_t)rows * C);
+  float *c = tg_test_malloc(sizeof(float) * (size_t)rows * C);
+  const double dv = cols_norm(cpu, rows, ld, 2 * C, C);
+  for (int third = 0; third < 3; third++) {
+    for (int r = 0; r < rows; r++)
+      for (int j = 0; j < C; j++) {
+        e[(size_t)r * C + j] = emu[(size_t)r * ld + third * C + j];
+        c[(size_t)r * C + j] = cpu[(size_t)r * ld + third * C + j];
+      }
+    if (T == 1 && third < 2) {
+      const double ne = cols_norm(emu, rows, ld, third * C, C) / dv;
+      const double nc = cols_norm(cpu, rows, ld, third * C, C) / dv;
+      CHECK(ne <= kTolRed && nc <= kTolRed, "%s T 1: %s not zero: %.3e (cpu %.3e) of ||dv||",
+            launcher, names[third], ne, nc);
+      record(launcher, ne);
+    } else {
+      compare(launcher, names[third], e, c, (size_t)rows * C, kTolRed);
+    }
+  }
+  free(e);
+  free(c);
+  /* the padding columns must be untouched */
+  for (int r = 0; r < rows; r++)
+    for (int j = 3 * C; j < ld; j++)
+      CHECK(emu[(size_t)r * ld + j] == kSentinel, "%s: padding (%d, %d) overwritten", launcher, r, j);
+}
+
+/* One attention shape through the four launchers.  The naive kernels run a
+ * 256-thread block per (sequence, head, query), so the large shapes use
+ * the chunked kernels only (naive = 0) to keep the test fast. */
+static void attention_case(int b, int T, int C, int NH, int naive) {
+  const int n = b * T, chunk = 16, ldq = 3 * C + 1, ldo = C + 2;
+  float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
+  float *out[2], *dqkv[2];
+  if (naive) {
+    float *att[2];
+    float *cpu_scratch = fmalloc((size_t)T);
+    outputs(att, b * NH * T, T, T, 0);
+    outputs(out, n, C, ldo, 0);
+    ok("tg_cuda_attention_naive_fwd", "",
+       tg_cuda_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[0], out[0], ldo, NULL));
+    tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[1], out[1], ldo);
+    compare("tg_cuda_attention_naive_fwd", "att", att[0], att[1], (size_t)b * NH * T * T, kTolRed);
+    compare("tg_cuda_attention_naive_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+    outputs(dqkv, n, 3 * C, ldq, 0);
+    ok("tg_cuda_attention_naive_bwd", "",
+       tg_cuda_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[0], ldq, NULL,
+                                   NULL));
+    tg_cpu_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[1], ldq,
+                               cpu_scratch);
+    compare_qkv("tg_cuda_attention_naive_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+    free2(att); free2(out); free2(dqkv); free(cpu_scratch);
+  }
+  float *lse[2];
+  const size_t ncpu = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
+  const size_t ncuda = tg_cuda_attention_chunked_scratch_floats(b, T, C, NH, chunk);
+  float *cpu_scratch = fmalloc(ncpu), *scratch = tg_const_mat(1, (int)ncuda, (int)ncuda, NAN, NAN);
+  outputs(out, n, C, ldo, 0);
+  outputs(lse, n, NH, NH, 0);
+  ok("tg_cuda_attention_chunked_fwd", "",
+     tg_cuda_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[0], ldo, lse[0], NULL,
+                                   NULL));
+  tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], cpu_scratch);
+  compare("tg_cuda_attention_chunked_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+  compare("tg_cuda_attention_chunked_fwd", "lse", lse[0], lse[1], (size_t)n * NH, kTolRed);
+  outputs(dqkv, n, 3 * C, ldq, 0);
+  ok("tg_cuda_attention_chunked_bwd", "",
+     tg_cuda_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
+                                   dqkv[0], ldq, scratch, NULL));
+  tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
+                               dqkv[1], ldq, cpu_scratch);
+  compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+  free2(out); free2(lse); free2(dqkv);
+  free(cpu_scratch); free(scratch); free(qkv); free(dout);
+}
+
+static void emu_attention(void) {
+  if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
+    attention_case(1, 33, 16, 2, 0);
+    attention_case(1, 9, 16, 2, 1);
+    attention_case(1, 17, 128, 2, 0);
+    attention_case(1, 1, 128, 1, 1);
+    return;
+  }
+  /* emu_cuda_gpt_codelets' shapes (hs = 8): T = 1, 17, 64 and 100 (not
+   * multiples of the 32-query tile, nor of the CPU's 16-row chunk) */
+  static const int Ts[] = {1, 17, 64, 100};
+  for (int t = 0; t < 4; t++) attention_case(2, Ts[t], 32, 4, Ts[t] <= 64);
+  /* head sizes 32, 64 and 128 (DPL 1, 2, 4) */
+  attention_case(1, 33, 64, 2, 1);
+  attention_case(1, 45, 128, 2, 0);
+  attention_case(2, 1, 128, 1, 1);
+  attention_case(1, 40, 128, 1, 0);
+  /* T > 256: the naive kernels' loops over 256-query and 256-key chunks */
+  attention_case(1, 300, 8, 1, 1);
+  /* hs = 40, not a multiple of the 32 lanes (masked channels); hs = 256,
+   * the largest head (DPL 8, > 96 KiB of shared memory: the opt-in) */
+  attention_case(2, 20, 80, 2, 1);
+  attention_case(1, 33, 256, 1, 0);
+}
+#endif /* OPS_EMU */
+
+static const ops_row rows[] = {
+    {.name = "attention",
+     .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_attention_bwd_cl "
+               "tg_attention_bwd_insert tg_cuda_attention_naive_fwd tg_cuda_attention_naive_bwd "
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_chunked_bwd",
+     .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
+             [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
+     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
+                              "layernorm rows",
+                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+};
+
+OPS_FAMILY(attention, rows);
