@@ -107,19 +107,11 @@ static inline int precision_run_configs(int argc, char **argv, const char *name,
     tg_shutdown();
     return tg_test_finish(name);
   }
-  static const char *const drop[] = {"STARPU_NCPU=", "STARPU_NCPUS=", "STARPU_NCUDA=", NULL};
-  static char out[1 << 16];
   for (int ncpu = 1; ncpu <= 2; ncpu++) {
-    char var[32], label[64];
-    snprintf(var, sizeof var, "STARPU_NCPU=%d", ncpu);
-    const char *const add[] = {var, "STARPU_NCUDA=0", NULL};
+    char label[64];
     snprintf(label, sizeof label, "%s, %d CPU worker(s)", name, ncpu);
-    int ok = tg_test_run_self(NULL, drop, add, out, sizeof out, label) == 0;
-    printf("---- %s ----\n%s", label, out);
+    int ok, workers = tg_test_run_self_ncpu(NULL, ncpu, label, &ok);
     CHECK(ok, "%s: the child failed (see above)", label);
-    int workers = -1;
-    const char *w = strstr(out, "workers=");
-    if (w) sscanf(w, "workers=%d", &workers);
     CHECK(workers == ncpu, "%s: the child ran with %d CPU workers", label, workers);
   }
   return tg_test_finish(name);

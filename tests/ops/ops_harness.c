@@ -82,22 +82,14 @@ void ops_run_worker_counts(void (*body)(void)) {
     printf("child: %d checks, %d failed\n", g_checks, g_failures);
     exit(g_failures ? 1 : 0);
   }
-  static const char *const drop[] = {"STARPU_NCPU=", "STARPU_NCPUS=", "STARPU_NCUDA=", NULL};
-  static char out[1 << 16];
   char arg[256];
   snprintf(arg, sizeof arg, "%s:%s", g_backend_names[g_backend], g_row->name);
   for (int ncpu = 1; ncpu <= 2; ncpu++) {
-    char var[32], label[320];
-    snprintf(var, sizeof var, "STARPU_NCPU=%d", ncpu);
-    const char *const add[] = {var, "STARPU_NCUDA=0", NULL};
+    char label[320];
     snprintf(label, sizeof label, "%s on %s, %d CPU worker(s)", g_row->name,
              g_backend_names[g_backend], ncpu);
-    int ok = tg_test_run_self(arg, drop, add, out, sizeof out, label) == 0;
-    printf("---- %s ----\n%s", label, out);
+    int ok, workers = tg_test_run_self_ncpu(arg, ncpu, label, &ok);
     CHECK(ok, "%s: the child failed (see above)", label);
-    int workers = -1;
-    const char *w = strstr(out, "workers=");
-    if (w) sscanf(w, "workers=%d", &workers);
     CHECK(workers == ncpu, "%s: the child ran with %d CPU workers", label, workers);
   }
 }
