@@ -82,7 +82,7 @@ static void ref_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       bwd(rows, cols, X, ldx, W, ldy, dX, ldx + 2);
       if (n <= 2000) {
         double *Wd = tg_compact_f64(W, rows, cols, ldy);
-        act_fd_ctx ctx = {n, Wd, ref};
+        act_fd_ctx ctx = {.n = n, .W = Wd, .act = ref};
         double *g = tg_fd_grad(act_loss, &ctx, Xd, n, FD_H);
         snprintf(what, sizeof what, "%s bwd vs FD %dx%d", name, rows, cols);
         CHECK_REL(mat_err(dX, rows, cols, ldx + 2, g), TOL_FD, what);
@@ -154,7 +154,7 @@ static void ref_relu_nan(void) {
 }
 
 static void activation_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_activation(&rng, "relu", tg_cpu_relu_fwd, tg_cpu_relu_bwd, ref_relu, 1.0f);
   ref_relu_nan();
   ref_activation(&rng, "gelu", tg_cpu_gelu_fwd, tg_cpu_gelu_bwd, ref_gelu, 4.0f);
@@ -173,8 +173,8 @@ static int act_bwd_submit(const void *vctx, const tg_task_opts *o,
                           tg_tensor *out) {
   const hctx *c = vctx;
   if (c->ld_test) {
-    tg_tensor px = {c->h[0], 0, 0, TG_F32, NULL};
-    tg_tensor pdy = {c->h[1], 0, 0, TG_F32, NULL};
+    tg_tensor px = {.handle = c->h[0], .rows = 0, .cols = 0, .dtype = TG_F32, .host = NULL};
+    tg_tensor pdy = {.handle = c->h[1], .rows = 0, .cols = 0, .dtype = TG_F32, .host = NULL};
     split_columns(&px);
     split_columns(&pdy);
     split_columns(&out[0]);
@@ -201,8 +201,9 @@ static void pair_activations(void) {
       tg_tensor X, DY;
       new_tensor(&X, rows, cols, x);
       new_tensor(&DY, rows, cols, dy);
-      hctx ctx = {{X.handle, DY.handle}, TG_OVERWRITE, act, 0, 0};
-      outspec o = {"out", rows, cols, NULL, 0, TOL};
+      hctx ctx = {
+          .h = {X.handle, DY.handle}, .accum = TG_OVERWRITE, .act = act, .f = 0, .ld_test = 0};
+      outspec o = {.name = "out", .rows = rows, .cols = cols, .init = NULL, .redux = 0, .tol = TOL};
       snprintf(what, sizeof what, "%s_fwd %dx%d", an, rows, cols);
       run_pair(what, act_fwd_submit, &ctx, 1, &o, NULL, NULL);
       snprintf(what, sizeof what, "%s_bwd %dx%d", an, rows, cols);
@@ -220,9 +221,14 @@ static void pair_activations(void) {
     tg_tensor X, DY;
     new_tensor(&X, rows, 2 * cols, x);
     new_tensor(&DY, rows, 2 * cols, dy);
-    hctx ctx = {{X.handle, DY.handle}, TG_OVERWRITE, act, 0, 1};
-    outspec o = {"dX(:, 0:cols) of (rows, 2 cols)", rows, 2 * cols, dx0, 0,
-                 TOL};
+    hctx ctx = {
+        .h = {X.handle, DY.handle}, .accum = TG_OVERWRITE, .act = act, .f = 0, .ld_test = 1};
+    outspec o = {.name = "dX(:, 0:cols) of (rows, 2 cols)",
+                 .rows = rows,
+                 .cols = 2 * cols,
+                 .init = dx0,
+                 .redux = 0,
+                 .tol = TOL};
     run_pair(act == TG_ACT_RELU ? "relu_bwd ld=2cols" : "gelu_bwd ld=2cols",
              act_bwd_submit, &ctx, 1, &o, NULL, NULL);
     free(x);
@@ -250,11 +256,20 @@ typedef struct activation {
   double tol; /* ReLU selects (exact); GELU evaluates exp */
 } activation;
 
-static const activation g_acts[2] = {
-    {"tg_cuda_relu_fwd", "tg_cuda_relu_bwd", tg_cuda_relu_fwd, tg_cpu_relu_fwd,
-     tg_cuda_relu_bwd, tg_cpu_relu_bwd, EXACT},
-    {"tg_cuda_gelu_fwd", "tg_cuda_gelu_bwd", tg_cuda_gelu_fwd, tg_cpu_gelu_fwd,
-     tg_cuda_gelu_bwd, tg_cpu_gelu_bwd, kTolEw}};
+static const activation g_acts[2] = {{.fwd = "tg_cuda_relu_fwd",
+                                      .bwd = "tg_cuda_relu_bwd",
+                                      .cuda_fwd = tg_cuda_relu_fwd,
+                                      .cpu_fwd = tg_cpu_relu_fwd,
+                                      .cuda_bwd = tg_cuda_relu_bwd,
+                                      .cpu_bwd = tg_cpu_relu_bwd,
+                                      .tol = EXACT},
+                                     {.fwd = "tg_cuda_gelu_fwd",
+                                      .bwd = "tg_cuda_gelu_bwd",
+                                      .cuda_fwd = tg_cuda_gelu_fwd,
+                                      .cpu_fwd = tg_cpu_gelu_fwd,
+                                      .cuda_bwd = tg_cuda_gelu_bwd,
+                                      .cpu_bwd = tg_cpu_gelu_bwd,
+                                      .tol = kTolEw}};
 
 static void emu_activation(const activation *a, int rows, int cols, int ld, const float *X,
                             const float *dY) {

@@ -232,7 +232,7 @@ static void ref_naive_bwd(tg_rng *rng) {
 
     double *x = tg_compact_f64(qkv, n, 3 * C, ldqkv);
     double *G = tg_compact_f64(dout, n, C, lddo);
-    fd_ctx cx = {b, T, C, NH, G};
+    fd_ctx cx = {.b = b, .T = T, .C = C, .NH = NH, .G = G};
     size_t nx = (size_t)n * 3 * C;
     double *g = tg_test_malloc(sizeof(double) * nx);
     for (size_t i = 0; i < nx; i++) {
@@ -450,7 +450,7 @@ static void ref_causality(tg_rng *rng) {
 }
 
 static void attention_ref(void) {
-  tg_rng rng = {0x5eed0a77e7710ULL};
+  tg_rng rng = {.s = 0x5eed0a77e7710ULL};
   ref_naive_fwd(&rng);
   ref_naive_bwd(&rng);
   ref_chunked(&rng);
@@ -492,12 +492,23 @@ static void pair_attention(void) {
       new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
       char what[64];
       const char *kn = kind == TG_ATTN_NAIVE ? "naive" : "chunked";
-      gctx c = {{Q.handle, O.handle, S.handle, DO.handle}, T, NH, chunk, 0, kind, TG_OVERWRITE};
-      outspec fo[2] = {{"out", n, C, NULL, 0, TOL},
-                       {"state", (int)srows, scols, NULL, 0, TOL}};
+      gctx c = {.h = {Q.handle, O.handle, S.handle, DO.handle},
+                .T = T,
+                .NH = NH,
+                .chunk = chunk,
+                .V = 0,
+                .kind = kind,
+                .accum = TG_OVERWRITE};
+      outspec fo[2] = {{.name = "out", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL},
+                       {.name = "state",
+                        .rows = (int)srows,
+                        .cols = scols,
+                        .init = NULL,
+                        .redux = 0,
+                        .tol = TOL}};
       snprintf(what, sizeof what, "attention_fwd %s T=%d", kn, T);
       run_pair(what, attn_fwd, &c, 2, fo, NULL, NULL);
-      outspec bo = {"dqkv", n, 3 * C, NULL, 0, TOL};
+      outspec bo = {.name = "dqkv", .rows = n, .cols = 3 * C, .init = NULL, .redux = 0, .tol = TOL};
       snprintf(what, sizeof what, "attention_bwd %s T=%d", kn, T);
       run_pair(what, attn_bwd, &c, 1, &bo, NULL, NULL);
       free(qkv); free(dout); free(out); free(state); free(scratch);

@@ -66,7 +66,7 @@ static void ref_bias(tg_rng *rng) {
         double *Y0d = tg_compact_f64(Y, rows, cols, ld);
         double *Wd = tg_compact_f64(W, rows, cols, ld);
         double *bd = tg_compact_f64(b, 1, cols, cols);
-        bias_fd_ctx ctx = {rows, cols, Y0d, Wd};
+        bias_fd_ctx ctx = {.rows = rows, .cols = cols, .Y0 = Y0d, .W = Wd};
         double *g = tg_fd_grad(bias_loss, &ctx, bd, cols, FD_H);
         tg_cpu_bias_grad(rows, cols, W, ld, 0.0f, db);
         CHECK_REL(tg_rel_err_f64(db, g, cols), TOL_FD, "bias_grad vs FD");
@@ -87,7 +87,7 @@ static void ref_bias(tg_rng *rng) {
 }
 
 static void bias_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_bias(&rng);
 }
 
@@ -117,15 +117,19 @@ static void pair_bias(void) {
     new_tensor(&B, 1, cols, b);
     new_tensor(&DY, rows, cols, y0);
 
-    hctx ctx = {{B.handle}, TG_OVERWRITE, 0, 0, 0};
-    outspec o = {"Y", rows, cols, y0, 0, TOL};
+    hctx ctx = {.h = {B.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 0};
+    outspec o = {.name = "Y", .rows = rows, .cols = cols, .init = y0, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "bias_add %dx%d", rows, cols);
     run_pair(what, bias_add_submit, &ctx, 1, &o, NULL, NULL);
 
     for (int mode = 0; mode < 3; mode++) {
-      hctx g = {{DY.handle}, (tg_accum)mode, 0, 0, 0};
-      outspec od = {"db", 1, cols, mode == TG_OVERWRITE ? NULL : b,
-                    mode == TG_REDUCE, TOL};
+      hctx g = {.h = {DY.handle}, .accum = (tg_accum)mode, .act = 0, .f = 0, .ld_test = 0};
+      outspec od = {.name = "db",
+                    .rows = 1,
+                    .cols = cols,
+                    .init = mode == TG_OVERWRITE ? NULL : b,
+                    .redux = mode == TG_REDUCE,
+                    .tol = TOL};
       snprintf(what, sizeof what, "bias_grad %dx%d %s", rows, cols,
                accum_name((tg_accum)mode));
       run_pair(what, bias_grad_submit, &g, 1, &od, NULL, NULL);
@@ -142,7 +146,7 @@ static void pair_bias(void) {
 static int bias_grad_ld_submit(const void *vctx, const tg_task_opts *o,
                                tg_tensor *out) {
   const hctx *c = vctx;
-  tg_tensor parent = {c->h[0], 0, 0, TG_F32, NULL};
+  tg_tensor parent = {.handle = c->h[0], .rows = 0, .cols = 0, .dtype = TG_F32, .host = NULL};
   split_columns(&parent);
   int rc = tg_bias_grad_insert(left_half(&parent), out[0].handle, c->accum, o);
   unsplit(&parent);
@@ -154,8 +158,8 @@ static void pair_bias_grad_ld(void) {
   float *dy = rnd((size_t)rows * 2 * cols, 1.0f);
   tg_tensor DY;
   new_tensor(&DY, rows, 2 * cols, dy);
-  hctx ctx = {{DY.handle}, TG_OVERWRITE, 0, 0, 1};
-  outspec o = {"db", 1, cols, NULL, 0, TOL};
+  hctx ctx = {.h = {DY.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 1};
+  outspec o = {.name = "db", .rows = 1, .cols = cols, .init = NULL, .redux = 0, .tol = TOL};
   run_pair("bias_grad lddy=2cols", bias_grad_ld_submit, &ctx, 1, &o, NULL,
            NULL);
   free(dy);

@@ -49,7 +49,7 @@ static void ref_softmax_xent(tg_rng *rng) {
       for (int r = 0; r < rows; r++)
         lab[r] = (int32_t)(tg_rng_next(rng) % (uint64_t)cols);
       double *Xd = tg_compact_f64(X, rows, cols, ldl);
-      xent_ctx ctx = {rows, cols, lab, scale};
+      xent_ctx ctx = {.rows = rows, .cols = cols, .labels = lab, .scale = scale};
 
       /* reference dlogits and loss */
       double *dref = tg_test_malloc(sizeof(double) * n);
@@ -175,7 +175,7 @@ static void ref_accuracy(tg_rng *rng) {
 }
 
 static void classifier_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_softmax_xent(&rng);
   ref_accuracy(&rng);
 }
@@ -230,9 +230,19 @@ static void pair_classification(void) {
      * (the insert functions reject TG_OVERWRITE for them) */
     const float loss0 = 0.25f;
     for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
-      hctx ctx = {{L.handle, Y.handle}, (tg_accum)mode, 0, 1.0f / rows, 0};
-      outspec o[2] = {{"dlogits", rows, cols, NULL, 0, TOL},
-                      {"loss", 1, 1, &loss0, mode == TG_REDUCE, TOL}};
+      hctx ctx = {.h = {L.handle, Y.handle},
+                  .accum = (tg_accum)mode,
+                  .act = 0,
+                  .f = 1.0f / rows,
+                  .ld_test = 0};
+      outspec o[2] = {
+          {.name = "dlogits", .rows = rows, .cols = cols, .init = NULL, .redux = 0, .tol = TOL},
+          {.name = "loss",
+           .rows = 1,
+           .cols = 1,
+           .init = &loss0,
+           .redux = mode == TG_REDUCE,
+           .tol = TOL}};
       snprintf(what, sizeof what, "softmax_xent %dx%d loss %s", rows, cols,
                accum_name((tg_accum)mode));
       run_pair(what, xent_submit, &ctx, 2, o, NULL, NULL);
@@ -253,8 +263,14 @@ static void pair_classification(void) {
     new_labels(&Y, rows, labels);
     const float count0 = 3.0f;
     for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
-      hctx ctx = {{L.handle, Y.handle}, (tg_accum)mode, 0, 0, 0};
-      outspec o = {"correct", 1, 1, &count0, mode == TG_REDUCE, PAIR_EXACT};
+      hctx ctx = {
+          .h = {L.handle, Y.handle}, .accum = (tg_accum)mode, .act = 0, .f = 0, .ld_test = 0};
+      outspec o = {.name = "correct",
+                   .rows = 1,
+                   .cols = 1,
+                   .init = &count0,
+                   .redux = mode == TG_REDUCE,
+                   .tol = PAIR_EXACT};
       float *cpu = NULL, *gpu = NULL;
       snprintf(what, sizeof what, "accuracy %dx%d %s", rows, cols,
                accum_name((tg_accum)mode));

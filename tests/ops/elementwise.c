@@ -49,7 +49,7 @@ static void ref_elementwise(tg_rng *rng) {
 }
 
 static void elementwise_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_elementwise(&rng);
 }
 
@@ -64,7 +64,7 @@ static int accumulate_submit(const void *vctx, const tg_task_opts *o,
                              tg_tensor *out) {
   const hctx *c = vctx;
   if (c->ld_test) {
-    tg_tensor psrc = {c->h[0], 0, 0, TG_F32, NULL};
+    tg_tensor psrc = {.handle = c->h[0], .rows = 0, .cols = 0, .dtype = TG_F32, .host = NULL};
     split_columns(&psrc);
     split_columns(&out[0]);
     int rc = tg_accumulate_insert(left_half(&out[0]), left_half(&psrc), o);
@@ -89,18 +89,23 @@ static void pair_elementwise(void) {
     tg_tensor S;
     new_tensor(&S, rows, cols, src);
 
-    hctx f = {{NULL}, TG_OVERWRITE, 0, 0.75f, 0};
-    outspec of = {"X", rows, cols, NULL, 0, TOL}; /* NaN before: write-only */
+    hctx f = {.h = {NULL}, .accum = TG_OVERWRITE, .act = 0, .f = 0.75f, .ld_test = 0};
+    outspec of = {.name = "X",
+                  .rows = rows,
+                  .cols = cols,
+                  .init = NULL,
+                  .redux = 0,
+                  .tol = TOL}; /* NaN before: write-only */
     snprintf(what, sizeof what, "fill %dx%d", rows, cols);
     run_pair(what, fill_submit, &f, 1, &of, NULL, NULL);
 
-    hctx a = {{S.handle}, TG_OVERWRITE, 0, 0, 0};
-    outspec oa = {"dst", rows, cols, x, 0, TOL};
+    hctx a = {.h = {S.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 0};
+    outspec oa = {.name = "dst", .rows = rows, .cols = cols, .init = x, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "accumulate %dx%d", rows, cols);
     run_pair(what, accumulate_submit, &a, 1, &oa, NULL, NULL);
 
-    hctx sc = {{NULL}, TG_OVERWRITE, 0, -1.75f, 0};
-    outspec os = {"X", rows, cols, x, 0, TOL};
+    hctx sc = {.h = {NULL}, .accum = TG_OVERWRITE, .act = 0, .f = -1.75f, .ld_test = 0};
+    outspec os = {.name = "X", .rows = rows, .cols = cols, .init = x, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "scale %dx%d", rows, cols);
     run_pair(what, scale_submit, &sc, 1, &os, NULL, NULL);
     free(x);
@@ -114,9 +119,13 @@ static void pair_elementwise(void) {
     float *x = rnd(n, 1.0f), *src = rnd(n, 1.0f);
     tg_tensor S;
     new_tensor(&S, rows, 2 * cols, src);
-    hctx a = {{S.handle}, TG_OVERWRITE, 0, 0, 1};
-    outspec oa = {"dst(:, 0:cols) of (rows, 2 cols)", rows, 2 * cols, x, 0,
-                  TOL};
+    hctx a = {.h = {S.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 1};
+    outspec oa = {.name = "dst(:, 0:cols) of (rows, 2 cols)",
+                  .rows = rows,
+                  .cols = 2 * cols,
+                  .init = x,
+                  .redux = 0,
+                  .tol = TOL};
     run_pair("accumulate ld=2cols", accumulate_submit, &a, 1, &oa, NULL, NULL);
     free(x);
     free(src);

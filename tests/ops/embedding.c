@@ -84,7 +84,7 @@ static void ref_embedding(tg_rng *rng) {
         for (size_t k = 0; k < (size_t)T * C; k++)
           x[(size_t)Vp * C + k] = wpe[k];
         for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) x[k] = 0.0;
-        emb_ctx ctx = {n, T, C, Vp, tok, G};
+        emb_ctx ctx = {.n = n, .T = T, .C = C, .Vp = Vp, .tok = tok, .G = G};
         double *g = tg_fd_grad(emb_loss, &ctx, x, nv, FD_H);
         snprintf(what, sizeof what, "embedding_bwd dwte vs FD n=%d T=%d C=%d",
                  n, T, C);
@@ -129,7 +129,7 @@ static void ref_embedding(tg_rng *rng) {
 }
 
 static void embedding_ref(void) {
-  tg_rng rng = {0x2545F4914F6CDD1DULL};
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   ref_embedding(&rng);
 }
 
@@ -154,13 +154,20 @@ static void pair_embedding(void) {
   new_tensor(&wte, V, C, a);
   new_tensor(&wpe, maxT, C, b);
   new_tensor(&dx, n, C, d);
-  gctx c = {{tok.handle, wte.handle, wpe.handle}, T, 0, 0, 0, 0, TG_ACCUMULATE};
-  outspec fo = {"X", n, C, NULL, 0, TOL};
+  gctx c = {.h = {tok.handle, wte.handle, wpe.handle},
+            .T = T,
+            .NH = 0,
+            .chunk = 0,
+            .V = 0,
+            .kind = 0,
+            .accum = TG_ACCUMULATE};
+  outspec fo = {.name = "X", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL};
   run_pair("embedding_fwd", emb_fwd, &c, 1, &fo, NULL, NULL);
   for (int r = 0; r < 2; r++) {
     c.h[1] = dx.handle;
     c.accum = r ? TG_REDUCE : TG_ACCUMULATE;
-    outspec bo[2] = {{"dwte", V, C, a, r, TOL}, {"dwpe", maxT, C, b, r, TOL}};
+    outspec bo[2] = {{.name = "dwte", .rows = V, .cols = C, .init = a, .redux = r, .tol = TOL},
+                     {.name = "dwpe", .rows = maxT, .cols = C, .init = b, .redux = r, .tol = TOL}};
     run_pair(r ? "embedding_bwd redux" : "embedding_bwd", emb_bwd, &c, 2, bo, NULL, NULL);
   }
   free(a); free(b); free(d);

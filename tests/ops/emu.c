@@ -66,7 +66,7 @@
 #include "cuda_emu/selftest.h"
 #include "ops_table.h"
 
-tg_rng g_rng = {0x243F6A8885A308D3ULL};
+tg_rng g_rng = {.s = 0x243F6A8885A308D3ULL};
 cublasHandle_t g_blas;
 
 

@@ -176,7 +176,7 @@ static void ref_gemm_grad(tg_rng *rng) {
 
     double *Ad = tg_compact_f64(A, m, k, lda), *Bd = tg_compact_f64(B, k, n, ldb);
     double *Wd = tg_compact_f64(W, m, n, ldw);
-    gemm_fd_ctx ctx = {m, n, k, Ad, Bd, Wd, 1};
+    gemm_fd_ctx ctx = {.m = m, .n = n, .k = k, .A = Ad, .B = Bd, .W = Wd, .wrt_a = 1};
     double *gA = tg_fd_grad(gemm_loss, &ctx, Ad, (size_t)m * k, FD_H);
     ctx.wrt_a = 0;
     double *gB = tg_fd_grad(gemm_loss, &ctx, Bd, (size_t)k * n, FD_H);
@@ -199,7 +199,7 @@ static void ref_gemm_grad(tg_rng *rng) {
 }
 
 static void gemm_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_gemm_forward(&rng);
   ref_gemm_degenerate(&rng);
   ref_gemm_grad(&rng);
@@ -250,12 +250,22 @@ static void pair_gemm(void) {
         float *c0 = rnd((size_t)m * n, 1.0f);
         const double tol = k >= 257 ? TOL_LARGE_K : TOL;
         for (int mode = 0; mode < 3; mode++) {
-          gemm_ctx ctx = {ta, tb, 1.25f, 0.0f, (tg_accum)mode, A.handle,
-                          B.handle, 0};
+          gemm_ctx ctx = {.ta = ta,
+                          .tb = tb,
+                          .alpha = 1.25f,
+                          .beta = 0.0f,
+                          .accum = (tg_accum)mode,
+                          .A = A.handle,
+                          .B = B.handle,
+                          .ld_test = 0};
           if (mode == TG_ACCUMULATE) ctx.beta = 0.5f;
           if (mode == TG_REDUCE) ctx.beta = 1.0f;
-          outspec o = {"C", m, n, mode == TG_OVERWRITE ? NULL : c0,
-                       mode == TG_REDUCE, tol};
+          outspec o = {.name = "C",
+                       .rows = m,
+                       .cols = n,
+                       .init = mode == TG_OVERWRITE ? NULL : c0,
+                       .redux = mode == TG_REDUCE,
+                       .tol = tol};
           char what[128];
           snprintf(what, sizeof what, "gemm m=%d n=%d k=%d ta=%d tb=%d %s", m,
                    n, k, ta, tb, accum_name((tg_accum)mode));
@@ -281,9 +291,20 @@ static void pair_gemm_ld(void) {
         float *c0 = rnd((size_t)m * 2 * n, 1.0f);
         new_tensor(&A, ta ? k : m, ta ? m : k, a);
         new_tensor(&B, tb ? n : k, tb ? k : n, b);
-        gemm_ctx ctx = {ta, tb, 0.75f, mode ? 0.5f : 0.0f, (tg_accum)mode,
-                        A.handle, B.handle, 1};
-        outspec o = {"C(:, 0:n) of (m, 2n)", m, 2 * n, c0, 0, TOL};
+        gemm_ctx ctx = {.ta = ta,
+                        .tb = tb,
+                        .alpha = 0.75f,
+                        .beta = mode ? 0.5f : 0.0f,
+                        .accum = (tg_accum)mode,
+                        .A = A.handle,
+                        .B = B.handle,
+                        .ld_test = 1};
+        outspec o = {.name = "C(:, 0:n) of (m, 2n)",
+                     .rows = m,
+                     .cols = 2 * n,
+                     .init = c0,
+                     .redux = 0,
+                     .tol = TOL};
         char what[128];
         snprintf(what, sizeof what, "gemm ldc=2n ta=%d tb=%d %s", ta, tb,
                  accum_name((tg_accum)mode));

@@ -103,7 +103,7 @@ static void gemm_case(tg_rng *rng, tg_dtype t, int c_low, int ta, int tb, int m,
 
 static void ref_gemm(void) {
   static const int sizes[3][3] = {{1, 1, 1}, {37, 53, 29}, {300, 261, 517}};
-  tg_rng rng = {0xC0FFEE};
+  tg_rng rng = {.s = 0xC0FFEE};
   for (int d = 0; d < 2; d++)
     for (int cl = 0; cl < 2; cl++)
       for (int tr = 0; tr < 4; tr++)
@@ -225,7 +225,7 @@ static void cpu_gemm(void) {
   enum { NCASE = 2 * 2 * 4 * 2 };
   static const int sizes[2][3] = {{37, 53, 29}, {300, 261, 517}};
   static lowp_task cases[NCASE];
-  tg_rng rng = {0xABCDEF};
+  tg_rng rng = {.s = 0xABCDEF};
   int nc = 0;
   for (int d = 0; d < 2; d++)
     for (int cl = 0; cl < 2; cl++)
@@ -242,7 +242,7 @@ static void cpu_gemm(void) {
 /* C = 0.5 C0 + A B (TG_ACCUMULATE), and C0 + A B - 0.5 A B (TG_REDUCE, f32) */
 static void cpu_gemm_accumulate(void) {
   const int m = 37, n = 53, k = 29;
-  tg_rng rng = {99};
+  tg_rng rng = {.s = 99};
   for (int d = 0; d < 2; d++)
     for (int mode = 0; mode < 3; mode++) { /* accumulate f32, accumulate 16-bit, reduce */
       tg_dtype t = LOWP[d], ct = mode == 1 ? t : TG_F32;
@@ -312,9 +312,19 @@ static void pair_gemm(void) {
         new_low(&B, t, tb ? n : k, tb ? k : n, b);
         for (int cl = 0; cl < 2; cl++)
           for (int acc = 0; acc < 2; acc++) {
-            gemm16_ctx c = {t, ta, tb, acc ? 0.5f : 0.0f, A.handle, B.handle};
+            gemm16_ctx c = {.t = t,
+                            .ta = ta,
+                            .tb = tb,
+                            .beta = acc ? 0.5f : 0.0f,
+                            .A = A.handle,
+                            .B = B.handle};
             double tol = cl ? half_ulp(t) : k >= 257 ? TOL_LARGE_K : TOL;
-            out16 o = {"C", m, n, cl ? t : TG_F32, acc ? c0 : NULL, tol};
+            out16 o = {.name = "C",
+                       .rows = m,
+                       .cols = n,
+                       .dt = cl ? t : TG_F32,
+                       .init = acc ? c0 : NULL,
+                       .tol = tol};
             char what[128];
             snprintf(what, sizeof what, "gemm_lowp %s C=%s ta=%d tb=%d %dx%dx%d beta=%g",
                      tg_dtype_name(t), cl ? tg_dtype_name(t) : "f32", ta, tb, m, n, k,

@@ -121,7 +121,7 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
 
   double *G = tg_compact_f64(dY, n, C, ldd);
   double h = FD_H * spread; /* the scale on which LN(x) varies */
-  ln_ctx ctx = {n, C, Xd, wd, bd, G, 0, 0};
+  ln_ctx ctx = {.n = n, .C = C, .X = Xd, .w = wd, .b = bd, .G = G, .wrt = 0, .row = 0};
   double *gx = tg_test_malloc(sizeof(double) * n * C);
   for (int i = 0; i < n; i++) { /* row by row: x(i, :) only enters row i */
     ctx.row = i;
@@ -185,7 +185,7 @@ static void ref_layernorm(tg_rng *rng) {
 }
 
 static void layernorm_ref(void) {
-  tg_rng rng = {0x2545F4914F6CDD1DULL};
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   ref_layernorm(&rng);
 }
 
@@ -217,15 +217,28 @@ static void pair_layernorm(void) {
     new_tensor(&X, n, C, x); new_tensor(&Wt, 1, C, w); new_tensor(&B, 1, C, b);
     new_tensor(&DY, n, C, dy); new_tensor(&M, n, 1, mean); new_tensor(&R, n, 1, rstd);
     char what[64];
-    gctx c = {{X.handle, Wt.handle, B.handle}, 0, 0, 0, 0, 0, TG_ACCUMULATE};
-    outspec fo[3] = {{"Y", n, C, NULL, 0, TOL}, {"mean", n, 1, NULL, 0, TOL},
-                     {"rstd", n, 1, NULL, 0, TOL}};
+    gctx c = {.h = {X.handle, Wt.handle, B.handle},
+              .T = 0,
+              .NH = 0,
+              .chunk = 0,
+              .V = 0,
+              .kind = 0,
+              .accum = TG_ACCUMULATE};
+    outspec fo[3] = {{.name = "Y", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL},
+                     {.name = "mean", .rows = n, .cols = 1, .init = NULL, .redux = 0, .tol = TOL},
+                     {.name = "rstd", .rows = n, .cols = 1, .init = NULL, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "layernorm_fwd %dx%d", n, C);
     run_pair(what, ln_fwd, &c, 3, fo, NULL, NULL);
-    gctx cb = {{DY.handle, X.handle, Wt.handle, M.handle, R.handle}, 0, 0, 0, 0, 0,
-               TG_ACCUMULATE};
-    outspec bo[3] = {{"dX", n, C, dx0, 0, TOL}, {"dw", 1, C, dw0, 0, TOL},
-                     {"db", 1, C, db0, 0, TOL}};
+    gctx cb = {.h = {DY.handle, X.handle, Wt.handle, M.handle, R.handle},
+               .T = 0,
+               .NH = 0,
+               .chunk = 0,
+               .V = 0,
+               .kind = 0,
+               .accum = TG_ACCUMULATE};
+    outspec bo[3] = {{.name = "dX", .rows = n, .cols = C, .init = dx0, .redux = 0, .tol = TOL},
+                     {.name = "dw", .rows = 1, .cols = C, .init = dw0, .redux = 0, .tol = TOL},
+                     {.name = "db", .rows = 1, .cols = C, .init = db0, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "layernorm_bwd %dx%d", n, C);
     run_pair(what, ln_bwd, &cb, 3, bo, NULL, NULL);
     free(x); free(w); free(b); free(dy); free(y); free(mean); free(rstd);
@@ -313,7 +326,7 @@ static void layernorm_case(tg_rng *rng, tg_dtype t) {
   /* statistics once, from the (exactly representable) f32 input */
   CHECK(tg_layernorm_fwd_insert(X32.handle, Wt.handle, Bt.handle, Y32.handle, mean.handle,
                                 rstd.handle, NULL) == 0, "ln fwd: %s", tg_last_error());
-  tg_task_opts o = {0, -1, NULL, t};
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
   CHECK(tg_layernorm_bwd_insert(DY.handle, X.handle, Wt.handle, mean.handle, rstd.handle,
                                 DX.handle, dw.handle, db.handle, TG_ACCUMULATE, &o) == 0,
         "ln bwd 16-bit: %s", tg_last_error());
@@ -337,7 +350,7 @@ static void layernorm_case(tg_rng *rng, tg_dtype t) {
 }
 
 static void layernorm_lowp_body(void) {
-  tg_rng rng = {2024};
+  tg_rng rng = {.s = 2024};
   for (int k = 0; k < 2; k++) layernorm_case(&rng, LOWP[k]);
 }
 

@@ -93,7 +93,7 @@ static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
 }
 
 static void linear_ref(void) {
-  tg_rng rng = {12345};
+  tg_rng rng = {.s = 12345};
   static const int sizes[] = {1, 7, 33, 257};
   for (int act = 0; act < 3; act++)
     for (int a = 0; a < 4; a++)
@@ -184,12 +184,22 @@ static void pair_linear(void) {
       new_tensor(&ZP, rows, in, zp);
       double tol = in > 100 || out > 100 ? TOL_LARGE_K : TOL;
       char what[128];
-      hctx fctx = {{X.handle, W.handle, B.handle}, TG_OVERWRITE, act, 0, 0};
-      outspec fo[2] = {{"Z", rows, out, NULL, 0, tol}, {"H", rows, out, NULL, 0, tol}};
+      hctx fctx = {.h = {X.handle, W.handle, B.handle},
+                   .accum = TG_OVERWRITE,
+                   .act = act,
+                   .f = 0,
+                   .ld_test = 0};
+      outspec fo[2] = {
+          {.name = "Z", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol},
+          {.name = "H", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol}};
       snprintf(what, sizeof what, "linear_fwd act=%d %dx%d->%d", act, rows, in, out);
       run_pair(what, linear_fwd_submit, &fctx, act == TG_ACT_NONE ? 1 : 2, fo, NULL, NULL);
-      hctx bctx = {{DZ.handle, W.handle, ZP.handle}, TG_OVERWRITE, act, 0, 0};
-      outspec bo = {"dX", rows, in, NULL, 0, tol};
+      hctx bctx = {.h = {DZ.handle, W.handle, ZP.handle},
+                   .accum = TG_OVERWRITE,
+                   .act = act,
+                   .f = 0,
+                   .ld_test = 0};
+      outspec bo = {.name = "dX", .rows = rows, .cols = in, .init = NULL, .redux = 0, .tol = tol};
       snprintf(what, sizeof what, "linear_bwd_data act=%d %dx%d<-%d", act, rows, in, out);
       run_pair(what, linear_bwd_submit, &bctx, 1, &bo, NULL, NULL);
       free(x); free(w); free(b); free(dz); free(zp);
@@ -219,10 +229,12 @@ static void pair_adapter(void) {
     new_low(&X, t, rows, in, x);
     new_low(&W, t, outf, in, w);
     new_tensor(&B, 1, outf, b);
-    adapt_ctx c = {t, X.handle, W.handle, B.handle};
+    adapt_ctx c = {.t = t, .X = X.handle, .W = W.handle, .b = B.handle};
     /* one rounding of an f32 result on each side: at most half an ulp apart
      * after a sum that lands on either side of a rounding boundary */
-    out16 o2[2] = {{"Z", rows, outf, t, NULL, half_ulp(t)}, {"H", rows, outf, t, NULL, half_ulp(t)}};
+    out16 o2[2] = {
+        {.name = "Z", .rows = rows, .cols = outf, .dt = t, .init = NULL, .tol = half_ulp(t)},
+        {.name = "H", .rows = rows, .cols = outf, .dt = t, .init = NULL, .tol = half_ulp(t)}};
     char what[64];
     snprintf(what, sizeof what, "adapted linear fwd + GELU, %s buffers", tg_dtype_name(t));
     run_pair16(what, linear16_submit, &c, 2, o2);
@@ -241,7 +253,7 @@ static void linear_pair(void) {
 }
 
 static void linear_cpu(void) {
-  tg_rng rng = {12345};
+  tg_rng rng = {.s = 12345};
   check_codelets(&rng);
   linear_pair();
 }
@@ -305,7 +317,7 @@ static void linear_case(tg_rng *rng, tg_dtype t) {
   new_f32(&W32, out, in, w);
   new_f32(&Z32, rows, out, NULL);
   new_f32(&H32, rows, out, NULL);
-  tg_task_opts o = {0, -1, NULL, t};
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
   CHECK(tg_linear_fwd_insert(X.handle, Wt.handle, B32.handle, TG_ACT_GELU, Z.handle, H.handle,
                              &o) == 0, "linear 16-bit: %s", tg_last_error());
   CHECK(tg_linear_fwd_insert(X32.handle, W32.handle, B32.handle, TG_ACT_GELU, Z32.handle,
@@ -339,7 +351,7 @@ static void linear_case(tg_rng *rng, tg_dtype t) {
 }
 
 static void linear_lowp_body(void) {
-  tg_rng rng = {2024};
+  tg_rng rng = {.s = 2024};
   for (int k = 0; k < 2; k++) linear_case(&rng, LOWP[k]);
 }
 

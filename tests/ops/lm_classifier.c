@@ -151,7 +151,8 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   }
 
   if (fd) {
-    cls_ctx ctx = {n, C, V, lnfd, wted, tg, scale, 0};
+    cls_ctx ctx = {
+        .n = n, .C = C, .V = V, .lnf = lnfd, .wte = wted, .tg = tg, .scale = scale, .wrt_wte = 0};
     double *g = tg_fd_grad(cls_loss, &ctx, lnfd, (size_t)n * C, FD_H);
     char w2[200];
     snprintf(w2, sizeof w2, "classifier dlnf vs FD %s", what);
@@ -270,7 +271,7 @@ static void ref_classifier(tg_rng *rng) {
 }
 
 static void lm_classifier_ref(void) {
-  tg_rng rng = {0x2545F4914F6CDD1DULL};
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   ref_classifier(&rng);
 }
 
@@ -293,9 +294,17 @@ static void pair_classifier(void) {
   new_tensor(&Wt, Vp, C, wte);
   tokens_tensor(&tok, n, V);
   for (int chunk = 7; chunk <= 64; chunk *= 9) {
-    gctx c = {{L.handle, Wt.handle, tok.handle}, 0, 0, chunk, V, 0, TG_ACCUMULATE};
-    outspec o[3] = {{"loss", 1, 1, loss0, 0, TOL}, {"dlnf", n, C, NULL, 0, TOL_LARGE_K},
-                    {"dwte", Vp, C, dwte0, 0, TOL}};
+    gctx c = {.h = {L.handle, Wt.handle, tok.handle},
+              .T = 0,
+              .NH = 0,
+              .chunk = chunk,
+              .V = V,
+              .kind = 0,
+              .accum = TG_ACCUMULATE};
+    outspec o[3] = {
+        {.name = "loss", .rows = 1, .cols = 1, .init = loss0, .redux = 0, .tol = TOL},
+        {.name = "dlnf", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL_LARGE_K},
+        {.name = "dwte", .rows = Vp, .cols = C, .init = dwte0, .redux = 0, .tol = TOL}};
     char what[64];
     snprintf(what, sizeof what, "lm_classifier chunk=%d", chunk);
     run_pair(what, classifier, &c, 3, o, NULL, NULL);

@@ -113,7 +113,7 @@ static void ref_adamw(tg_rng *rng) {
 }
 
 static void optimizer_ref(void) {
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_sgd(&rng);
   ref_adamw(&rng);
 }
@@ -152,14 +152,15 @@ static void pair_optimizers(void) {
     for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
     tg_tensor G;
     new_tensor(&G, rows, cols, g);
-    opt_ctx sgd = {G.handle, 0}, adam = {G.handle, 1};
-    outspec os[2] = {{"w", rows, cols, w, 0, TOL},
-                     {"vel", rows, cols, m, 0, TOL}};
+    opt_ctx sgd = {.grad = G.handle, .adam = 0}, adam = {G.handle, 1};
+    outspec os[2] = {
+        {.name = "w", .rows = rows, .cols = cols, .init = w, .redux = 0, .tol = TOL},
+        {.name = "vel", .rows = rows, .cols = cols, .init = m, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "sgd %dx%d", rows, cols);
     run_pair(what, opt_submit, &sgd, 2, os, NULL, NULL);
-    outspec oa[3] = {{"w", rows, cols, w, 0, TOL},
-                     {"m", rows, cols, m, 0, TOL},
-                     {"v", rows, cols, v, 0, TOL}};
+    outspec oa[3] = {{.name = "w", .rows = rows, .cols = cols, .init = w, .redux = 0, .tol = TOL},
+                     {.name = "m", .rows = rows, .cols = cols, .init = m, .redux = 0, .tol = TOL},
+                     {.name = "v", .rows = rows, .cols = cols, .init = v, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "adamw %dx%d", rows, cols);
     run_pair(what, opt_submit, &adam, 3, oa, NULL, NULL);
     free(w);

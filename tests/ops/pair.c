@@ -7,7 +7,7 @@
 #include "pair.h"
 
 int g_cpu_worker = -1, g_cuda_worker = -1;
-tg_rng g_pair_rng = {0x9E3779B97F4A7C15ULL};
+tg_rng g_pair_rng = {.s = 0x9E3779B97F4A7C15ULL};
 const int g_shapes[NSHAPES][2] = {{1, 1}, {7, 33}, {257, 7}, {33, 257}};
 static const char *const g_task_name = "cuda_pair";
 static ops_backend g_pair_backend;

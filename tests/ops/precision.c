@@ -31,7 +31,7 @@ static void ref_nonfinite(void) {
   for (int s = 0; s < 4; s++) {
     int n = sizes[s];
     float *g = tg_test_malloc(sizeof(float) * n);
-    tg_rng rng = {77 + (uint64_t)n};
+    tg_rng rng = {.s = 77 + (uint64_t)n};
     tg_rng_fill(&rng, g, (size_t)n, 1e30f);
     g[0] = FLT_MAX;
     g[n / 2] = -FLT_MAX;
@@ -59,7 +59,7 @@ static void ref_adamw_amp(void) {
   enum { N = 2500 }; /* two full chunks and a remainder */
   static float w0[N], g[N], m0[N], v0[N], w[N], m[N], v[N], wr[N], mr[N], vr[N];
   static uint16_t low[N], lowref[N];
-  tg_rng rng = {4242};
+  tg_rng rng = {.s = 4242};
   tg_rng_fill(&rng, w0, N, 1.0f);
   tg_rng_fill(&rng, g, N, 1024.0f); /* scaled by a loss scale of 1024 */
   tg_rng_fill(&rng, m0, N, 0.1f);
@@ -117,7 +117,7 @@ static float *convert_input(size_t n) {
                                   5.9604645e-8f /* 2^-24 */, 2.9802322e-8f /* 2^-25 */,
                                   1.00390625f, 1.00048828125f};
   float *x = tg_test_malloc(sizeof(float) * n);
-  tg_rng rng = {31337};
+  tg_rng rng = {.s = 31337};
   tg_rng_fill(&rng, x, n, 1000.0f);
   memcpy(x, special, sizeof special);
   return x;
@@ -215,12 +215,13 @@ static void pair_convert(void) {
     new_tensor(&X, rows, cols, x);
     new_low(&H, t, rows, cols, x);
     char what[64];
-    conv_ctx c = {t, X.handle};
-    out16 o = {"Y", rows, cols, t, NULL, PAIR_EXACT};
+    conv_ctx c = {.t = t, .src = X.handle};
+    out16 o = {.name = "Y", .rows = rows, .cols = cols, .dt = t, .init = NULL, .tol = PAIR_EXACT};
     snprintf(what, sizeof what, "convert f32 -> %s", tg_dtype_name(t));
     run_pair16(what, conv_submit, &c, 1, &o);
     c.src = H.handle;
-    outspec back = {"Y", rows, cols, NULL, 0, PAIR_EXACT};
+    outspec back = {
+        .name = "Y", .rows = rows, .cols = cols, .init = NULL, .redux = 0, .tol = PAIR_EXACT};
     snprintf(what, sizeof what, "convert %s -> f32", tg_dtype_name(t));
     run_pair(what, conv_submit, &c, 1, &back, NULL, NULL);
     tg_tensor_free(&X);
@@ -281,7 +282,7 @@ static void pair_nonfinite(void) {
   };
   for (int i = 0; i < 4; i++) {
     float *flag = NULL;
-    outspec o = {"flag", 1, 1, NULL, 0, PAIR_EXACT};
+    outspec o = {.name = "flag", .rows = 1, .cols = 1, .init = NULL, .redux = 0, .tol = PAIR_EXACT};
     run_pair(cases[i].what, nonfinite_submit, &cases[i].c, 1, &o, &flag, NULL);
     CHECK(flag && *flag == (i ? 1.0f : 0.0f), "%s: CPU flag %g", cases[i].what,
           flag ? *flag : -1.0f);
@@ -312,10 +313,25 @@ static void pair_adamw_amp(void) {
       float one = (float)set;
       new_tensor(&F, 1, 1, &one);
       char what[64];
-      amp_ctx c = {t, 0, {G.handle, F.handle}};
-      outspec o3[3] = {{"w", rows, cols, w, 0, set ? PAIR_EXACT : TOL},
-                       {"m", rows, cols, m, 0, set ? PAIR_EXACT : TOL},
-                       {"v", rows, cols, v, 0, set ? PAIR_EXACT : TOL}};
+      amp_ctx c = {.t = t, .nh = 0, .h = {G.handle, F.handle}};
+      outspec o3[3] = {{.name = "w",
+                        .rows = rows,
+                        .cols = cols,
+                        .init = w,
+                        .redux = 0,
+                        .tol = set ? PAIR_EXACT : TOL},
+                       {.name = "m",
+                        .rows = rows,
+                        .cols = cols,
+                        .init = m,
+                        .redux = 0,
+                        .tol = set ? PAIR_EXACT : TOL},
+                       {.name = "v",
+                        .rows = rows,
+                        .cols = cols,
+                        .init = v,
+                        .redux = 0,
+                        .tol = set ? PAIR_EXACT : TOL}};
       float *cw = NULL, *gw = NULL;
       snprintf(what, sizeof what, "adamw_amp %s flag=%d", tg_dtype_name(t), set);
       run_pair(what, amp_submit, &c, 3, o3, &cw, &gw);
@@ -324,10 +340,30 @@ static void pair_adamw_amp(void) {
               "%s: w changed", what);
       free(cw); free(gw);
       c.nh = 1; /* with the 16-bit copy */
-      out16 o4[4] = {{"w", rows, cols, TG_F32, w, set ? PAIR_EXACT : TOL},
-                     {"m", rows, cols, TG_F32, m, set ? PAIR_EXACT : TOL},
-                     {"v", rows, cols, TG_F32, v, set ? PAIR_EXACT : TOL},
-                     {"w_low", rows, cols, t, NULL, set ? PAIR_EXACT : half_ulp(t)}};
+      out16 o4[4] = {{.name = "w",
+                      .rows = rows,
+                      .cols = cols,
+                      .dt = TG_F32,
+                      .init = w,
+                      .tol = set ? PAIR_EXACT : TOL},
+                     {.name = "m",
+                      .rows = rows,
+                      .cols = cols,
+                      .dt = TG_F32,
+                      .init = m,
+                      .tol = set ? PAIR_EXACT : TOL},
+                     {.name = "v",
+                      .rows = rows,
+                      .cols = cols,
+                      .dt = TG_F32,
+                      .init = v,
+                      .tol = set ? PAIR_EXACT : TOL},
+                     {.name = "w_low",
+                      .rows = rows,
+                      .cols = cols,
+                      .dt = t,
+                      .init = NULL,
+                      .tol = set ? PAIR_EXACT : half_ulp(t)}};
       snprintf(what, sizeof what, "adamw_amp %s flag=%d with w_low", tg_dtype_name(t), set);
       run_pair16(what, amp_submit, &c, 4, o4);
       tg_tensor_free(&F);

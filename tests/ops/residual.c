@@ -46,7 +46,7 @@ static void ref_residual(tg_rng *rng) {
 }
 
 static void residual_ref(void) {
-  tg_rng rng = {0x2545F4914F6CDD1DULL};
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   ref_residual(&rng);
 }
 
@@ -63,8 +63,14 @@ static void pair_residual(void) {
   tg_tensor A, B;
   new_tensor(&A, n, C, a);
   new_tensor(&B, n, C, b);
-  gctx c = {{A.handle, B.handle}, 0, 0, 0, 0, 0, TG_OVERWRITE};
-  outspec o = {"Y", n, C, NULL, 0, TOL};
+  gctx c = {.h = {A.handle, B.handle},
+            .T = 0,
+            .NH = 0,
+            .chunk = 0,
+            .V = 0,
+            .kind = 0,
+            .accum = TG_OVERWRITE};
+  outspec o = {.name = "Y", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL};
   run_pair("residual", residual, &c, 1, &o, NULL, NULL);
   free(a); free(b);
   tg_tensor_free(&A); tg_tensor_free(&B);
