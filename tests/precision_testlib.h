@@ -1,6 +1,6 @@
 /*
  * Helpers shared by the mixed-precision tests (test_precision_*.c,
- * test_cuda_precision.c): 16-bit tensors filled from f32 data, reading any
+ * tests/ops): 16-bit tensors filled from f32 data, reading any
  * tensor back as f32, and running a test body once per CPU worker count in
  * a child process (a fresh StarPU each time).  All static inline, so a test
  * that uses only some of them compiles without warnings.
@@ -63,6 +63,30 @@ static inline float *read_as_f32(const tg_tensor *t, tg_dtype dt) {
   return f;
 }
 
+/* (rows, cols) uniform values in [-scale, scale), rounded to the type */
+static inline float *rounded_rand(tg_rng *rng, tg_dtype t, int rows, int cols, float scale) {
+  float *a = tg_rand_mat(rng, rows, cols, cols, scale, 0.0f);
+  for (size_t i = 0; i < (size_t)rows * cols; i++) a[i] = round16(t, a[i]);
+  return a;
+}
+
+/* adapted (16-bit) result == round16(f32 result), bit for bit */
+static inline void expect_rounded(tg_dtype t, const tg_tensor *low, const tg_tensor *f32,
+                                  const char *what) {
+  float *a = read_as_f32(low, t), *b = read_as_f32(f32, TG_F32);
+  size_t n = tg_tensor_numel(low), bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != round16(t, b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
+      if (!bad) first = i;
+      bad++;
+    }
+  CHECK(bad == 0, "%s %s: %zu of %zu values differ (first [%zu]: %g vs round(%g) = %g)",
+        tg_dtype_name(t), what, bad, n, first, a[first], b[first], round16(t, b[first]));
+  printf("ok   %s %s: %zu values equal the rounded f32 results\n", tg_dtype_name(t), what, n);
+  free(a);
+  free(b);
+}
+
 /* An insert that must be refused: -EINVAL and a message naming `op`. */
 #define CHECK_REFUSED(call, op, why)                                              \
   do {                                                                            \
@@ -83,19 +107,11 @@ static inline int precision_run_configs(int argc, char **argv, const char *name,
     tg_shutdown();
     return tg_test_finish(name);
   }
-  static const char *const drop[] = {"STARPU_NCPU=", "STARPU_NCPUS=", "STARPU_NCUDA=", NULL};
-  static char out[1 << 16];
   for (int ncpu = 1; ncpu <= 2; ncpu++) {
-    char var[32], label[64];
-    snprintf(var, sizeof var, "STARPU_NCPU=%d", ncpu);
-    const char *const add[] = {var, "STARPU_NCUDA=0", NULL};
+    char label[64];
     snprintf(label, sizeof label, "%s, %d CPU worker(s)", name, ncpu);
-    int ok = tg_test_run_self(NULL, drop, add, out, sizeof out, label) == 0;
-    printf("---- %s ----\n%s", label, out);
+    int ok, workers = tg_test_run_self_ncpu(NULL, ncpu, label, &ok);
     CHECK(ok, "%s: the child failed (see above)", label);
-    int workers = -1;
-    const char *w = strstr(out, "workers=");
-    if (w) sscanf(w, "workers=%d", &workers);
     CHECK(workers == ncpu, "%s: the child ran with %d CPU workers", label, workers);
   }
   return tg_test_finish(name);

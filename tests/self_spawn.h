@@ -93,4 +93,22 @@ static int tg_test_run_self(const char *arg, const char *const *drop,
   return 0;
 }
 
+/* Runs "/proc/self/exe child [arg]" with STARPU_NCPU=ncpu and no CUDA
+ * worker, and prints its output under a "---- label ----" line.  Returns
+ * the worker count the child printed ("workers=N"), or -1; *ok is 1 when
+ * the child exited with status 0. */
+static inline int tg_test_run_self_ncpu(const char *arg, int ncpu, const char *label, int *ok) {
+  static const char *const drop[] = {"STARPU_NCPU=", "STARPU_NCPUS=", "STARPU_NCUDA=", NULL};
+  static char out[1 << 16];
+  char var[32];
+  snprintf(var, sizeof var, "STARPU_NCPU=%d", ncpu);
+  const char *const add[] = {var, "STARPU_NCUDA=0", NULL};
+  *ok = tg_test_run_self(arg, drop, add, out, sizeof out, label) == 0;
+  printf("---- %s ----\n%s", label, out);
+  int workers = -1;
+  const char *w = strstr(out, "workers=");
+  if (w) sscanf(w, "workers=%d", &workers);
+  return workers;
+}
+
 #endif

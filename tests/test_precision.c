@@ -1,6 +1,6 @@
 /*
  * test_precision: the bf16 / fp16 conversions of precision.h (layer 1), no
- * StarPU (test_precision_codelets.c runs the codelets under StarPU).
+ * StarPU (the op table, tests/ops/precision.c, runs the codelets under StarPU).
  *
  *  - widening: all 65536 bit patterns of each 16-bit type against an
  *    independent float64 decoding (sign, exponent, mantissa by the
@@ -15,7 +15,7 @@
  *    only in the low bits must not become Inf), fp16 overflow (65519 ->
  *    65504, 65520 -> Inf), fp16 and bf16 subnormals in both directions;
  *  - the 2-D array kernels agree with the scalar conversions.
- * The other kernels are in test_precision_kernels.c.
+ * The other kernels are in the op table (tests/ops/precision.c, gemm_lowp.c).
  */
 #include <float.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * cuda_emu: the cuBLAS calls of kernels/cuda on OpenBLAS (test_cuda_emulated
+ * cuda_emu: the cuBLAS calls of kernels/cuda on OpenBLAS (test_ops_emu
  * only), in C++ for the stand-in 16-bit conversions of cuda_bf16.h and
  * cuda_fp16.h.  See include/cublas_v2.h for the mapping; in short, the same
  * column-major call on cblas_sgemm after cuBLAS's own argument checks, and

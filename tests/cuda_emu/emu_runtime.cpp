@@ -1,6 +1,6 @@
 /*
  * cuda_emu runtime: runs emulated CUDA launches on CPU threads, and the few
- * host runtime calls the launchers make (test_cuda_emulated only).
+ * host runtime calls the launchers make (test_ops_emu only).
  *
  * Design note
  * -----------

@@ -1,9 +1,10 @@
 /*
- * test_cuda_emulated's shared pieces: the tolerances (chosen and explained
- * in tests/test_cuda_emulated.c), the comparison and buffer helpers defined
- * there, and the case files' entry points (cuda_emu/cases_*.c).  Every case
- * compares a launcher run through the emulator with its CPU kernel and adds
- * to that launcher's line of the table (record / compare).
+ * The cuda-emu backend's shared pieces: the tolerances (chosen and explained
+ * in tests/ops/emu.c), the comparison and buffer helpers defined there, for
+ * the cuda-emu sections of the op families (tests/ops/<family>.c).  Every
+ * case compares a launcher run through the emulator with its CPU kernel and
+ * adds to that launcher's line of the table (record / compare) and to its
+ * row's line of the op table.
  */
 #ifndef TG_CUDA_EMU_TEST_H
 #define TG_CUDA_EMU_TEST_H
@@ -15,7 +16,7 @@
 #include "taskgrad/kernels_cuda.h"
 #include "taskgrad/kernels_cuda_precision.h"
 #include "taskgrad/precision.h"
-#include "testutil.h"
+#include "ops/ops_harness.h"
 
 #define EXACT 0.0
 #define kTolEw 1e-6
@@ -41,17 +42,13 @@ float *input(int rows, int cols, int ld, float scale);
 /* (rows, ld) output twice (emulator, CPU): random or NaN, padding kSentinel */
 void outputs(float *out[2], int rows, int cols, int ld, int random);
 void free2(float *p[2]);
-
-/* cuda_emu/cases_gpt.c */
-void test_embedding(void);
-void test_layernorm(void);
-void test_attention(void);
-void test_classifier(void);
-void emu_cases_gpt_counts(int *checks, int *failures);
-/* cuda_emu/cases_lowp.c */
-void test_conversions(void);
-void test_gemm_lowp(void);
-void test_nonfinite_amp(void);
-void emu_cases_lowp_counts(int *checks, int *failures);
+/* n tokens in [0, V) */
+int32_t *tokens(int n, int V);
+/* the 16-bit types, and their comparison (equal bits, or NaN on both sides) */
+extern const tg_dtype g_lowp[2];
+void compare16(const char *launcher, const char *what, tg_dtype t, const uint16_t *emu,
+               const uint16_t *cpu, size_t n);
+/* 16-bit values widened, for the GEMM with a 16-bit C */
+float *widen16(tg_dtype t, const uint16_t *h, size_t n);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * cuda_emu self-test kernels: each breaks one rule of CUDA on purpose, so
- * that test_cuda_emulated can check that the emulator reports it (naming
+ * that test_ops_emu can check that the emulator reports it (naming
  * the kernel) instead of hanging or passing silently.  Compiled like the
  * real kernels (rewrite.cmake, stand-in headers); never part of taskgrad.
  */

@@ -1,5 +1,5 @@
 /*
- * cuda_emu: stand-in for <cublas_v2.h> (test_cuda_emulated only): the calls
+ * cuda_emu: stand-in for <cublas_v2.h> (test_ops_emu only): the calls
  * kernels/cuda makes, mapped onto OpenBLAS by emu_cublas.c.
  *
  * Design note

@@ -1,5 +1,5 @@
 /*
- * cuda_emu: stand-in for <cuda_bf16.h> (test_cuda_emulated only): the
+ * cuda_emu: stand-in for <cuda_bf16.h> (test_ops_emu only): the
  * bfloat16 storage type and the conversions the kernels use.
  *
  * Written from the IEEE / bfloat16 definitions, not from taskgrad's CPU

@@ -1,5 +1,5 @@
 /*
- * cuda_emu: the CUDA device dialect for C++ on the CPU (test_cuda_emulated
+ * cuda_emu: the CUDA device dialect for C++ on the CPU (test_ops_emu
  * only; included by the stand-in cuda_runtime.h in C++).
  *
  * Design note

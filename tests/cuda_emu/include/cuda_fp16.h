@@ -1,5 +1,5 @@
 /*
- * cuda_emu: stand-in for <cuda_fp16.h> (test_cuda_emulated only): the
+ * cuda_emu: stand-in for <cuda_fp16.h> (test_ops_emu only): the
  * binary16 storage type and the conversions the kernels use, done by the
  * compiler's _Float16 (IEEE round to nearest even, subnormals and overflow
  * to Inf included), independently of taskgrad's CPU conversions.  A NaN

@@ -1,5 +1,5 @@
 /*
- * cuda_emu: stand-in for the CUDA runtime header, for test_cuda_emulated only.
+ * cuda_emu: stand-in for the CUDA runtime header, for test_ops_emu only.
  *
  * Design note
  * -----------

@@ -1,52 +1,15 @@
 /*
- * Causal self-attention kernels (kernels/cpu/attention.c).
- *
- *  1. naive forward against a float64 reference written here (out and the
- *     probabilities att, whose upper triangle must be exact zeros), for
- *     b in {1, 2}, T in {1, 5, 17}, (C, NH) in {(8, 2), (12, 3), (64, 4)};
- *     norm-relative error <= 1e-5.  Naive backward against central finite
- *     differences (double, h = 1e-4) of L = sum(G .* out) over every element
- *     of qkv, norm-relative error <= 1e-4; dqkv starts as NaN, so every
- *     element of the (n, 3C) block must be written.
- *  2. chunked against naive, b = 2, C = 64, NH = 4 (hs 16), T in {1, 17, 64,
- *     100, 256}, chunk in {16, 64} (partial last chunks, chunk > T), plus
- *     padded leading dimensions, sharp score distributions (scores far
- *     apart, so that the running max moves and exp's clamp is reached), and
- *     odd head sizes and chunk (hs 12 and 4, chunk 7): out
- *     and the dq, dk, dv stripes of dqkv against the naive kernels given the
- *     same dout, lse against log-sum-exp of the float64 scores; all <= 1e-5.
- *     Outputs start as NaN, the scratch as NaN with a guard after it,
- *     padding of outputs is a sentinel that must survive bit for bit.
- *  3. tg_attention_chunked_scratch_floats is linear in T: s(2T) <= 2 s(T) +
- *     64 for T = 256, 1024, 4096 (chunk 64), and s(4096) << 4096^2.
- *  4. causality, bit for bit, of the chunked kernels: changing qkv at
- *     position t2 leaves out, lse (t < t2) and dq (t < t2) unchanged;
- *     changing dout at t2 leaves dq (t != t2) and dk, dv (t > t2)
- *     unchanged.  Skipping: NaN in k and v of the key chunks to the right of
- *     a query chunk must not reach it (a kernel that computes the skipped
- *     chunks and masks them afterwards multiplies 0 by NaN).
- *
- * Inputs q, k are scaled so that scores spread over a few units (softmax far
- * from uniform).  No StarPU here.
+ * The ref case of the attention row (tests/ops/attention.c): the CPU
+ * attention kernels against float64 and finite differences, the chunked
+ * kernels against the naive ones, the scratch size and causality (the
+ * design note of attention.c lists them).  A file of its own for its size.
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "ref_util.h"
 
-#include "taskgrad/kernels_cpu.h"
-#include "testutil.h"
-
-#define TOL_FWD 1e-5
-#define TOL_FD 1e-4
 #define TOL_CHUNK 1e-5
-#define FD_H 1e-4
 #define GUARD 64 /* floats after the scratch that must stay untouched */
 
-static const float OUT_PAD = -12345.5f; /* sentinel in output padding */
-
-/* ---- helpers ------------------------------------------------------------- */
+/* ---- ref --------------------------------------------------------------------- */
 
 /* qkv (n, ld): q and k in [-qk, qk), v in [-1, 1), NaN padding */
 static float *rand_qkv(tg_rng *rng, int n, int C, int ld, float qk) {
@@ -74,14 +37,6 @@ static double block_err(const float *got, int ldg, const float *ref, int ldr,
   free(g);
   free(r);
   return e;
-}
-
-/* the padding floats of every row still equal `pad`, bit for bit */
-static int pad_intact(const float *m, int rows, int cols, int ld, float pad) {
-  for (int r = 0; r < rows; r++)
-    for (int c = cols; c < ld; c++)
-      if (memcmp(&m[(size_t)r * ld + c], &pad, sizeof pad) != 0) return 0;
-  return 1;
 }
 
 /* rows [r0, r1) of columns [0, cols) are bitwise equal in a and b */
@@ -123,8 +78,6 @@ static int guard_intact(const float *s, size_t floats) {
   return 1;
 }
 
-/* ---- float64 reference --------------------------------------------------- */
-
 /* Causal attention in double on a compact qkv (n, 3C).  Writes out (n, C);
  * att (b, NH, T, T) and lse (n, NH) when not NULL. */
 static void ref_attention(int b, int T, int C, int NH, const double *qkv,
@@ -164,9 +117,7 @@ static void ref_attention(int b, int T, int C, int NH, const double *qkv,
   free(p);
 }
 
-/* ---- 1. naive forward and backward --------------------------------------- */
-
-static void test_naive_fwd(tg_rng *rng) {
+static void ref_naive_fwd(tg_rng *rng) {
   static const int BS[] = {1, 2}, TS[] = {1, 5, 17};
   static const int CH[][2] = {{8, 2}, {12, 3}, {64, 4}};
   double worst_o = 0, worst_a = 0;
@@ -224,7 +175,7 @@ static double fd_loss(const double *qkv, const fd_ctx *cx) {
   return L;
 }
 
-static void test_naive_bwd(tg_rng *rng) {
+static void ref_naive_bwd(tg_rng *rng) {
   static const int CASES[][4] = {/* b, T, C, NH */
                                  {1, 5, 8, 2},
                                  {2, 4, 12, 3},
@@ -246,7 +197,7 @@ static void test_naive_bwd(tg_rng *rng) {
 
     double *x = tg_compact_f64(qkv, n, 3 * C, ldqkv);
     double *G = tg_compact_f64(dout, n, C, lddo);
-    fd_ctx cx = {b, T, C, NH, G};
+    fd_ctx cx = {.b = b, .T = T, .C = C, .NH = NH, .G = G};
     size_t nx = (size_t)n * 3 * C;
     double *g = tg_test_malloc(sizeof(double) * nx);
     for (size_t i = 0; i < nx; i++) {
@@ -271,8 +222,6 @@ static void test_naive_bwd(tg_rng *rng) {
   }
   printf("naive bwd: worst rel err vs finite differences %.2e\n", worst);
 }
-
-/* ---- 2. chunked against naive -------------------------------------------- */
 
 typedef struct {
   int T, chunk;
@@ -341,7 +290,7 @@ static void run_chunk_case(tg_rng *rng, chunk_case cc, double worst[5]) {
   free(scr), free(out_c), free(lse), free(dq_c), free(x), free(ro), free(rl);
 }
 
-static void test_chunked(tg_rng *rng) {
+static void ref_chunked(tg_rng *rng) {
   static const int TS[] = {1, 17, 64, 100, 256}, CS[] = {16, 64};
   double worst[5] = {0};
   for (int it = 0; it < 5; it++)
@@ -361,9 +310,7 @@ static void test_chunked(tg_rng *rng) {
          "dv %.2e\n", worst[0], worst[1], worst[2], worst[3], worst[4]);
 }
 
-/* ---- 3. scratch linear in T ---------------------------------------------- */
-
-static void test_scratch_size(void) {
+static void ref_scratch_size(void) {
   const int C = 256, NH = 4, chunk = 64;
   for (int T = 256; T <= 4096; T *= 4) {
     size_t s1 = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
@@ -377,8 +324,6 @@ static void test_scratch_size(void) {
   CHECK(s > 0, "scratch(4096) = 0");
   printf("scratch floats (C 256, NH 4, chunk 64): T=4096 -> %zu\n", s);
 }
-
-/* ---- 4. causality and skipping ------------------------------------------- */
 
 typedef struct {
   float *out, *lse, *dqkv;
@@ -406,7 +351,7 @@ static chunk_run run_chunked(int b, int T, int C, int NH, int chunk,
 }
 static void free_run(chunk_run r) { free(r.out), free(r.lse), free(r.dqkv); }
 
-static void test_causality(tg_rng *rng) {
+static void ref_causality(tg_rng *rng) {
   const int b = 2, T = 100, C = 64, NH = 4, chunk = 16, n = b * T;
   float *qkv = rand_qkv(rng, n, C, 3 * C, 2.0f);
   float *dout = tg_rand_mat(rng, n, C, C, 1.0f, 0);
@@ -469,12 +414,11 @@ static void test_causality(tg_rng *rng) {
   free(qkv), free(dout);
 }
 
-int main(void) {
-  tg_rng rng = {0x5eed0a77e7710ULL};
-  test_naive_fwd(&rng);
-  test_naive_bwd(&rng);
-  test_chunked(&rng);
-  test_scratch_size();
-  test_causality(&rng);
-  return tg_test_finish("test_attention");
+void attention_ref(void) {
+  tg_rng rng = {.s = 0x5eed0a77e7710ULL};
+  ref_naive_fwd(&rng);
+  ref_naive_bwd(&rng);
+  ref_chunked(&rng);
+  ref_scratch_size();
+  ref_causality(&rng);
 }

@@ -1,5 +1,6 @@
 /*
- * test_emulated_offsets: the OpenCL adapter on sub-matrices that live inside
+ * Op family opencl_adapter (codelets/opencl_adapter.c), device backend only
+ * (was test_emulated_offsets): the OpenCL adapter on sub-matrices that live inside
  * their parent's device buffer (a cl_mem plus a byte offset, the parent's
  * leading dimension).
  *
@@ -11,10 +12,10 @@
  * non-zero (else it would not test what it says), and that every element
  * got exactly its block's factor: an adapter that ignored the offset or the
  * leading dimension would scale the wrong elements.  The tg_scale kernel is
- * exact for powers of two.  SKIP (77) without PoCL.
+ * exact for powers of two.  The other backends have no OpenCL adapter;
+ * every other row's device case runs through it too.
  */
-#define TG_PAIR_OPENCL 1
-#include "cuda_pair.h" /* cuda_pair_start: a CPU worker and an emulated device */
+#include "pair.h"
 
 #define ROWS 7
 #define COLS 33
@@ -66,15 +67,22 @@ static void check_split(int ocl, unsigned node, int by_rows) {
   tg_tensor_free(&t);
 }
 
-int main(void) {
-  int rc = cuda_pair_start();
-  if (rc) return rc;
-  /* the pair harness's case helpers are not used here */
-  (void)rnd, (void)new_labels, (void)run_pair, (void)g_task_name;
+static void opencl_adapter_device(void) {
   int ocl = g_cuda_worker;
   unsigned node = starpu_worker_get_memory_node((unsigned)ocl);
   check_split(ocl, node, 0);
   check_split(ocl, node, 1);
-  tg_shutdown();
-  return tg_test_finish("test_emulated_offsets");
 }
+
+static const ops_row rows[] = {
+    {.name = "opencl_adapter",
+     .covers = "",
+     .run = {[OPS_DEVICE] = opencl_adapter_device},
+     .why_not = {[OPS_REF] = "no OpenCL adapter without an emulated device",
+                 [OPS_CPU] = "no OpenCL adapter without an emulated device",
+                 [OPS_CUDA] = "no OpenCL adapter without an emulated device",
+                 [OPS_CUDA_EMU] = "no OpenCL adapter without an emulated device",
+                 [OPS_LOWP] = "no OpenCL adapter without an emulated device"}},
+};
+
+OPS_FAMILY(opencl_adapter, rows);

@@ -1,0 +1,243 @@
+/*
+ * Op family attention (codelets/attention.c): causal self-attention,
+ * naive and chunked, forward and backward.
+ *
+ * ref (was test_attention.c; in attention_ref.c), on the kernels of
+ * kernels/cpu/attention.c:
+ *
+ *  1. naive forward against a float64 reference written here (out and the
+ *     probabilities att, whose upper triangle must be exact zeros), for
+ *     b in {1, 2}, T in {1, 5, 17}, (C, NH) in {(8, 2), (12, 3), (64, 4)};
+ *     norm-relative error <= 1e-5.  Naive backward against central finite
+ *     differences (double, h = 1e-4) of L = sum(G .* out) over every element
+ *     of qkv, norm-relative error <= 1e-4; dqkv starts as NaN, so every
+ *     element of the (n, 3C) block must be written.
+ *  2. chunked against naive, b = 2, C = 64, NH = 4 (hs 16), T in {1, 17, 64,
+ *     100, 256}, chunk in {16, 64} (partial last chunks, chunk > T), plus
+ *     padded leading dimensions, sharp score distributions (scores far
+ *     apart, so that the running max moves and exp's clamp is reached), and
+ *     odd head sizes and chunk (hs 12 and 4, chunk 7): out
+ *     and the dq, dk, dv stripes of dqkv against the naive kernels given the
+ *     same dout, lse against log-sum-exp of the float64 scores; all <= 1e-5.
+ *     Outputs start as NaN, the scratch as NaN with a guard after it,
+ *     padding of outputs is a sentinel that must survive bit for bit.
+ *  3. tg_attention_chunked_scratch_floats is linear in T: s(2T) <= 2 s(T) +
+ *     64 for T = 256, 1024, 4096 (chunk 64), and s(4096) << 4096^2.
+ *  4. causality, bit for bit, of the chunked kernels: changing qkv at
+ *     position t2 leaves out, lse (t < t2) and dq (t < t2) unchanged;
+ *     changing dout at t2 leaves dq (t != t2) and dk, dv (t > t2)
+ *     unchanged.  Skipping: NaN in k and v of the key chunks to the right of
+ *     a query chunk must not reach it (a kernel that computes the skipped
+ *     chunks and masks them afterwards multiplies 0 by NaN).
+ *
+ * Inputs q, k are scaled so that scores spread over a few units (softmax far
+ * from uniform).
+ *
+ * pair: both kinds, T in {1, 17, 64, 100} (not a multiple of the chunk 16).
+ * cuda-emu: the four launchers, T = 1 and T not a multiple of the tile or
+ * above the naive kernels' 256-wide chunks, head sizes 8 to 256; dqkv
+ * compared per q / k / v third.
+ */
+
+#include "ref_util.h"
+#include "pair.h"
+
+/* the ref case (attention_ref.c) */
+void attention_ref(void);
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+static int attn_fwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_attention_fwd_insert((tg_attention_kind)c->kind, c->T, c->NH, c->chunk, c->h[0],
+                                 out[0].handle, out[1].handle, o);
+}
+
+static int attn_bwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_attention_bwd_insert((tg_attention_kind)c->kind, c->T, c->NH, c->chunk, c->h[0],
+                                 c->h[1], c->h[2], c->h[3], out[0].handle, o);
+}
+
+static void pair_attention(void) {
+  static const int Ts[] = {1, 17, 64, 100};
+  const int b = 2, C = 32, NH = 4, chunk = 16;
+  for (int kind = 0; kind < 2; kind++)
+    for (int t = 0; t < 4; t++) {
+      int T = Ts[t], n = b * T;
+      size_t srows = kind == TG_ATTN_NAIVE ? (size_t)b * NH * T : (size_t)n;
+      int scols = kind == TG_ATTN_NAIVE ? T : NH;
+      float *qkv = rnd((size_t)n * 3 * C, 2), *dout = rnd((size_t)n * C, 1);
+      float *out = xmalloc(sizeof(float) * n * C), *state = xmalloc(sizeof(float) * srows * scols);
+      float *scratch = xmalloc(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk));
+      if (kind == TG_ATTN_NAIVE)
+        tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, 3 * C, state, out, C);
+      else
+        tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, 3 * C, out, C, state, scratch);
+      tg_tensor Q, O, S, DO;
+      new_tensor(&Q, n, 3 * C, qkv); new_tensor(&O, n, C, out);
+      new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
+      char what[64];
+      const char *kn = kind == TG_ATTN_NAIVE ? "naive" : "chunked";
+      gctx c = {.h = {Q.handle, O.handle, S.handle, DO.handle},
+                .T = T,
+                .NH = NH,
+                .chunk = chunk,
+                .V = 0,
+                .kind = kind,
+                .accum = TG_OVERWRITE};
+      outspec fo[2] = {{.name = "out", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL},
+                       {.name = "state",
+                        .rows = (int)srows,
+                        .cols = scols,
+                        .init = NULL,
+                        .redux = 0,
+                        .tol = TOL}};
+      snprintf(what, sizeof what, "attention_fwd %s T=%d", kn, T);
+      run_pair(what, attn_fwd, &c, 2, fo, NULL, NULL);
+      outspec bo = {.name = "dqkv", .rows = n, .cols = 3 * C, .init = NULL, .redux = 0, .tol = TOL};
+      snprintf(what, sizeof what, "attention_bwd %s T=%d", kn, T);
+      run_pair(what, attn_bwd, &c, 1, &bo, NULL, NULL);
+      free(qkv); free(dout); free(out); free(state); free(scratch);
+      tg_tensor_free(&Q); tg_tensor_free(&O); tg_tensor_free(&S); tg_tensor_free(&DO);
+    }
+}
+
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+/* ||x|| over the C columns [c0, c0 + C) of (rows, ld) */
+static double cols_norm(const float *x, int rows, int ld, int c0, int C) {
+  double s = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = c0; j < c0 + C; j++) s += (double)x[(size_t)r * ld + j] * x[(size_t)r * ld + j];
+  return sqrt(s);
+}
+
+/* dqkv compared per third (q, k, v gradients): their magnitudes differ by
+ * orders (dk is ~400 times smaller than dv here), and one normwise error
+ * over the whole buffer would hide a dk wrong by 1e-4.  With T == 1 the
+ * softmax has one key, P = 1, and dq = dk = 0 exactly: both sides return
+ * rounding noise, which is measured against ||dv|| instead (a noise of
+ * ~1e-8 relative; a real error would be O(1)). */
+static void compare_qkv(const char *launcher, const float *emu, const float *cpu, int rows,
+                        int C, int ld, int T) {
+  static const char *const names[3] = {"dq", "dk", "dv"};
+  float *e = tg_test_malloc(sizeof(float) * (size_t)rows * C);
+  float *c = tg_test_malloc(sizeof(float) * (size_t)rows * C);
+  const double dv = cols_norm(cpu, rows, ld, 2 * C, C);
+  for (int third = 0; third < 3; third++) {
+    for (int r = 0; r < rows; r++)
+      for (int j = 0; j < C; j++) {
+        e[(size_t)r * C + j] = emu[(size_t)r * ld + third * C + j];
+        c[(size_t)r * C + j] = cpu[(size_t)r * ld + third * C + j];
+      }
+    if (T == 1 && third < 2) {
+      const double ne = cols_norm(emu, rows, ld, third * C, C) / dv;
+      const double nc = cols_norm(cpu, rows, ld, third * C, C) / dv;
+      CHECK(ne <= kTolRed && nc <= kTolRed, "%s T 1: %s not zero: %.3e (cpu %.3e) of ||dv||",
+            launcher, names[third], ne, nc);
+      record(launcher, ne);
+    } else {
+      compare(launcher, names[third], e, c, (size_t)rows * C, kTolRed);
+    }
+  }
+  free(e);
+  free(c);
+  /* the padding columns must be untouched */
+  for (int r = 0; r < rows; r++)
+    for (int j = 3 * C; j < ld; j++)
+      CHECK(emu[(size_t)r * ld + j] == kSentinel, "%s: padding (%d, %d) overwritten", launcher, r, j);
+}
+
+/* One attention shape through the four launchers.  The naive kernels run a
+ * 256-thread block per (sequence, head, query), so the large shapes use
+ * the chunked kernels only (naive = 0) to keep the test fast. */
+static void attention_case(int b, int T, int C, int NH, int naive) {
+  const int n = b * T, chunk = 16, ldq = 3 * C + 1, ldo = C + 2;
+  float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
+  float *out[2], *dqkv[2];
+  if (naive) {
+    float *att[2];
+    float *cpu_scratch = fmalloc((size_t)T);
+    outputs(att, b * NH * T, T, T, 0);
+    outputs(out, n, C, ldo, 0);
+    ok("tg_cuda_attention_naive_fwd", "",
+       tg_cuda_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[0], out[0], ldo, NULL));
+    tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[1], out[1], ldo);
+    compare("tg_cuda_attention_naive_fwd", "att", att[0], att[1], (size_t)b * NH * T * T, kTolRed);
+    compare("tg_cuda_attention_naive_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+    outputs(dqkv, n, 3 * C, ldq, 0);
+    ok("tg_cuda_attention_naive_bwd", "",
+       tg_cuda_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[0], ldq, NULL,
+                                   NULL));
+    tg_cpu_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[1], ldq,
+                               cpu_scratch);
+    compare_qkv("tg_cuda_attention_naive_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+    free2(att); free2(out); free2(dqkv); free(cpu_scratch);
+  }
+  float *lse[2];
+  const size_t ncpu = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
+  const size_t ncuda = tg_cuda_attention_chunked_scratch_floats(b, T, C, NH, chunk);
+  float *cpu_scratch = fmalloc(ncpu), *scratch = tg_const_mat(1, (int)ncuda, (int)ncuda, NAN, NAN);
+  outputs(out, n, C, ldo, 0);
+  outputs(lse, n, NH, NH, 0);
+  ok("tg_cuda_attention_chunked_fwd", "",
+     tg_cuda_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[0], ldo, lse[0], NULL,
+                                   NULL));
+  tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], cpu_scratch);
+  compare("tg_cuda_attention_chunked_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+  compare("tg_cuda_attention_chunked_fwd", "lse", lse[0], lse[1], (size_t)n * NH, kTolRed);
+  outputs(dqkv, n, 3 * C, ldq, 0);
+  ok("tg_cuda_attention_chunked_bwd", "",
+     tg_cuda_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
+                                   dqkv[0], ldq, scratch, NULL));
+  tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
+                               dqkv[1], ldq, cpu_scratch);
+  compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+  free2(out); free2(lse); free2(dqkv);
+  free(cpu_scratch); free(scratch); free(qkv); free(dout);
+}
+
+static void emu_attention(void) {
+  if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
+    attention_case(1, 33, 16, 2, 0);
+    attention_case(1, 9, 16, 2, 1);
+    attention_case(1, 17, 128, 2, 0);
+    attention_case(1, 1, 128, 1, 1);
+    return;
+  }
+  /* emu_cuda_gpt_codelets' shapes (hs = 8): T = 1, 17, 64 and 100 (not
+   * multiples of the 32-query tile, nor of the CPU's 16-row chunk) */
+  static const int Ts[] = {1, 17, 64, 100};
+  for (int t = 0; t < 4; t++) attention_case(2, Ts[t], 32, 4, Ts[t] <= 64);
+  /* head sizes 32, 64 and 128 (DPL 1, 2, 4) */
+  attention_case(1, 33, 64, 2, 1);
+  attention_case(1, 45, 128, 2, 0);
+  attention_case(2, 1, 128, 1, 1);
+  attention_case(1, 40, 128, 1, 0);
+  /* T > 256: the naive kernels' loops over 256-query and 256-key chunks */
+  attention_case(1, 300, 8, 1, 1);
+  /* hs = 40, not a multiple of the 32 lanes (masked channels); hs = 256,
+   * the largest head (DPL 8, > 96 KiB of shared memory: the opt-in) */
+  attention_case(2, 20, 80, 2, 1);
+  attention_case(1, 33, 256, 1, 0);
+}
+#endif /* OPS_EMU */
+
+static const ops_row rows[] = {
+    {.name = "attention",
+     .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_attention_bwd_cl "
+               "tg_attention_bwd_insert tg_cuda_attention_naive_fwd tg_cuda_attention_naive_bwd "
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_chunked_bwd",
+     .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
+             [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
+     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
+                              "layernorm rows",
+                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+};
+
+OPS_FAMILY(attention, rows);

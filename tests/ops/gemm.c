@@ -1,0 +1,374 @@
+/*
+ * Op family gemm (codelets/gemm.c): tg_gemm and its CUDA launcher.
+ *  ref       tg_cpu_gemm against a float64 product, every transpose, sizes
+ *            from {1, 7, 33, 257}, padded leading dimensions (NaN input
+ *            padding, sentinel output padding), beta 0 over NaN, k == 0 and
+ *            alpha == 0; dA and dB (GEMMs themselves) against finite
+ *            differences of sum(W .* A B);
+ *  pair      every transpose, alpha / beta, the three accumulation modes
+ *            (two contributions in REDUX), k up to 1025 (1e-4: another
+ *            summation order on CUDA) and the left half of a partitioned C;
+ *  cuda-emu  tg_cuda_gemm (cuBLAS on OpenBLAS) against tg_cpu_gemm, k 0.
+ * The 16-bit adapter's GEMM is in the linear row (tests/ops/linear.c).
+ */
+
+#include "ref_util.h"
+#include "pair.h"
+
+/* ---- ref --------------------------------------------------------------------- */
+
+/* AB(i, j) = sum_p op(A)(i, p) op(B)(p, j) in double */
+static double *ref_gemm_ab(int ta, int tb, int m, int n, int k, const float *A,
+                           int lda, const float *B, int ldb) {
+  double *ab = tg_test_malloc(sizeof(double) * ((size_t)m * n + 1));
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double s = 0;
+      for (int p = 0; p < k; p++) {
+        double a = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+        double b = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+        s += a * b;
+      }
+      ab[(size_t)i * n + j] = s;
+    }
+  return ab;
+}
+
+static void ref_gemm_forward(tg_rng *rng) {
+  int ncase = 0;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int im = 0; im < NSIZES; im++)
+        for (int in = 0; in < NSIZES; in++)
+          for (int ik = 0; ik < NSIZES; ik++) {
+            int m = SIZES[im], n = SIZES[in], k = SIZES[ik];
+            int arows = ta ? k : m, acols = ta ? m : k;
+            int brows = tb ? n : k, bcols = tb ? k : n;
+            int lda = acols + 3, ldb = bcols + 5, ldc = n + 2;
+            float *A = tg_rand_mat(rng, arows, acols, lda, 1.0f, NAN);
+            float *B = tg_rand_mat(rng, brows, bcols, ldb, 1.0f, NAN);
+            double *ab = ref_gemm_ab(ta, tb, m, n, k, A, lda, B, ldb);
+            float alpha = (ncase++ % 2) ? -0.7f : 1.3f;
+            double *ref = tg_test_malloc(sizeof(double) * (size_t)m * n);
+
+            /* beta == 0: C is write-only, even when it holds NaN */
+            float *C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
+            tg_cpu_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, 0.0f, C, ldc);
+            for (size_t i = 0; i < (size_t)m * n; i++) ref[i] = alpha * ab[i];
+            double e = mat_err(C, m, n, ldc, ref);
+            CHECK_REL(e, TOL_FWD, "gemm beta=0");
+            CHECK(pad_intact(C, m, n, ldc, OUT_PAD),
+                  "gemm beta=0 wrote C padding (ta=%d tb=%d m=%d n=%d k=%d)",
+                  ta, tb, m, n, k);
+            if (!(e <= TOL_FWD))
+              fprintf(stderr, "  ta=%d tb=%d m=%d n=%d k=%d\n", ta, tb, m, n, k);
+            free(C);
+
+            /* beta != 0: C = alpha AB + beta C0 */
+            float beta = -0.45f;
+            C = tg_rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
+            for (int i = 0; i < m; i++)
+              for (int j = 0; j < n; j++)
+                ref[(size_t)i * n + j] = alpha * ab[(size_t)i * n + j] +
+                                         beta * (double)C[(size_t)i * ldc + j];
+            tg_cpu_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+            e = mat_err(C, m, n, ldc, ref);
+            CHECK_REL(e, TOL_FWD, "gemm beta!=0");
+            CHECK(pad_intact(C, m, n, ldc, OUT_PAD),
+                  "gemm wrote C padding (ta=%d tb=%d m=%d n=%d k=%d)", ta, tb,
+                  m, n, k);
+            if (!(e <= TOL_FWD))
+              fprintf(stderr, "  ta=%d tb=%d m=%d n=%d k=%d\n", ta, tb, m, n, k);
+            free(C);
+            free(ref);
+            free(ab);
+            free(A);
+            free(B);
+          }
+}
+
+static void ref_gemm_degenerate(tg_rng *rng) {
+  int m = 7, n = 33, ldc = 35;
+  /* k == 0, beta == 0: zeros over NaN */
+  float *C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
+  float dummy[4] = {NAN, NAN, NAN, NAN};
+  tg_cpu_gemm(0, 0, m, n, 0, 1.0f, dummy, 1, dummy, n, 0.0f, C, ldc);
+  int ok = 1;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) ok &= C[(size_t)i * ldc + j] == 0.0f;
+  CHECK(ok, "gemm k=0 beta=0 must write zeros over NaN");
+  CHECK(pad_intact(C, m, n, ldc, OUT_PAD), "gemm k=0 wrote C padding");
+  free(C);
+
+  /* k == 0, beta == 2: C doubled */
+  C = tg_rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
+  float *C0 = copy_mat(C, m, ldc);
+  tg_cpu_gemm(1, 1, m, n, 0, 1.0f, dummy, 1, dummy, 1, 2.0f, C, ldc);
+  ok = 1;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++)
+      ok &= C[(size_t)i * ldc + j] == 2.0f * C0[(size_t)i * ldc + j];
+  CHECK(ok, "gemm k=0 beta=2 must double C");
+  free(C0);
+
+  /* m == 0 or n == 0: nothing touched, NULL operands allowed */
+  C0 = copy_mat(C, m, ldc);
+  tg_cpu_gemm(0, 0, 0, n, 5, 1.0f, NULL, 5, NULL, n, 0.0f, C, ldc);
+  tg_cpu_gemm(0, 0, m, 0, 5, 1.0f, NULL, 5, NULL, 1, 0.0f, C, ldc);
+  CHECK(memcmp(C, C0, sizeof(float) * (size_t)m * ldc) == 0,
+        "gemm with m=0 or n=0 must not touch C");
+  free(C0);
+
+  /* alpha == 0 (BLAS semantics): A, B not read, C = beta C */
+  int k = 33;
+  float *A = tg_const_mat(m, k, k, NAN, NAN);
+  float *B = tg_const_mat(k, n, n, NAN, NAN);
+  C0 = copy_mat(C, m, ldc);
+  tg_cpu_gemm(0, 0, m, n, k, 0.0f, A, k, B, n, 0.5f, C, ldc);
+  ok = 1;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++)
+      ok &= C[(size_t)i * ldc + j] == 0.5f * C0[(size_t)i * ldc + j];
+  CHECK(ok, "gemm alpha=0 must give beta*C without reading A, B");
+  free(A);
+  free(B);
+  free(C0);
+  free(C);
+}
+
+/* L(A, B) = sum W .* (A B), A (m, k), B (k, n), all compact double */
+typedef struct {
+  int m, n, k;
+  const double *A, *B, *W;
+  int wrt_a; /* the FD variable: A (1) or B (0) */
+} gemm_fd_ctx;
+
+static double gemm_loss(const double *x, const void *vctx) {
+  const gemm_fd_ctx *c = vctx;
+  const double *A = c->wrt_a ? x : c->A, *B = c->wrt_a ? c->B : x;
+  double L = 0;
+  for (int i = 0; i < c->m; i++)
+    for (int j = 0; j < c->n; j++) {
+      double s = 0;
+      for (int p = 0; p < c->k; p++)
+        s += A[(size_t)i * c->k + p] * B[(size_t)p * c->n + j];
+      L += c->W[(size_t)i * c->n + j] * s;
+    }
+  return L;
+}
+
+/* dA = W B^T and dB = A^T W, both computed with tg_cpu_gemm, against FD */
+static void ref_gemm_grad(tg_rng *rng) {
+  static const int shapes[][3] = {{7, 33, 1}, {33, 7, 7}, {1, 257, 7},
+                                  {7, 1, 33}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+    int lda = k + 1, ldb = n + 3, ldw = n + 2, ldda = k + 4, lddb = n + 1;
+    float *A = tg_rand_mat(rng, m, k, lda, 1.0f, NAN);
+    float *B = tg_rand_mat(rng, k, n, ldb, 1.0f, NAN);
+    float *W = tg_rand_mat(rng, m, n, ldw, 1.0f, NAN);
+    float *dA = tg_const_mat(m, k, ldda, NAN, OUT_PAD);
+    float *dB = tg_const_mat(k, n, lddb, NAN, OUT_PAD);
+    /* dA (m, k) = W (m, n) * B^T, B stored (k, n) */
+    tg_cpu_gemm(0, 1, m, k, n, 1.0f, W, ldw, B, ldb, 0.0f, dA, ldda);
+    /* dB (k, n) = A^T * W, A stored (m, k) */
+    tg_cpu_gemm(1, 0, k, n, m, 1.0f, A, lda, W, ldw, 0.0f, dB, lddb);
+
+    double *Ad = tg_compact_f64(A, m, k, lda), *Bd = tg_compact_f64(B, k, n, ldb);
+    double *Wd = tg_compact_f64(W, m, n, ldw);
+    gemm_fd_ctx ctx = {.m = m, .n = n, .k = k, .A = Ad, .B = Bd, .W = Wd, .wrt_a = 1};
+    double *gA = tg_fd_grad(gemm_loss, &ctx, Ad, (size_t)m * k, FD_H);
+    ctx.wrt_a = 0;
+    double *gB = tg_fd_grad(gemm_loss, &ctx, Bd, (size_t)k * n, FD_H);
+    CHECK_REL(mat_err(dA, m, k, ldda, gA), TOL_FD, "gemm dA = W B^T vs FD");
+    CHECK_REL(mat_err(dB, k, n, lddb, gB), TOL_FD, "gemm dB = A^T W vs FD");
+    CHECK(pad_intact(dA, m, k, ldda, OUT_PAD) &&
+              pad_intact(dB, k, n, lddb, OUT_PAD),
+          "gemm grad wrote padding");
+    free(gA);
+    free(gB);
+    free(Ad);
+    free(Bd);
+    free(Wd);
+    free(A);
+    free(B);
+    free(W);
+    free(dA);
+    free(dB);
+  }
+}
+
+static void gemm_ref(void) {
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
+  ref_gemm_forward(&rng);
+  ref_gemm_degenerate(&rng);
+  ref_gemm_grad(&rng);
+}
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+typedef struct gemm_ctx {
+  int ta, tb;
+  float alpha, beta;
+  tg_accum accum;
+  starpu_data_handle_t A, B;
+  int ld_test; /* output handle is the left half of a partitioned tensor */
+} gemm_ctx;
+
+static int gemm_submit(const void *vctx, const tg_task_opts *o,
+                       tg_tensor *out) {
+  const gemm_ctx *c = vctx;
+  if (c->ld_test) {
+    split_columns(&out[0]);
+    int rc = tg_gemm_insert(c->ta, c->tb, c->alpha, c->A, c->B, c->beta,
+                            left_half(&out[0]), c->accum, o);
+    unsplit(&out[0]);
+    return rc;
+  }
+  int rc = tg_gemm_insert(c->ta, c->tb, c->alpha, c->A, c->B, c->beta,
+                          out[0].handle, c->accum, o);
+  if (rc == 0 && c->accum == TG_REDUCE) /* a second contribution */
+    rc = tg_gemm_insert(c->ta, c->tb, -0.5f * c->alpha, c->A, c->B, c->beta,
+                        out[0].handle, c->accum, o);
+  return rc;
+}
+
+static void pair_gemm(void) {
+  static const int shapes[][3] = {/* m, n, k */
+                                  {1, 1, 1},    {7, 1, 33},  {1, 7, 257},
+                                  {33, 7, 7},   {257, 33, 1}, {33, 257, 257},
+                                  {7, 33, 1025}};
+  const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+  for (int s = 0; s < nshapes; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        tg_tensor A, B;
+        float *a = rnd((size_t)m * k, 1.0f), *b = rnd((size_t)k * n, 1.0f);
+        new_tensor(&A, ta ? k : m, ta ? m : k, a);
+        new_tensor(&B, tb ? n : k, tb ? k : n, b);
+        float *c0 = rnd((size_t)m * n, 1.0f);
+        const double tol = k >= 257 ? TOL_LARGE_K : TOL;
+        for (int mode = 0; mode < 3; mode++) {
+          gemm_ctx ctx = {.ta = ta,
+                          .tb = tb,
+                          .alpha = 1.25f,
+                          .beta = 0.0f,
+                          .accum = (tg_accum)mode,
+                          .A = A.handle,
+                          .B = B.handle,
+                          .ld_test = 0};
+          if (mode == TG_ACCUMULATE) ctx.beta = 0.5f;
+          if (mode == TG_REDUCE) ctx.beta = 1.0f;
+          outspec o = {.name = "C",
+                       .rows = m,
+                       .cols = n,
+                       .init = mode == TG_OVERWRITE ? NULL : c0,
+                       .redux = mode == TG_REDUCE,
+                       .tol = tol};
+          char what[128];
+          snprintf(what, sizeof what, "gemm m=%d n=%d k=%d ta=%d tb=%d %s", m,
+                   n, k, ta, tb, accum_name((tg_accum)mode));
+          run_pair(what, gemm_submit, &ctx, 1, &o, NULL, NULL);
+        }
+        free(a);
+        free(b);
+        free(c0);
+        tg_tensor_free(&A);
+        tg_tensor_free(&B);
+      }
+}
+
+/* GEMM whose output is the left half of a (m, 2n) matrix: ldc = 2n on the
+ * CPU side; the right half must stay untouched. */
+static void pair_gemm_ld(void) {
+  const int m = 33, n = 7, k = 33;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int mode = 0; mode < 2; mode++) {
+        tg_tensor A, B;
+        float *a = rnd((size_t)m * k, 1.0f), *b = rnd((size_t)k * n, 1.0f);
+        float *c0 = rnd((size_t)m * 2 * n, 1.0f);
+        new_tensor(&A, ta ? k : m, ta ? m : k, a);
+        new_tensor(&B, tb ? n : k, tb ? k : n, b);
+        gemm_ctx ctx = {.ta = ta,
+                        .tb = tb,
+                        .alpha = 0.75f,
+                        .beta = mode ? 0.5f : 0.0f,
+                        .accum = (tg_accum)mode,
+                        .A = A.handle,
+                        .B = B.handle,
+                        .ld_test = 1};
+        outspec o = {.name = "C(:, 0:n) of (m, 2n)",
+                     .rows = m,
+                     .cols = 2 * n,
+                     .init = c0,
+                     .redux = 0,
+                     .tol = TOL};
+        char what[128];
+        snprintf(what, sizeof what, "gemm ldc=2n ta=%d tb=%d %s", ta, tb,
+                 accum_name((tg_accum)mode));
+        run_pair(what, gemm_submit, &ctx, 1, &o, NULL, NULL);
+        free(a);
+        free(b);
+        free(c0);
+        tg_tensor_free(&A);
+        tg_tensor_free(&B);
+      }
+}
+
+static void gemm_pair(void) {
+  pair_gemm();
+  pair_gemm_ld();
+}
+
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+static const int g_gemm_shapes[][3] = {{1, 1, 1},    {7, 1, 33},   {1, 7, 257},  {33, 7, 7},
+                                       {257, 33, 1}, {33, 257, 257}, {7, 33, 1025}};
+#define NGEMM 7
+
+static void emu_gemm(void) {
+  for (int s = 0; s < NGEMM; s++)
+    for (int t = 0; t < 4; t++) {
+      const int m = g_gemm_shapes[s][0], n = g_gemm_shapes[s][1], k = g_gemm_shapes[s][2];
+      const int ta = t & 1, tb = t >> 1;
+      const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+      float *A = input(ar, ac, ac + 2, 1.0f), *B = input(br, bc, bc + 1, 1.0f), *C[2];
+      const float beta = t == 3 ? 0.0f : 0.5f;
+      outputs(C, m, n, n + 3, beta != 0.0f);
+      ok("tg_cuda_gemm", "", tg_cuda_gemm(g_blas, ta, tb, m, n, k, 1.5f, A, ac + 2, B, bc + 1,
+                                          beta, C[0], n + 3));
+      tg_cpu_gemm(ta, tb, m, n, k, 1.5f, A, ac + 2, B, bc + 1, beta, C[1], n + 3);
+      compare("tg_cuda_gemm", "C", C[0], C[1], (size_t)m * (n + 3), k > 257 ? kTolLong : kTolRed);
+      free2(C);
+      free(A);
+      free(B);
+    }
+  /* k == 0: C = beta C, beta == 0 writing zeros over NaN; ld 0 operands */
+  for (int b = 0; b < 3; b++) {
+    float *C[2];
+    const float beta = b == 0 ? 0.0f : b == 1 ? 1.0f : -2.0f;
+    outputs(C, 5, 6, 7, b != 0);
+    ok("tg_cuda_gemm", "k 0", tg_cuda_gemm(g_blas, 0, 0, 5, 6, 0, 1.0f, NULL, 0, NULL, 0, beta,
+                                           C[0], 7));
+    tg_cpu_gemm(0, 0, 5, 6, 0, 1.0f, NULL, 0, NULL, 0, beta, C[1], 7);
+    compare("tg_cuda_gemm", "k 0", C[0], C[1], 35, EXACT);
+    free2(C);
+  }
+}
+#endif /* OPS_EMU */
+
+static const ops_row rows[] = {
+    {.name = "gemm",
+     .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm",
+     .run = {[OPS_REF] = gemm_ref, [OPS_CPU] = gemm_pair, [OPS_CUDA] = gemm_pair,
+             [OPS_DEVICE] = gemm_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm)},
+     .why_not = {[OPS_LOWP] = "in the linear row: a GEMM with a 16-bit C, and its refusals",
+                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+};
+
+OPS_FAMILY(gemm, rows);

@@ -1,0 +1,370 @@
+/*
+ * Op family linear (codelets/linear.c): the fused linear layer, forward
+ * Z = X W^T + b, H = act(Z) for ReLU, GELU and no activation, backward
+ * dX = (dZ W) * act'(Zprev).
+ *  ref       the kernels against float64 compositions of the definitions
+ *            (the activation derivatives are checked against finite
+ *            differences in the activation row), sizes from {1, 7, 33, 257},
+ *            leading dimensions larger than the rows;
+ *  cpu       the codelets on a CPU worker equal the kernels bit for bit;
+ *            shape errors and an unknown activation are refused; then the
+ *            pair cases below;
+ *  pair      every activation, with and without bias, odd shapes; and the
+ *            low-precision adapter on bf16 / fp16 X, W, Z, H within half an
+ *            ulp of the type (on cuda; bit for bit on device and cpu);
+ *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels);
+ *  lowp      the forward with GELU (X, W, Z, H 16-bit, b f32) and a GEMM
+ *            with a 16-bit C accumulated: equal to the f32 codelets'
+ *            results rounded once, bit for bit, with 1 and 2 CPU workers;
+ *            refusals: a 2-byte buffer without opts.lowp, a 2-byte REDUX
+ *            target.
+ */
+
+#include "ref_util.h"
+#include "pair.h"
+#include "precision_testlib.h"
+#include "taskgrad/taskgrad.h"
+
+/* ---- ref --------------------------------------------------------------------- */
+
+static double gelu64(double x) {
+  double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + tanh(u));
+}
+static double gelu64_grad(double x) {
+  double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  double du = 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x);
+  double t = tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+static double act64(int act, double z) {
+  return act == 0 ? (z > 0 ? z : 0) : act == 1 ? gelu64(z) : z;
+}
+static double act64_grad(int act, double z) {
+  return act == 0 ? (z > 0 ? 1 : 0) : act == 1 ? gelu64_grad(z) : 1;
+}
+
+static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
+  int ldx = in + 3, ldw = in + 1, ldz = out + 2, ldh = out + 5, ldd = in + 4;
+  float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * out * ldw);
+  float *b = malloc(sizeof(float) * out), *Z = malloc(sizeof(float) * rows * ldz);
+  float *H = malloc(sizeof(float) * rows * ldh), *dZ = malloc(sizeof(float) * rows * ldz);
+  float *Zp = malloc(sizeof(float) * rows * ldd), *dX = malloc(sizeof(float) * rows * ldd);
+  double *zr = malloc(sizeof(double) * rows * out), *hr = malloc(sizeof(double) * rows * out);
+  double *dxr = malloc(sizeof(double) * rows * in);
+  float *zg = malloc(sizeof(float) * rows * out), *hg = malloc(sizeof(float) * rows * out);
+  float *dxg = malloc(sizeof(float) * rows * in);
+  tg_rng_fill(rng, X, (size_t)rows * ldx, 1.0f);
+  tg_rng_fill(rng, W, (size_t)out * ldw, 0.5f);
+  tg_rng_fill(rng, b, out, 0.5f);
+  tg_rng_fill(rng, dZ, (size_t)rows * ldz, 1.0f);
+  tg_rng_fill(rng, Zp, (size_t)rows * ldd, 2.0f);
+  for (size_t i = 0; i < (size_t)rows * ldz; i++) Z[i] = NAN; /* write-only */
+  for (size_t i = 0; i < (size_t)rows * ldd; i++) dX[i] = NAN;
+  tg_cpu_linear_fwd(rows, in, out, X, ldx, W, ldw, b, act, Z, ldz, H, ldh);
+  tg_cpu_linear_bwd_data(rows, in, out, dZ, ldz, W, ldw, act, Zp, ldd, dX, ldd);
+  for (int r = 0; r < rows; r++) {
+    for (int o = 0; o < out; o++) {
+      double z = b[o];
+      for (int i = 0; i < in; i++) z += (double)X[r * ldx + i] * W[o * ldw + i];
+      zr[r * out + o] = z;
+      hr[r * out + o] = act64(act, z);
+      zg[r * out + o] = Z[r * ldz + o];
+      hg[r * out + o] = H[r * ldh + o];
+    }
+    for (int i = 0; i < in; i++) {
+      double g = 0;
+      for (int o = 0; o < out; o++) g += (double)dZ[r * ldz + o] * W[o * ldw + i];
+      dxr[r * in + i] = g * act64_grad(act, Zp[r * ldd + i]);
+      dxg[r * in + i] = dX[r * ldd + i];
+    }
+  }
+  char what[96];
+  snprintf(what, sizeof what, "linear_fwd Z act=%d (%d,%d,%d)", act, rows, in, out);
+  CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
+  if (act != 2) {
+    snprintf(what, sizeof what, "linear_fwd H act=%d (%d,%d,%d)", act, rows, in, out);
+    CHECK_REL(tg_rel_err_f64(hg, hr, (size_t)rows * out), 1e-5, what);
+  }
+  snprintf(what, sizeof what, "linear_bwd_data act=%d (%d,%d,%d)", act, rows, in, out);
+  CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
+  free(X); free(W); free(b); free(Z); free(H); free(dZ); free(Zp); free(dX);
+  free(zr); free(hr); free(dxr); free(zg); free(hg); free(dxg);
+}
+
+static void linear_ref(void) {
+  tg_rng rng = {.s = 12345};
+  static const int sizes[] = {1, 7, 33, 257};
+  for (int act = 0; act < 3; act++)
+    for (int a = 0; a < 4; a++)
+      for (int c = 0; c < 4; c++)
+        check_kernels(&rng, sizes[a], sizes[c], sizes[(a + c + act) % 4], act);
+}
+
+/* ---- cpu: the codelets against the kernels ----------------------------------- */
+
+/* The codelets on a CPU worker equal the kernels; shape errors are refused. */
+static void check_codelets(tg_rng *rng) {
+  const int rows = 33, in = 7, out = 257;
+  tg_tensor X, W, B, Z, H, dX;
+  if (tg_tensor_alloc(&X, rows, in, TG_F32) || tg_tensor_alloc(&W, out, in, TG_F32) ||
+      tg_tensor_alloc(&B, 1, out, TG_F32) || tg_tensor_alloc(&Z, rows, out, TG_F32) ||
+      tg_tensor_alloc(&H, rows, out, TG_F32) || tg_tensor_alloc(&dX, rows, in, TG_F32)) {
+    CHECK(0, "allocation: %s", tg_last_error());
+    return;
+  }
+  tg_rng_fill(rng, X.host, tg_tensor_numel(&X), 1.0f);
+  tg_rng_fill(rng, W.host, tg_tensor_numel(&W), 0.5f);
+  tg_rng_fill(rng, B.host, tg_tensor_numel(&B), 0.5f);
+  float *zk = malloc(sizeof(float) * rows * out), *hk = malloc(sizeof(float) * rows * out);
+  float *dk = malloc(sizeof(float) * rows * in);
+  tg_cpu_linear_fwd(rows, in, out, X.host, in, W.host, in, B.host, TG_ACT_GELU, zk, out, hk, out);
+  /* backward through gelu with dZ := H (any values do) */
+  tg_cpu_linear_bwd_data(rows, in, out, hk, out, W.host, in, TG_ACT_GELU, X.host, in, dk, in);
+  CHECK(tg_linear_fwd_insert(X.handle, W.handle, B.handle, TG_ACT_GELU, Z.handle, H.handle,
+                             NULL) == 0, "linear_fwd insert: %s", tg_last_error());
+  CHECK(tg_linear_bwd_data_insert(H.handle, W.handle, TG_ACT_GELU, X.handle, dX.handle,
+                                  NULL) == 0, "linear_bwd insert: %s", tg_last_error());
+  float *zc = malloc(sizeof(float) * rows * out), *hc = malloc(sizeof(float) * rows * out);
+  float *dc = malloc(sizeof(float) * rows * in);
+  tg_tensor_read(&Z, zc);
+  tg_tensor_read(&H, hc);
+  tg_tensor_read(&dX, dc);
+  CHECK(memcmp(zc, zk, sizeof(float) * rows * out) == 0, "codelet Z differs from kernel");
+  CHECK(memcmp(hc, hk, sizeof(float) * rows * out) == 0, "codelet H differs from kernel");
+  CHECK(memcmp(dc, dk, sizeof(float) * rows * in) == 0, "codelet dX differs from kernel");
+  /* shape errors: W with the wrong inner dimension, b of the wrong width */
+  CHECK(tg_linear_fwd_insert(X.handle, dX.handle, B.handle, TG_ACT_RELU, Z.handle, H.handle,
+                             NULL) == -EINVAL, "mismatched W accepted");
+  CHECK(strstr(tg_last_error(), "tg_linear_fwd") != NULL, "message: %s", tg_last_error());
+  CHECK(tg_linear_fwd_insert(X.handle, W.handle, X.handle, TG_ACT_RELU, Z.handle, H.handle,
+                             NULL) == -EINVAL, "mismatched b accepted");
+  CHECK(tg_linear_bwd_data_insert(H.handle, W.handle, TG_ACT_RELU, Z.handle, dX.handle,
+                                  NULL) == -EINVAL, "mismatched Zprev accepted");
+  CHECK(tg_linear_fwd_insert(X.handle, W.handle, B.handle, (tg_activation)7, Z.handle,
+                             H.handle, NULL) == -EINVAL, "unknown activation accepted");
+  free(zk); free(hk); free(dk); free(zc); free(hc); free(dc);
+  tg_tensor *all[] = {&X, &W, &B, &Z, &H, &dX};
+  for (int i = 0; i < 6; i++) tg_tensor_free(all[i]);
+}
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+/* h[0] = X (rows, in), h[1] = W (out, in), h[2] = b (1, out) */
+static int linear_fwd_submit(const void *vctx, const tg_task_opts *o,
+                             tg_tensor *out) {
+  const hctx *c = vctx;
+  int none = c->act == TG_ACT_NONE;
+  return tg_linear_fwd_insert(c->h[0], c->h[1], c->h[2], (tg_activation)c->act,
+                              out[0].handle, none ? NULL : out[1].handle, o);
+}
+
+/* h[0] = dZ (rows, out), h[1] = W (out, in), h[2] = Zprev (rows, in) */
+static int linear_bwd_submit(const void *vctx, const tg_task_opts *o,
+                             tg_tensor *out) {
+  const hctx *c = vctx;
+  return tg_linear_bwd_data_insert(c->h[0], c->h[1], (tg_activation)c->act,
+                                   c->act == TG_ACT_NONE ? NULL : c->h[2],
+                                   out[0].handle, o);
+}
+
+static void pair_linear(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 7}};
+  for (int act = 0; act < 3; act++)
+    for (int s = 0; s < 4; s++) {
+      const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+      float *x = rnd((size_t)rows * in, 1.0f), *w = rnd((size_t)out * in, 0.5f);
+      float *b = rnd((size_t)out, 0.5f), *dz = rnd((size_t)rows * out, 1.0f);
+      float *zp = rnd((size_t)rows * in, 2.0f);
+      tg_tensor X, W, B, DZ, ZP;
+      new_tensor(&X, rows, in, x);
+      new_tensor(&W, out, in, w);
+      new_tensor(&B, 1, out, b);
+      new_tensor(&DZ, rows, out, dz);
+      new_tensor(&ZP, rows, in, zp);
+      double tol = in > 100 || out > 100 ? TOL_LARGE_K : TOL;
+      char what[128];
+      hctx fctx = {.h = {X.handle, W.handle, B.handle},
+                   .accum = TG_OVERWRITE,
+                   .act = act,
+                   .f = 0,
+                   .ld_test = 0};
+      outspec fo[2] = {
+          {.name = "Z", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol},
+          {.name = "H", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol}};
+      snprintf(what, sizeof what, "linear_fwd act=%d %dx%d->%d", act, rows, in, out);
+      run_pair(what, linear_fwd_submit, &fctx, act == TG_ACT_NONE ? 1 : 2, fo, NULL, NULL);
+      hctx bctx = {.h = {DZ.handle, W.handle, ZP.handle},
+                   .accum = TG_OVERWRITE,
+                   .act = act,
+                   .f = 0,
+                   .ld_test = 0};
+      outspec bo = {.name = "dX", .rows = rows, .cols = in, .init = NULL, .redux = 0, .tol = tol};
+      snprintf(what, sizeof what, "linear_bwd_data act=%d %dx%d<-%d", act, rows, in, out);
+      run_pair(what, linear_bwd_submit, &bctx, 1, &bo, NULL, NULL);
+      free(x); free(w); free(b); free(dz); free(zp);
+      tg_tensor_free(&X); tg_tensor_free(&W); tg_tensor_free(&B);
+      tg_tensor_free(&DZ); tg_tensor_free(&ZP);
+    }
+}
+
+typedef struct adapt_ctx {
+  tg_dtype t;
+  starpu_data_handle_t X, W, b;
+} adapt_ctx;
+
+static int linear16_submit(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const adapt_ctx *c = v;
+  tg_task_opts lo = *o;
+  lo.lowp = c->t;
+  return tg_linear_fwd_insert(c->X, c->W, c->b, TG_ACT_GELU, out[0].handle, out[1].handle, &lo);
+}
+
+static void pair_adapter(void) {
+  const int rows = 37, in = 29, outf = 23;
+  for (int d = 0; d < 2; d++) {
+    tg_dtype t = LOWP[d];
+    float *x = rnd((size_t)rows * in, 1), *w = rnd((size_t)outf * in, 0.3f), *b = rnd(outf, 0.1f);
+    tg_tensor X, W, B;
+    new_low(&X, t, rows, in, x);
+    new_low(&W, t, outf, in, w);
+    new_tensor(&B, 1, outf, b);
+    adapt_ctx c = {.t = t, .X = X.handle, .W = W.handle, .b = B.handle};
+    /* one rounding of an f32 result on each side: at most half an ulp apart
+     * after a sum that lands on either side of a rounding boundary */
+    out16 o2[2] = {
+        {.name = "Z", .rows = rows, .cols = outf, .dt = t, .init = NULL, .tol = half_ulp(t)},
+        {.name = "H", .rows = rows, .cols = outf, .dt = t, .init = NULL, .tol = half_ulp(t)}};
+    char what[64];
+    snprintf(what, sizeof what, "adapted linear fwd + GELU, %s buffers", tg_dtype_name(t));
+    run_pair16(what, linear16_submit, &c, 2, o2);
+    tg_tensor_free(&X);
+    tg_tensor_free(&W);
+    tg_tensor_free(&B);
+    free(x);
+    free(w);
+    free(b);
+  }
+}
+
+static void linear_pair(void) {
+  pair_linear();
+  pair_adapter();
+}
+
+static void linear_cpu(void) {
+  tg_rng rng = {.s = 12345};
+  check_codelets(&rng);
+  linear_pair();
+}
+
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+static void emu_linear(void) {
+  static const int shapes[][3] = {{1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 7}};
+  for (int s = 0; s < 4; s++)
+    for (int act = 0; act < 3; act++)
+      for (int bias = 0; bias < 2; bias++) {
+        FULL_ONLY(s != 1);
+        const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        float *X = input(rows, in, in + 1, 1.0f), *W = input(out, in, in, 1.0f);
+        float *b = bias ? input(1, out, out, 1.0f) : NULL, *Z[2], *H[2];
+        outputs(Z, rows, out, out + 2, 0);
+        outputs(H, rows, out, out + 2, 0);
+        cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+        ok("tg_cuda_linear_fwd", "",
+           tg_cuda_linear_fwd(g_blas, rows, in, out, X, in + 1, W, in, b, act, Z[0], out + 2,
+                              act == 2 ? NULL : H[0], out + 2, NULL, &cs));
+        ok("tg_cuda_linear_fwd", "cublas", cs);
+        tg_cpu_linear_fwd(rows, in, out, X, in + 1, W, in, b, act, Z[1], out + 2,
+                          act == 2 ? NULL : H[1], out + 2);
+        compare("tg_cuda_linear_fwd", "Z", Z[0], Z[1], (size_t)rows * (out + 2), kTolRed);
+        compare("tg_cuda_linear_fwd", "H", H[0], H[1], (size_t)rows * (out + 2), kTolRed);
+        free2(Z);
+        free2(H);
+
+        float *dZ = input(rows, out, out, 1.0f), *Zp = input(rows, in, in + 3, 1.0f), *dX[2];
+        outputs(dX, rows, in, in + 1, 0);
+        ok("tg_cuda_linear_bwd_data", "",
+           tg_cuda_linear_bwd_data(g_blas, rows, in, out, dZ, out, W, in, act,
+                                   act == 2 ? NULL : Zp, in + 3, dX[0], in + 1, NULL, &cs));
+        ok("tg_cuda_linear_bwd_data", "cublas", cs);
+        tg_cpu_linear_bwd_data(rows, in, out, dZ, out, W, in, act, act == 2 ? NULL : Zp, in + 3,
+                               dX[1], in + 1);
+        compare("tg_cuda_linear_bwd_data", "dX", dX[0], dX[1], (size_t)rows * (in + 1), kTolRed);
+        free2(dX);
+        free(X); free(W); free(b); free(dZ); free(Zp);
+      }
+}
+#endif /* OPS_EMU */
+
+/* ---- lowp -------------------------------------------------------------------- */
+
+static void linear_case(tg_rng *rng, tg_dtype t) {
+  int rows = 37, in = 29, out = 23;
+  float *x = rounded_rand(rng, t, rows, in, 1.0f), *w = rounded_rand(rng, t, out, in, 0.3f);
+  float *b = tg_rand_mat(rng, 1, out, out, 0.1f, 0.0f);
+  tg_tensor X, Wt, Z, H, X32, W32, B32, Z32, H32;
+  new_low(&X, t, rows, in, x);
+  new_low(&Wt, t, out, in, w);
+  new_f32(&B32, 1, out, b);
+  CHECK(tg_tensor_alloc(&Z, rows, out, t) == 0, "alloc");
+  CHECK(tg_tensor_alloc(&H, rows, out, t) == 0, "alloc");
+  new_f32(&X32, rows, in, x);
+  new_f32(&W32, out, in, w);
+  new_f32(&Z32, rows, out, NULL);
+  new_f32(&H32, rows, out, NULL);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
+  CHECK(tg_linear_fwd_insert(X.handle, Wt.handle, B32.handle, TG_ACT_GELU, Z.handle, H.handle,
+                             &o) == 0, "linear 16-bit: %s", tg_last_error());
+  CHECK(tg_linear_fwd_insert(X32.handle, W32.handle, B32.handle, TG_ACT_GELU, Z32.handle,
+                             H32.handle, NULL) == 0, "linear f32: %s", tg_last_error());
+  expect_rounded(t, &Z, &Z32, "linear forward Z");
+  expect_rounded(t, &H, &H32, "linear forward GELU(Z)");
+
+  /* a 16-bit C accumulated: C = X W^T + C */
+  float *c0 = rounded_rand(rng, t, rows, out, 1.0f);
+  tg_tensor C, C32;
+  new_low(&C, t, rows, out, c0);
+  new_f32(&C32, rows, out, c0);
+  CHECK(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE, &o) == 0,
+        "gemm 16-bit C: %s", tg_last_error());
+  CHECK(tg_gemm_insert(0, 1, 1.0f, X32.handle, W32.handle, 1.0f, C32.handle, TG_ACCUMULATE,
+                       NULL) == 0, "gemm f32: %s", tg_last_error());
+  expect_rounded(t, &C, &C32, "GEMM with an accumulated 16-bit C");
+
+  /* refusals */
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE,
+                               NULL), "tg_gemm", "a 2-byte buffer without opts.lowp");
+  tg_tensor_enable_reduction(&C);
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_REDUCE, &o),
+                "tg_gemm", "a 2-byte REDUX target");
+  tg_tensor *all[] = {&X, &Wt, &Z, &H, &X32, &W32, &B32, &Z32, &H32, &C, &C32};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(x);
+  free(w);
+  free(b);
+  free(c0);
+}
+
+static void linear_lowp_body(void) {
+  tg_rng rng = {.s = 2024};
+  for (int k = 0; k < 2; k++) linear_case(&rng, LOWP[k]);
+}
+
+static void linear_lowp(void) { ops_run_worker_counts(linear_lowp_body); }
+
+static const ops_row rows[] = {
+    {.name = "linear",
+     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_linear_bwd_data_cl "
+               "tg_linear_bwd_data_insert tg_cuda_linear_fwd tg_cuda_linear_bwd_data",
+     .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
+             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear),
+             [OPS_LOWP] = linear_lowp},
+     .why_not = {[OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+};
+
+OPS_FAMILY(linear, rows);

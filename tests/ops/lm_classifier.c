@@ -1,0 +1,358 @@
+/*
+ * Op family lm_classifier (codelets/lm_classifier.c): the tied LM
+ * classifier (logits, softmax cross-entropy, dlnf, dwte) in chunks of the
+ * vocabulary.
+ *  ref       V in {1, 7, 250, 257} with padded vocabularies, chunk in
+ *            {1, 16, 64, 1000}: the loss and the gradients against float64
+ *            and finite differences, padded vocabulary rows of dwte
+ *            untouched, a guard after the scratch;
+ *  pair      V = 250 padded to 256 (padded rows hold 1e30: using them
+ *            shows), chunks 7 and 63, dlnf within 1e-4 (long products);
+ *  cuda-emu  tg_cuda_classifier against the CPU kernel.
+ */
+
+#include "ref_util.h"
+#include "pair.h"
+
+/* ---- ref --------------------------------------------------------------------- */
+
+typedef struct {
+  int n, C, V;
+  const double *lnf, *wte; /* (n, C), (V, C) */
+  const int32_t *tg;
+  double scale;
+  int wrt_wte; /* FD variable: lnf (0) or wte[:V] (1) */
+} cls_ctx;
+
+/* logits, loss and (when p != NULL) probabilities of one row, in double */
+static double ref_cls_row(int C, int V, const double *x, const double *wte,
+                          int32_t t, double *p) {
+  double *z = tg_test_malloc(sizeof(double) * V);
+  double mx = -INFINITY, s = 0, zt = NAN;
+  for (int v = 0; v < V; v++) {
+    double a = 0;
+    for (int j = 0; j < C; j++) a += x[j] * wte[(size_t)v * C + j];
+    z[v] = a;
+    if (v == t) zt = a;
+    mx = fmax(mx, a);
+  }
+  for (int v = 0; v < V; v++) s += exp(z[v] - mx);
+  double loss = log(s) - (zt - mx);
+  if (p)
+    for (int v = 0; v < V; v++) p[v] = exp(z[v] - mx) / s;
+  free(z);
+  return loss;
+}
+
+static double cls_loss(const double *x, const void *vctx) {
+  const cls_ctx *c = vctx;
+  const double *lnf = c->wrt_wte ? c->lnf : x, *wte = c->wrt_wte ? x : c->wte;
+  double L = 0;
+  for (int i = 0; i < c->n; i++)
+    L += ref_cls_row(c->C, c->V, lnf + (size_t)i * c->C, wte, c->tg[i], NULL);
+  return c->scale * L;
+}
+
+/* One classifier case against the double reference; fd != 0 adds the FD
+ * check (O((n + V) C * n V C) work, small cases only). */
+static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
+                     float padval, int fd) {
+  char what[160];
+  snprintf(what, sizeof what, "n=%d C=%d V=%d Vp=%d chunk=%d", n, C, V, Vp,
+           chunk);
+  int ldl = C + 3, lddl = C + 2;
+  float scale = 1.0f / (float)(n + 2);
+  float *lnf = tg_pad_mat(rng, n, C, ldl, 1.0f, 0.0f, NAN);
+  float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+  for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) wte[k] = padval;
+  int32_t *tg = rand_tokens(rng, n, V, -1);
+  if (n > 2) { /* the edges of the vocabulary */
+    tg[0] = V - 1;
+    tg[1] = 0;
+  }
+
+  /* double reference: loss, dlogits, dlnf = dlogits wte and
+   * dwte = dlogits^T lnf */
+  double *lnfd = tg_compact_f64(lnf, n, C, ldl), *wted = tg_compact_f64(wte, V, C, C);
+  double *dl = tg_test_malloc(sizeof(double) * n * V);
+  double lref = 0;
+  for (int i = 0; i < n; i++) {
+    double *p = dl + (size_t)i * V;
+    lref += ref_cls_row(C, V, lnfd + (size_t)i * C, wted, tg[i], p);
+    for (int v = 0; v < V; v++) p[v] = scale * (p[v] - (v == tg[i]));
+  }
+  lref *= scale;
+  double *dlnf_ref = tg_test_malloc(sizeof(double) * n * C);
+  double *dwte_ref = tg_test_malloc(sizeof(double) * V * C);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < C; j++) {
+      double a = 0;
+      for (int v = 0; v < V; v++)
+        a += dl[(size_t)i * V + v] * wted[(size_t)v * C + j];
+      dlnf_ref[(size_t)i * C + j] = a;
+    }
+  for (int v = 0; v < V; v++)
+    for (int j = 0; j < C; j++) {
+      double a = 0;
+      for (int i = 0; i < n; i++)
+        a += dl[(size_t)i * V + v] * lnfd[(size_t)i * C + j];
+      dwte_ref[(size_t)v * C + j] = a;
+    }
+
+  /* scratch of exactly chunk * V floats, then a guard */
+  size_t ns = (size_t)chunk * V;
+  float *scratch = tg_const_mat(1, (int)ns + 16, (int)ns + 16, NAN, NAN);
+  for (int k = 0; k < 16; k++) scratch[ns + k] = UNTOUCHED;
+  float guard[16];
+  for (int k = 0; k < 16; k++) guard[k] = UNTOUCHED;
+
+  /* forward only: dlnf and dwte NULL */
+  float loss = 0.25f;
+  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 0, NULL, 0, NULL,
+                    &loss, scratch);
+  {
+    char w2[200];
+    snprintf(w2, sizeof w2, "classifier fwd loss %s", what);
+    CHECK_REL(rel_err_scalar((double)loss - 0.25, lref), TOL_FWD, w2);
+  }
+
+  /* forward + backward: dlnf written over NaN, dwte[:V] accumulated onto
+   * values of the increment's size (a large base would bury the increment
+   * under its own float rounding, one per chunk) */
+  float *dlnf = tg_const_mat(n, C, lddl, NAN, OUT_PAD);
+  float *dwte = tg_pad_mat(rng, Vp, C, C, 1e-3f, 0.0f, 0.0f);
+  for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) dwte[k] = UNTOUCHED;
+  float *dwte0 = tg_copy_f(dwte, (size_t)Vp * C);
+  float *lnf0 = tg_copy_f(lnf, (size_t)n * ldl);
+  float *wte0 = tg_copy_f(wte, (size_t)Vp * C);
+  float loss2 = -0.5f;
+  tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 1, dlnf, lddl,
+                    dwte, &loss2, scratch);
+  {
+    char w2[200];
+    snprintf(w2, sizeof w2, "classifier fwd+bwd loss %s", what);
+    CHECK_REL(rel_err_scalar((double)loss2 + 0.5, lref), TOL_FWD, w2);
+    /* dlnf at the backward tolerance: with C = 1 a row of dlnf is one sum
+     * sum_v dlogits_v wte_v whose terms cancel (dlogits sums to 0), and the
+     * float result is measured up to 7e-6 off for n = 1, V = 250 */
+    snprintf(w2, sizeof w2, "classifier dlnf vs analytic %s", what);
+    CHECK_REL(mat_err(dlnf, n, C, lddl, dlnf_ref), TOL_FD, w2);
+    CHECK(pad_intact(dlnf, n, C, lddl, OUT_PAD), "%s wrote padding", w2);
+    snprintf(w2, sizeof w2, "classifier dwte vs analytic %s", what);
+    CHECK_REL(delta_err(dwte, dwte0, V, C, C, dwte_ref), TOL_FWD, w2);
+    CHECK(same_bits(dwte + (size_t)V * C, dwte0 + (size_t)V * C,
+                    (size_t)(Vp - V) * C),
+          "classifier touched padded rows of dwte %s", what);
+    CHECK(same_bits(scratch + ns, guard, 16),
+          "classifier wrote past chunk * V scratch floats %s", what);
+    CHECK(same_bits(lnf, lnf0, (size_t)n * ldl) &&
+              same_bits(wte, wte0, (size_t)Vp * C),
+          "classifier changed its inputs %s", what);
+  }
+
+  if (fd) {
+    cls_ctx ctx = {
+        .n = n, .C = C, .V = V, .lnf = lnfd, .wte = wted, .tg = tg, .scale = scale, .wrt_wte = 0};
+    double *g = tg_fd_grad(cls_loss, &ctx, lnfd, (size_t)n * C, FD_H);
+    char w2[200];
+    snprintf(w2, sizeof w2, "classifier dlnf vs FD %s", what);
+    CHECK_REL(mat_err(dlnf, n, C, lddl, g), TOL_FD, w2);
+    free(g);
+    ctx.wrt_wte = 1;
+    g = tg_fd_grad(cls_loss, &ctx, wted, (size_t)V * C, FD_H);
+    snprintf(w2, sizeof w2, "classifier dwte vs FD %s", what);
+    CHECK_REL(delta_err(dwte, dwte0, V, C, C, g), TOL_FD, w2);
+    free(g);
+  }
+
+  free(dlnf);
+  free(dwte);
+  free(dwte0);
+  free(lnf0);
+  free(wte0);
+  free(scratch);
+  free(dlnf_ref);
+  free(dwte_ref);
+  free(dl);
+  free(lnfd);
+  free(wted);
+  free(tg);
+  free(lnf);
+  free(wte);
+}
+
+static void ref_classifier(tg_rng *rng) {
+  static const int VS[4] = {1, 7, 250, 257};
+  static const int CHUNKS[4] = {1, 16, 64, 1000};
+  int k = 0;
+  for (int in = 0; in < NN; in++)
+    for (int ic = 0; ic < NC; ic++)
+      for (int iv = 0; iv < 4; iv++)
+        for (int ik = 0; ik < 4; ik++, k++) {
+          int n = NS[in], C = CS[ic], V = VS[iv];
+          /* Vp: V rounded up to 8 (257 -> 264, 250 -> 256, 1, 7 -> 8), or
+           * V itself on every third case */
+          int Vp = k % 3 == 2 ? V : (V + 7) / 8 * 8 + (V % 8 == 0 ? 8 : 0);
+          float padval = k % 2 ? NAN : 1e30f;
+          cls_case(rng, n, C, V, Vp, CHUNKS[ik], padval, 0);
+        }
+  /* FD on a few cases small enough for O((n + V) C * n V C) */
+  cls_case(rng, 7, 7, 257, 264, 3, NAN, 1);
+  cls_case(rng, 33, 7, 7, 8, 16, 1e30f, 1);
+  cls_case(rng, 1, 33, 250, 250, 1, NAN, 1);
+  cls_case(rng, 100, 1, 7, 16, 64, 1e30f, 1);
+  cls_case(rng, 5, 64, 33, 40, 2, NAN, 1);
+
+  /* grad_scale (the loss scale) multiplies dlnf and dwte's increment, never
+   * the loss: a power of two, so exactly 8 times the unscaled results */
+  {
+    int n = 9, C = 11, V = 13, Vp = 16;
+    float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
+    float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+    int32_t tg[9];
+    for (int i = 0; i < n; i++) tg[i] = (i * 5) % V;
+    float *dlnf[2], *dwte[2], loss[2] = {0.0f, 0.0f};
+    float *scratch = tg_const_mat(4, V, V, NAN, NAN);
+    for (int s = 0; s < 2; s++) {
+      dlnf[s] = tg_const_mat(n, C, C, NAN, NAN);
+      dwte[s] = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
+      tg_cpu_classifier(n, C, V, 4, lnf, C, wte, tg, 0.25f, s ? 8.0f : 1.0f, 1, dlnf[s], C,
+                        dwte[s], &loss[s], scratch);
+    }
+    int exact = loss[0] == loss[1];
+    for (int i = 0; i < n * C; i++) exact &= dlnf[1][i] == 8.0f * dlnf[0][i];
+    for (int i = 0; i < Vp * C; i++) exact &= dwte[1][i] == 8.0f * dwte[0][i];
+    CHECK(exact, "classifier grad_scale 8: loss unchanged, dlnf and dwte exactly 8x");
+    for (int s = 0; s < 2; s++) {
+      free(dlnf[s]);
+      free(dwte[s]);
+    }
+    free(lnf);
+    free(wte);
+    free(scratch);
+  }
+
+  /* out-of-range targets: NaN loss, zero dlnf rows, no gradient from them */
+  {
+    int n = 4, C = 7, V = 9, Vp = 16;
+    float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
+    float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
+    int32_t tg[4] = {V, 2, -1, Vp};
+    float *dlnf = tg_const_mat(n, C, C, NAN, NAN);
+    float *dwte = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
+    float *scratch = tg_const_mat(2, V, V, NAN, NAN);
+    float loss = 0.0f;
+    tg_cpu_classifier(n, C, V, 2, lnf, C, wte, tg, 1.0f, 1.0f, 1, dlnf, C, dwte,
+                      &loss, scratch);
+    int zero = 1;
+    for (int j = 0; j < C; j++)
+      zero &= dlnf[j] == 0.0f && dlnf[2 * C + j] == 0.0f &&
+              dlnf[3 * C + j] == 0.0f;
+    /* the valid row alone gives dwte = dlogits(1)^T lnf(1) */
+    double *lnfd = tg_compact_f64(lnf, n, C, C), *wted = tg_compact_f64(wte, V, C, C);
+    double p[9], *ref = tg_test_malloc(sizeof(double) * Vp * C);
+    ref_cls_row(C, V, lnfd + C, wted, 2, p);
+    for (int v = 0; v < Vp; v++)
+      for (int j = 0; j < C; j++)
+        ref[(size_t)v * C + j] =
+            v < V ? (p[v] - (v == 2)) * lnfd[(size_t)C + j] : 0.0;
+    CHECK(isnan(loss) && zero, "classifier bad targets: NaN loss, zero rows");
+    CHECK_REL(mat_err(dwte, Vp, C, C, ref), TOL_FWD,
+              "classifier bad targets: dwte from the valid row only");
+    free(ref);
+    free(lnfd);
+    free(wted);
+    free(lnf);
+    free(wte);
+    free(dlnf);
+    free(dwte);
+    free(scratch);
+  }
+}
+
+static void lm_classifier_ref(void) {
+  tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
+  ref_classifier(&rng);
+}
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+static int classifier(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_lm_classifier_insert(c->V, c->chunk, 1.0f / 37.0f, c->h[0], c->h[1], c->h[2],
+                                 out[1].handle, out[2].handle, c->accum, out[0].handle,
+                                 c->accum, o);
+}
+
+static void pair_classifier(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256;
+  float *lnf = rnd((size_t)n * C, 1), *wte = rnd((size_t)Vp * C, 1);
+  for (int i = V * C; i < Vp * C; i++) wte[i] = 1e30f; /* padded rows: never used */
+  float *dwte0 = rnd((size_t)Vp * C, 0.01f), *loss0 = filled(1, 0.5f);
+  tg_tensor L, Wt, tok;
+  new_tensor(&L, n, C, lnf);
+  new_tensor(&Wt, Vp, C, wte);
+  tokens_tensor(&tok, n, V);
+  for (int chunk = 7; chunk <= 64; chunk *= 9) {
+    gctx c = {.h = {L.handle, Wt.handle, tok.handle},
+              .T = 0,
+              .NH = 0,
+              .chunk = chunk,
+              .V = V,
+              .kind = 0,
+              .accum = TG_ACCUMULATE};
+    outspec o[3] = {
+        {.name = "loss", .rows = 1, .cols = 1, .init = loss0, .redux = 0, .tol = TOL},
+        {.name = "dlnf", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL_LARGE_K},
+        {.name = "dwte", .rows = Vp, .cols = C, .init = dwte0, .redux = 0, .tol = TOL}};
+    char what[64];
+    snprintf(what, sizeof what, "lm_classifier chunk=%d", chunk);
+    run_pair(what, classifier, &c, 3, o, NULL, NULL);
+  }
+  free(lnf); free(wte); free(dwte0); free(loss0);
+  tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
+}
+
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+static void emu_classifier(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256, ldl = C + 1;
+  float *lnf = input(n, C, ldl, 1.0f), *wte = input(Vp, C, C, 1.0f);
+  for (int i = V * C; i < Vp * C; i++) wte[i] = 1e30f; /* padded rows: never used */
+  int32_t *tok = tokens(n, V);
+  for (int chunk = 7; chunk <= 64; chunk *= 9)
+    for (int backward = 0; backward < 2; backward++) {
+      FULL_ONLY(chunk == 7 || !backward);
+      float *dlnf[2], *dwte[2], loss[2] = {0.5f, 0.5f};
+      outputs(dlnf, n, C, ldl, 0);
+      outputs(dwte, Vp, C, C, 1);
+      float *scratch = tg_const_mat(chunk, V, V, NAN, NAN), *cpu_scratch = fmalloc((size_t)chunk * V);
+      ok("tg_cuda_classifier", "",
+         tg_cuda_classifier(g_blas, n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, 2.0f,
+                            backward, dlnf[0], ldl, dwte[0], &loss[0], scratch, NULL));
+      tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, 2.0f, backward,
+                        dlnf[1], ldl, dwte[1], &loss[1], cpu_scratch);
+      compare("tg_cuda_classifier", "loss", &loss[0], &loss[1], 1, kTolRed);
+      compare("tg_cuda_classifier", "dlnf", dlnf[0], dlnf[1], (size_t)n * ldl, kTolLong);
+      compare("tg_cuda_classifier", "dwte", dwte[0], dwte[1], (size_t)Vp * C, kTolRed);
+      free2(dlnf); free2(dwte); free(scratch); free(cpu_scratch);
+    }
+  free(lnf); free(wte); free(tok);
+}
+#endif /* OPS_EMU */
+
+static const ops_row rows[] = {
+    {.name = "lm_classifier",
+     .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_lm_classifier_scaled_insert "
+               "tg_cuda_classifier",
+     .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
+             [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier)},
+     .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
+                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+};
+
+OPS_FAMILY(lm_classifier, rows);

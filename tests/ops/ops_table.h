@@ -1,0 +1,24 @@
+/*
+ * The op table's families (one file per codelet file, tests/ops/<name>.c)
+ * and each backend's start and stop (the runtime, the worker pair, the
+ * emulator), defined in ops_table.c.
+ */
+#ifndef TASKGRAD_OPS_TABLE_H
+#define TASKGRAD_OPS_TABLE_H
+
+#include "ops_harness.h"
+
+extern const ops_family *const ops_families[];
+extern const int ops_nfamilies;
+
+/* 0, TG_TEST_SKIP when the backend's device is missing, or 1 */
+int ops_backend_start(ops_backend b);
+void ops_backend_stop(ops_backend b);
+
+#ifdef OPS_EMU
+/* tests/ops/emu.c: the emulator's own checks first, its launcher table last */
+int emu_start(void);
+void emu_stop(void);
+#endif
+
+#endif

@@ -1,8 +1,0 @@
-/*
- * test_emulated_codelets: the cases of test_cuda_codelets.c with an emulated
- * accelerator (a PoCL OpenCL device, --emulated-devices) in place of the
- * CUDA worker; every output must equal the CPU worker's bit for bit (see
- * tests/cuda_pair.h, TG_PAIR_OPENCL).  SKIP (77) without PoCL.
- */
-#define TG_PAIR_OPENCL 1
-#include "test_cuda_codelets.c"
