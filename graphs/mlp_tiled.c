@@ -300,7 +300,7 @@ int tg_mlp_update_tiled(tg_mlp *m) {
         else tg_split_write(ts[k][t], ss[k][t]);
       }
       for (int j = 0; j < T->n && rc == 0; j++)
-        rc = tg_optim_task_insert(&m->optim, m->optim.opt.lr, ss[k][0]->parts[j],
+        rc = tg_optim_submit_task(&m->optim, m->optim.opt.lr, ss[k][0]->parts[j],
                                   ss[k][1]->parts[j], ss[k][2]->parts[j],
                                   sgd ? NULL : ss[k][3]->parts[j],
                                   tg_gopt(&g, L - l, TG_MLP_RANKS(L), "L%d.opt%d", l, j));

@@ -80,7 +80,7 @@ int tg_optim_start(tg_optim *o) {
   return tg_optim_refresh_lowp(o);
 }
 
-int tg_optim_task_insert(const tg_optim *o, float lr, starpu_data_handle_t value,
+int tg_optim_submit_task(const tg_optim *o, float lr, starpu_data_handle_t value,
                          starpu_data_handle_t grad, starpu_data_handle_t state1,
                          starpu_data_handle_t state2, const tg_task_opts *opts) {
   const tg_optimizer_config *c = &o->opt;
@@ -136,7 +136,7 @@ int tg_optim_update(tg_optim *o, float lr) {
     tg_gopts g;
     for (int k = 0; k < o->nparams; k++) {
       const tg_param *p = &o->params[k];
-      TG_TRY(tg_optim_task_insert(o, lr, p->value->handle, p->grad->handle, p->state1->handle,
+      TG_TRY(tg_optim_submit_task(o, lr, p->value->handle, p->grad->handle, p->state1->handle,
                                   p->state2 ? p->state2->handle : NULL,
                                   tg_gopt(&g, p->rank, o->nranks, "%s.opt", p->name)));
     }

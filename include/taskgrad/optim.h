@@ -102,7 +102,7 @@ int tg_optim_refresh_lowp(tg_optim *o);
 int tg_optim_update(tg_optim *o, float lr);
 /* One optimizer task (AdamW or SGD per o->opt, step o->step) on the given
  * handles: for models that update blocks of a parameter themselves. */
-int tg_optim_task_insert(const tg_optim *o, float lr, starpu_data_handle_t value,
+int tg_optim_submit_task(const tg_optim *o, float lr, starpu_data_handle_t value,
                          starpu_data_handle_t grad, starpu_data_handle_t state1,
                          starpu_data_handle_t state2, const tg_task_opts *opts);
 /* Frees the flag and the registry (not the model's tensors). */
