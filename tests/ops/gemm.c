@@ -5,9 +5,12 @@
  *            padding, sentinel output padding), beta 0 over NaN, k == 0 and
  *            alpha == 0; dA and dB (GEMMs themselves) against finite
  *            differences of sum(W .* A B);
- *  pair      every transpose, alpha / beta, the three accumulation modes
- *            (two contributions in REDUX), k up to 1025 (1e-4: another
- *            summation order on CUDA) and the left half of a partitioned C;
+ *  pair      every transpose, alpha / beta, the four accumulation modes
+ *            (two contributions in REDUX and COMMUTE), k up to 1025 (1e-4:
+ *            another summation order on CUDA) and the left half of a
+ *            partitioned C; and TG_COMMUTE's sum against float64: eight
+ *            contributions submitted to any worker add into C (beta forced
+ *            to 1, one task at a time: a lost update shows);
  *  cuda-emu  tg_cuda_gemm (cuBLAS on OpenBLAS) against tg_cpu_gemm, k 0.
  * The 16-bit adapter's GEMM is in the linear row (tests/ops/linear.c).
  */
@@ -227,7 +230,7 @@ static int gemm_submit(const void *vctx, const tg_task_opts *o,
   }
   int rc = tg_gemm_insert(c->ta, c->tb, c->alpha, c->A, c->B, c->beta,
                           out[0].handle, c->accum, o);
-  if (rc == 0 && c->accum == TG_REDUCE) /* a second contribution */
+  if (rc == 0 && (c->accum == TG_REDUCE || c->accum == TG_COMMUTE)) /* a second contribution */
     rc = tg_gemm_insert(c->ta, c->tb, -0.5f * c->alpha, c->A, c->B, c->beta,
                         out[0].handle, c->accum, o);
   return rc;
@@ -249,7 +252,7 @@ static void pair_gemm(void) {
         new_tensor(&B, tb ? n : k, tb ? k : n, b);
         float *c0 = rnd((size_t)m * n, 1.0f);
         const double tol = k >= 257 ? TOL_LARGE_K : TOL;
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
           gemm_ctx ctx = {.ta = ta,
                           .tb = tb,
                           .alpha = 1.25f,
@@ -260,6 +263,7 @@ static void pair_gemm(void) {
                           .ld_test = 0};
           if (mode == TG_ACCUMULATE) ctx.beta = 0.5f;
           if (mode == TG_REDUCE) ctx.beta = 1.0f;
+          if (mode == TG_COMMUTE) ctx.beta = 0.5f; /* ignored: adds (beta 1) */
           outspec o = {.name = "C",
                        .rows = m,
                        .cols = n,
@@ -317,9 +321,44 @@ static void pair_gemm_ld(void) {
       }
 }
 
+/* C = C0 + sum_i alpha_i A B by eight TG_COMMUTE GEMMs left to the
+ * scheduler (every worker of the backend may take some), against float64:
+ * beta is forced to 1 whatever is given, and the tasks must add one at a
+ * time (two at once would lose an update). */
+static void pair_gemm_commute_sum(void) {
+  const int m = 33, n = 65, k = 257, ncontrib = 8;
+  tg_tensor A, B, C;
+  float *a = rnd((size_t)m * k, 1.0f), *b = rnd((size_t)k * n, 1.0f);
+  float *c0 = rnd((size_t)m * n, 1.0f), *c = xmalloc(sizeof(float) * m * n);
+  new_tensor(&A, m, k, a);
+  new_tensor(&B, k, n, b);
+  new_tensor(&C, m, n, c0);
+  double alpha_sum = 0;
+  for (int i = 0; i < ncontrib; i++) {
+    const float alpha = 0.25f * (float)(i + 1) * (i % 2 ? -1.0f : 1.0f);
+    alpha_sum += alpha;
+    CHECK(tg_gemm_insert(0, 0, alpha, A.handle, B.handle, 0.5f, C.handle, TG_COMMUTE, NULL) == 0,
+          "%s", tg_last_error());
+  }
+  CHECK(tg_tensor_read(&C, c) == 0, "%s", tg_last_error());
+  double *ab = ref_gemm_ab(0, 0, m, n, k, a, k, b, n);
+  for (size_t i = 0; i < (size_t)m * n; i++) ab[i] = c0[i] + alpha_sum * ab[i];
+  CHECK_REL(tg_rel_err_f64(c, ab, (size_t)m * n), TOL_LARGE_K,
+            "gemm TG_COMMUTE: 8 contributions on any worker vs float64");
+  free(ab);
+  free(a);
+  free(b);
+  free(c0);
+  free(c);
+  tg_tensor_free(&A);
+  tg_tensor_free(&B);
+  tg_tensor_free(&C);
+}
+
 static void gemm_pair(void) {
   pair_gemm();
   pair_gemm_ld();
+  pair_gemm_commute_sum();
 }
 
 #ifdef OPS_EMU

@@ -144,7 +144,8 @@ starpu_data_handle_t left_half(tg_tensor *t) { return starpu_data_get_sub_data(t
 void unsplit(tg_tensor *t) { starpu_data_unpartition(t->handle, STARPU_MAIN_RAM); }
 
 const char *accum_name(tg_accum a) {
-  return a == TG_OVERWRITE ? "overwrite" : a == TG_ACCUMULATE ? "accumulate" : "reduce";
+  return a == TG_OVERWRITE ? "overwrite" : a == TG_ACCUMULATE ? "accumulate"
+         : a == TG_REDUCE ? "reduce" : "commute";
 }
 
 /* the first worker of a type, or -1 */
