@@ -162,7 +162,19 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   tg_gpt g;
   tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
                             "this GPT model and batch");
+  /* PyTorch's inputs are written now, so that the host copy of the
+   * parameters is gone during the measured steps (peak memory) */
+  char dir[] = "/tmp/taskgrad-bench-XXXXXX", model[256], tokfile[256];
+  if (torch) {
+    if (!mkdtemp(dir)) tg_cli_die("cannot create a temporary directory");
+    snprintf(model, sizeof model, "%s/model.bin", dir);
+    snprintf(tokfile, sizeof tokfile, "%s/tokens.bin", dir);
+    if (tg_llmc_model_write(model, &cfg, params) < 0 ||
+        tg_llmc_tokens_write(tokfile, tokens, ntok) < 0)
+      tg_cli_die_last("writing the PyTorch inputs");
+  }
   if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
+  free(params);
   tg_token_loader_config lc = {.B = B, .T = T, .nmicro = micro, .prefetch = 1, .shuffled = 0,
                                .seed = 0, .start_batch = 0, .shard = 0, .nshards = 1};
   tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
@@ -212,13 +224,6 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
 
   int rc = 0;
   if (torch) {
-    char dir[] = "/tmp/taskgrad-bench-XXXXXX", model[256], tokfile[256];
-    if (!mkdtemp(dir)) tg_cli_die("cannot create a temporary directory");
-    snprintf(model, sizeof model, "%s/model.bin", dir);
-    snprintf(tokfile, sizeof tokfile, "%s/tokens.bin", dir);
-    if (tg_llmc_model_write(model, &cfg, params) < 0 ||
-        tg_llmc_tokens_write(tokfile, tokens, ntok) < 0)
-      tg_cli_die_last("writing the PyTorch inputs");
     double tms = torch_step_ms(model, tokfile, B, T, steps, warmup, threads);
     unlink(model);
     unlink(tokfile);
@@ -229,7 +234,6 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
     else
       rc = 1;
   }
-  free(params);
   free(tokens);
   return rc;
 }
