@@ -6,7 +6,7 @@
  * the rest of the step in the way.  The per-codelet GFLOP/s of
  * `taskgrad bench gpt --stats` are the end-to-end check; this probe is the
  * quick and quieter one for A/B comparisons of builds:
- *   cpu_kernels [--rows R] [--channels C] [--vocab V] [--reps N]
+ *   cpu_kernels [--rows R] [--channels C] [--vocab V] [--reps N (at most 64)]
  * (defaults: GPT-2 124M at B=4 T=64 with 2 micro-batches, R = 128 rows per
  * task).  One line per kernel: name, median ms, GFLOP/s and % of the
  * ceiling, then the fastest call's ms and GFLOP/s: on a shared machine the
@@ -37,7 +37,10 @@ typedef struct probe {
 
 static double now_s(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) {
+    perror("cpu_kernels: clock_gettime");
+    exit(1);
+  }
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -154,16 +157,17 @@ int main(int argc, char **argv) {
   if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) execv("/proc/self/exe", argv);
   openblas_set_num_threads(1);
   probe p = {.rows = 128, .C = 768, .V = 50257, .reps = 7};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    int v = atoi(argv[i + 1]);
-    if (v < 1) {
-      fprintf(stderr, "cpu_kernels: error: %s wants a positive integer\n", argv[i]);
+  for (int i = 1; i < argc; i += 2) {
+    char *end = NULL;
+    long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+    if (v < 1 || v > 1000000 || *end) {
+      fprintf(stderr, "cpu_kernels: error: %s wants an integer in [1, 1000000]\n", argv[i]);
       return 2;
     }
-    if (!strcmp(argv[i], "--rows")) p.rows = v;
-    else if (!strcmp(argv[i], "--channels")) p.C = v;
-    else if (!strcmp(argv[i], "--vocab")) p.V = v;
-    else if (!strcmp(argv[i], "--reps")) p.reps = v;
+    if (!strcmp(argv[i], "--rows")) p.rows = (int)v;
+    else if (!strcmp(argv[i], "--channels")) p.C = (int)v;
+    else if (!strcmp(argv[i], "--vocab")) p.V = (int)v;
+    else if (!strcmp(argv[i], "--reps")) p.reps = (int)v;
     else {
       fprintf(stderr, "cpu_kernels: error: unknown flag '%s'\n", argv[i]);
       return 2;
@@ -183,7 +187,10 @@ int main(int argc, char **argv) {
   p.v = filled(wte, 9);
   for (size_t i = 0; i < wte; i++) p.v[i] *= p.v[i]; /* a second moment is >= 0 */
   p.targets = malloc(sizeof *p.targets * (size_t)R);
-  if (!p.targets) return 1;
+  if (!p.targets) {
+    fputs("cpu_kernels: error: out of memory\n", stderr);
+    return 1;
+  }
   for (int r = 0; r < R; r++) p.targets[r] = (int32_t)((r * 7919) % V);
 
   timing tc = time_kernel(&p, ceiling_gemm, 2048, 0, 0);

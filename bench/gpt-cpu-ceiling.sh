@@ -9,8 +9,10 @@
 # load change on a shared machine hits them alike.  Prints one line per run
 # and, per build and size, the medians: step ms, GFLOP/s by llm.c's count
 # (6 N + 6 L C T per token, as `bench gpt` prints it) and that as % of the
-# all-core ceiling of the same round.  The load average is printed with each
-# round: figures taken under load are only comparable within the round.
+# all-core ceiling of the same round; with each run, the GFLOP/s per core of
+# the GEMM codelets and AdamW's share of the worker time, from bench gpt's
+# per-codelet table.  The load average is printed with each round: figures
+# taken under load are only comparable within the round.
 set -euo pipefail
 rounds=3
 sizes="d4 124m"
@@ -58,12 +60,15 @@ for r in $(seq "$rounds"); do
     for i in "${!builds[@]}"; do
       b=${builds[$i]}
       # shellcheck disable=SC2046  # the flags are words
-      STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") --quiet \
+      STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") \
         >"$out/run.txt" 2>&1 || { echo "$b bench gpt $s failed:"; tail -3 "$out/run.txt"; exit 1; }
       ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
       gf=$(awk '/^taskgrad GFLOP\/s:/ {print $3}' "$out/run.txt")
       pct=$(awk -v g="$gf" -v c="$all" 'BEGIN {printf "%.1f", 100 * g / c}')
-      echo "  $s $b: step $ms ms, $gf GFLOP/s, $pct% of ceiling"
+      codelets=$(awk '$1 ~ /^tg_(lm_classifier|linear_fwd|linear_bwd_data|gemm)$/ {
+          printf "%s %s, ", substr($1, 4), $5 } $1 == "tg_adamw" { printf "adamw %s share", $6 }' \
+        "$out/run.txt")
+      echo "  $s $b: step $ms ms, $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
       echo "$ms $gf $pct" >>"$out/$s.$i"
     done
   done
