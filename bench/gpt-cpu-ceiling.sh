@@ -65,9 +65,11 @@ for r in $(seq "$rounds"); do
       ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
       gf=$(awk '/^taskgrad GFLOP\/s:/ {print $3}' "$out/run.txt")
       pct=$(awk -v g="$gf" -v c="$all" 'BEGIN {printf "%.1f", 100 * g / c}')
-      codelets=$(awk '$1 ~ /^tg_(lm_classifier|linear_fwd|linear_bwd_data|gemm)$/ {
-          printf "%s %s, ", substr($1, 4), $5 } $1 == "tg_adamw" { printf "adamw %s share", $6 }' \
-        "$out/run.txt")
+      # in a fixed order, whatever the table's
+      codelets=$(awk '{ rate[$1] = $5; share[$1] = $6 } END {
+          n = split("lm_classifier linear_fwd linear_bwd_data gemm", c, " ")
+          for (i = 1; i <= n; i++) printf "%s %s, ", c[i], rate["tg_" c[i]]
+          printf "adamw %s share", share["tg_adamw"] }' "$out/run.txt")
       echo "  $s $b: step $ms ms, $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
       echo "$ms $gf $pct" >>"$out/$s.$i"
     done
