@@ -29,23 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe_common.h"
 #include "taskgrad/runtime.h"
 
 void openblas_set_num_threads(int n); /* not in every cblas.h */
-
-static double now_s(void) {
-  struct timespec t;
-  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) {
-    perror("ceiling: clock_gettime");
-    exit(1);
-  }
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static long parse_positive(const char *flag, const char *text, long max) {
   char *end;
@@ -74,12 +61,12 @@ static rate sgemm_gflops(int S, int threads, int reps, const float *A, const flo
     exit(1);
   }
   for (int r = -1; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = probe_now_s();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, A, S, B, S, 0.0f,
                 C, S);
-    if (r >= 0) t[r] = now_s() - t0;
+    if (r >= 0) t[r] = probe_now_s() - t0;
   }
-  qsort(t, (size_t)reps, sizeof *t, by_value);
+  qsort(t, (size_t)reps, sizeof *t, probe_by_value);
   double flop = 2.0 * S * (double)S * S;
   rate r = {.median = flop / t[reps / 2] * 1e-9, .best = flop / t[0] * 1e-9};
   free(t);

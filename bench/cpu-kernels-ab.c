@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "probe_common.h"
 typedef void (*softmax_xent_fn)(int rows, int cols, const float *logits, int ldl,
                                 const int32_t *labels, float scale, float *dlogits, int ldd,
                                 float *loss_acc);
@@ -37,20 +38,6 @@ typedef struct build {
   adamw_fn adamw;
   double softmax_s[MAX_REPS], adamw_s[MAX_REPS];
 } build;
-
-static double now_s(void) {
-  struct timespec t;
-  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) {
-    perror("cpu_kernels_ab: clock_gettime");
-    exit(1);
-  }
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void *symbol(void *lib, const char *path, const char *name) {
   void *f = dlsym(lib, name);
@@ -92,8 +79,8 @@ static float *alloc_floats(size_t n) {
 }
 
 static void summary(const char *name, double *a, double *b, int reps) {
-  qsort(a, (size_t)reps, sizeof *a, by_value);
-  qsort(b, (size_t)reps, sizeof *b, by_value);
+  qsort(a, (size_t)reps, sizeof *a, probe_by_value);
+  qsort(b, (size_t)reps, sizeof *b, probe_by_value);
   double am = a[reps / 2], bm = b[reps / 2];
   printf("%-26s A median %8.2f ms best %8.2f | B median %8.2f ms best %8.2f | "
          "A/B median %.2f best %.2f\n",
@@ -139,13 +126,13 @@ int main(int argc, char **argv) {
   for (long r = 0; r < reps; r++)
     for (int k = 0; k < 2; k++) {
       float loss = 0.0f;
-      double t0 = now_s();
+      double t0 = probe_now_s();
       ab[k].softmax_xent((int)rows, (int)vocab, logits, (int)vocab, labels, 1.0f, dlogits,
                          (int)vocab, &loss);
-      double t1 = now_s();
+      double t1 = probe_now_s();
       ab[k].adamw(np, w, g, m, v, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 1.0f);
       ab[k].softmax_s[r] = t1 - t0;
-      ab[k].adamw_s[r] = now_s() - t1;
+      ab[k].adamw_s[r] = probe_now_s() - t1;
     }
   char name[64];
   snprintf(name, sizeof name, "softmax_xent %ldx%ld", rows, vocab);

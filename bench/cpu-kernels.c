@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe_common.h"
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/runtime.h"
 
@@ -34,20 +35,6 @@ typedef struct probe {
   float *X, *W, *b, *Z, *H, *scratch, *dwte, *m, *v;
   int32_t *targets;
 } probe;
-
-static double now_s(void) {
-  struct timespec t;
-  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) {
-    perror("cpu_kernels: clock_gettime");
-    exit(1);
-  }
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static float *filled(size_t n, unsigned seed) {
   float *p = malloc(n * sizeof *p);
@@ -71,11 +58,11 @@ static timing time_kernel(const probe *p, kernel_fn f, int a, int b, int act) {
   int reps = p->reps < 64 ? p->reps : 64;
   f(p, a, b, act);
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = probe_now_s();
     f(p, a, b, act);
-    t[r] = now_s() - t0;
+    t[r] = probe_now_s() - t0;
   }
-  qsort(t, (size_t)reps, sizeof *t, by_value);
+  qsort(t, (size_t)reps, sizeof *t, probe_by_value);
   return (timing){.median = t[reps / 2], .best = t[0]};
 }
 
