@@ -4,15 +4,17 @@
 #   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] BUILD [BUILD...]
 # SIZES: d4 and/or 124m (default "d4 124m").  Each round runs the ceiling
 # probe (bin/ceiling of the first BUILD that has one, as an older build may
-# predate it: 2048^3 sgemm, 1 thread and all cores), then,
-# for each size, every build in turn, so that builds are interleaved and a
-# load change on a shared machine hits them alike.  Prints one line per run
-# and, per build and size, the medians: step ms, GFLOP/s by llm.c's count
+# predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
+# every build in turn, so that builds are interleaved and a load change on a
+# shared machine hits them alike.  Prints one line per run and, per build and
+# size, the run with the median step time: step ms, GFLOP/s by llm.c's count
 # (6 N + 6 L C T per token, as `bench gpt` prints it) and that as % of the
-# all-core ceiling of the same round; with each run, the GFLOP/s per core of
+# all-core ceiling of the same round.  With each run, the GFLOP/s per core of
 # the GEMM codelets and AdamW's share of the worker time, from bench gpt's
-# per-codelet table.  The load average is printed with each round: figures
-# taken under load are only comparable within the round.
+# per-codelet table, and with each round the load average: figures taken
+# under load are only comparable within a round.  Under load the position in
+# the round mattered too (2026-11-24): run a second series with the builds in
+# the other order.
 set -euo pipefail
 rounds=3
 sizes="d4 124m"
@@ -49,7 +51,6 @@ for s in $sizes; do size_flags "$s" >/dev/null; done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export STARPU_SILENT=1
-median() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]}'; }
 
 for r in $(seq "$rounds"); do
   "$ceiling" --reps 5 >"$out/ceiling.txt"
@@ -81,8 +82,9 @@ echo "| size | build | step ms | GFLOP/s | % of ceiling |"
 echo "| --- | --- | --- | --- | --- |"
 for s in $sizes; do
   for i in "${!builds[@]}"; do
-    row="| $s | ${builds[$i]} "
-    for col in 1 2 3; do row+="| $(awk -v c=$col '{print $c}' "$out/$s.$i" | median) "; done
-    echo "$row|"
+    # the run with the median step time, whole (its GFLOP/s and % belong to it)
+    sort -g "$out/$s.$i" | awk -v b="${builds[$i]}" -v s="$s" '{r[NR] = $0} END {
+        split(r[int((NR + 1) / 2)], f, " ")
+        printf "| %s | %s | %s | %s | %s |\n", s, b, f[1], f[2], f[3] }'
   done
 done
