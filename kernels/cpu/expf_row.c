@@ -124,9 +124,7 @@ static int vector_row_agrees(void) {
     if (memcmp(&got[i], &(float){expf(in[i])}, sizeof(float)) != 0) return 0;
   return 1;
 }
-#endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
 static int use_vector; /* set once, by choose_path */
 static pthread_once_t path_chosen = PTHREAD_ONCE_INIT;
 
@@ -141,7 +139,8 @@ double tg_cpu_expf_row(int n, const float *x, float shift, float *out, double su
 #if defined(__x86_64__) && defined(__GNUC__)
   /* pthread_once: the workers' first calls may race; should it fail, the
    * scalar loop is always right */
-  if (pthread_once(&path_chosen, choose_path) == 0 && use_vector) return vector_row(n, x, shift, out, sum);
+  if (pthread_once(&path_chosen, choose_path) == 0 && use_vector)
+    return vector_row(n, x, shift, out, sum);
 #endif
   return scalar_row(n, x, shift, out, sum);
 }
