@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# GPT training-step speed as a fraction of the sgemm ceiling measured in the
+# same run, for one build or an A/B comparison of several:
+#   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] BUILD [BUILD...]
+# SIZES: d4 and/or 124m (default "d4 124m").  Each round runs the ceiling
+# probe (bin/ceiling of the first BUILD that has one, as an older build may
+# predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
+# every build in turn, so that builds are interleaved and a load change on a
+# shared machine hits them alike.  Prints one line per run and, per build and
+# size, the run with the median step time: step ms, GFLOP/s by llm.c's count
+# (6 N + 6 L C T per token, as `bench gpt` prints it) and that as % of the
+# all-core ceiling of the same round.  With each run, the GFLOP/s per core of
+# the GEMM codelets and AdamW's share of the worker time, from bench gpt's
+# per-codelet table, and with each round the load average: figures taken
+# under load are only comparable within a round.  Under load the position in
+# the round mattered too (2026-11-24): run a second series with the builds in
+# the other order.
+set -euo pipefail
+rounds=3
+sizes="d4 124m"
+while getopts "r:s:" opt; do
+  case $opt in
+    r) rounds=$OPTARG ;;
+    s) sizes=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] BUILD [BUILD...]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] BUILD [BUILD...]" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$0: error: -r wants a positive integer" >&2; exit 2; }
+builds=("$@")
+ceiling=
+for b in "${builds[@]}"; do
+  if [ -x "$b/bin/ceiling" ]; then ceiling="$b/bin/ceiling"; break; fi
+done
+[ -n "$ceiling" ] || { echo "$0: error: no BUILD/bin/ceiling (cmake --build BUILD --target ceiling)" >&2; exit 2; }
+for b in "${builds[@]}"; do
+  [ -x "$b/bin/taskgrad" ] || { echo "$0: error: no $b/bin/taskgrad: build first" >&2; exit 2; }
+done
+
+size_flags() {
+  case $1 in
+    d4) echo "" ;; # bench gpt's defaults: L=4 C=256 NH=4 T=256 B=8
+    124m) echo "--layers 12 --channels 768 --heads 12 --vocab 50257 --max-seq 1024 \
+--batch 4 --seq 64 --steps 3 --warmup 1" ;;
+    *) echo "$0: error: unknown size '$1' (d4, 124m)" >&2; exit 2 ;;
+  esac
+}
+for s in $sizes; do size_flags "$s" >/dev/null; done
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export STARPU_SILENT=1
+
+for r in $(seq "$rounds"); do
+  "$ceiling" --reps 5 >"$out/ceiling.txt"
+  one=$(awk '/^ceiling 1 thread:/ {print $4}' "$out/ceiling.txt")
+  all=$(awk '/^ceiling [0-9]+ threads:/ {print $4}' "$out/ceiling.txt")
+  echo "round $r: ceiling $one GFLOP/s (1 thread), $all (all cores); $(uptime | sed 's/.*load/load/')"
+  for s in $sizes; do
+    for i in "${!builds[@]}"; do
+      b=${builds[$i]}
+      # shellcheck disable=SC2046  # the flags are words
+      STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") \
+        >"$out/run.txt" 2>&1 || { echo "$b bench gpt $s failed:"; tail -3 "$out/run.txt"; exit 1; }
+      ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
+      gf=$(awk '/^taskgrad GFLOP\/s:/ {print $3}' "$out/run.txt")
+      pct=$(awk -v g="$gf" -v c="$all" 'BEGIN {printf "%.1f", 100 * g / c}')
+      # in a fixed order, whatever the table's
+      codelets=$(awk '{ rate[$1] = $5; share[$1] = $6 } END {
+          n = split("lm_classifier linear_fwd linear_bwd_data gemm", c, " ")
+          for (i = 1; i <= n; i++) printf "%s %s, ", c[i], rate["tg_" c[i]]
+          printf "adamw %s share", share["tg_adamw"] }' "$out/run.txt")
+      echo "  $s $b: step $ms ms, $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
+      echo "$ms $gf $pct" >>"$out/$s.$i"
+    done
+  done
+done
+
+echo
+echo "| size | build | step ms | GFLOP/s | % of ceiling |"
+echo "| --- | --- | --- | --- | --- |"
+for s in $sizes; do
+  for i in "${!builds[@]}"; do
+    # the run with the median step time, whole (its GFLOP/s and % belong to it)
+    sort -g "$out/$s.$i" | awk -v b="${builds[$i]}" -v s="$s" '{r[NR] = $0} END {
+        split(r[int((NR + 1) / 2)], f, " ")
+        printf "| %s | %s | %s | %s | %s |\n", s, b, f[1], f[2], f[3] }'
+  done
+done
