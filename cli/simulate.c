@@ -398,7 +398,7 @@ int tg_cmd_simulate(int argc, char **argv) {
     else if (!strcmp(a, "--sched")) sched_text = VAL, keep = 0;
     else if (!strcmp(a, "--chart")) chart = VAL, keep = 0;
     else if (!strcmp(a, "--csv")) csv = VAL, keep = 0;
-    else if (!strcmp(a, "--trace")) rt.trace = VAL, keep = 0;
+    else if (!strcmp(a, "--trace")) tg_cli_instr.trace = VAL, keep = 0;
     else if (!strcmp(a, "--perfmodels")) perfmodels = VAL;
     else if (!strcmp(a, "--ncpus")) o.ncpus = INT(0, 4096);
     else if (!strcmp(a, "--steps")) o.steps = INT(1, 1 << 20);
@@ -477,7 +477,7 @@ int tg_cmd_simulate(int argc, char **argv) {
                  "directory, e.g. $STARPU_HOME/.starpu/sampling)", perfmodels);
   }
   int many = ngpus > 1 || nsched > 1;
-  if (many && rt.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
+  if (many && tg_cli_instr.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
   if (!tg_sim_available())
     tg_cli_die("this taskgrad was built without SimGrid: run scripts/build-starpu-simgrid, "
                "then configure with -DTG_SIMGRID=ON -DCMAKE_PREFIX_PATH=<its prefix>");

@@ -174,23 +174,3 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w, starpu_data_handl
   return tg_submit_native(&tg_adamw_amp_cl, w_low ? 6 : 5, hd, md, &args, sizeof args,
                    12.0 * rows * cols, opts);
 }
-
-/* ---- TF32 math mode on every CUDA worker's cuBLAS handle ---------------------- */
-
-#ifdef TG_HAVE_CUDA
-static void tg_tf32_on_worker(void *arg) {
-  int on = *(const int *)arg;
-  TG_CUBLAS_CHECK(cublasSetMathMode(starpu_cublas_get_local_handle(),
-                                    on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-}
-#endif
-
-int tg_set_tf32(int on) {
-#ifdef TG_HAVE_CUDA
-  if (starpu_cuda_worker_get_count() > 0)
-    starpu_execute_on_each_worker(tg_tf32_on_worker, &on, STARPU_CUDA);
-#else
-  (void)on;
-#endif
-  return 0;
-}

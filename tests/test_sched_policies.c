@@ -5,8 +5,9 @@
  * StarPU starts once per process, so the test re-executes itself like
  * test_mlp_schedulers: `/proc/self/exe child [NAME]` once per configuration,
  * STARPU_NCPU = 1 or 2 and STARPU_NCUDA = 0 in the child's environment, the
- * policy named either by STARPU_SCHED (the environment path of tg_init) or
- * by NAME (tg_runtime_config.sched).  Configurations: eager (the
+ * policy named either by STARPU_SCHED or by NAME (tg_runtime_config.sched),
+ * the object found by tg_sched_policy_requested and passed in
+ * tg_runtime_config.sched_policy, as the CLI does.  Configurations: eager (the
  * reference), tg-critpath and tg-memaware on 1 and 2 CPU workers through
  * STARPU_SCHED, both on 2 workers through the config, and tg-memaware on 2
  * workers with STARPU_LIMIT_CPU_MEM=2048 and TG_MEMAWARE_PRESSURE=1, which
@@ -237,6 +238,9 @@ static int gpt_losses(double *loss1, double *loss2) {
 static int child(const char *cfg_sched) {
   tg_runtime_config rc0 = tg_runtime_config_default();
   rc0.sched = cfg_sched;
+  /* ours by name (cfg_sched or STARPU_SCHED), as the CLI does: the runtime
+   * does not know taskgrad's policies */
+  rc0.sched_policy = tg_sched_policy_requested(cfg_sched);
   if (tg_init(&rc0) < 0) {
     fprintf(stderr, "child: tg_init: %s\n", tg_last_error());
     return 2;
