@@ -72,3 +72,18 @@ foreach(layer IN LISTS TG_LAYERS)
       LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/layer-checks)
   endif()
 endforeach()
+
+# The umbrella header names every public header: a header added to
+# include/taskgrad but not to taskgrad.h stops the configuration here.
+file(GLOB _tg_public_headers RELATIVE ${CMAKE_SOURCE_DIR}/include/taskgrad
+     CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/include/taskgrad/*.h)
+file(READ ${CMAKE_SOURCE_DIR}/include/taskgrad/taskgrad.h _tg_umbrella)
+foreach(_h IN LISTS _tg_public_headers)
+  if(NOT _h STREQUAL "taskgrad.h")
+    string(FIND "${_tg_umbrella}" "#include \"taskgrad/${_h}\"" _at)
+    if(_at EQUAL -1)
+      message(FATAL_ERROR "include/taskgrad/${_h} is not included by the umbrella "
+              "header include/taskgrad/taskgrad.h: add it there, in its layer's group")
+    endif()
+  endif()
+endforeach()

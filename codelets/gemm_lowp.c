@@ -13,6 +13,7 @@
  * not one (tensor-core alignment; the results are the unpadded ones).
  */
 #include "codelet_common.h"
+#include "gemm_lowp_pad.h"
 #include "taskgrad/precision.h"
 
 typedef struct tg_gemm_lowp_args {

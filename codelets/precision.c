@@ -17,7 +17,8 @@
 #include <math.h>
 
 #include "codelet_common.h"
-#include "taskgrad/precision.h"
+#include "taskgrad/precision_codelets.h"
+#include "taskgrad/precision_kernels.h"
 
 int tg_expect_lowp(const char *op, int lowp) {
   if (lowp != TG_BF16 && lowp != TG_F16)
