@@ -81,7 +81,7 @@ int tg_sgd_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
   static const char *const names[3] = {"w", "grad", "vel"};
   starpu_data_handle_t hd[3] = {w, grad, vel};
   TG_TRY(tg_param_check("tg_sgd", names, hd, 3));
-  tg_sgd_args args = {0, *h};
+  tg_sgd_args args = {.shape = 0, .h = *h};
   enum starpu_data_access_mode md[3] = {STARPU_RW, STARPU_R, STARPU_RW};
   double n = (double)starpu_matrix_get_nx(w) * starpu_matrix_get_ny(w);
   return tg_submit(&tg_sgd_cl, 3, hd, md, &args, sizeof args, 4.0 * n, opts);
@@ -94,15 +94,15 @@ int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
   starpu_data_handle_t hd[4] = {w, grad, m, v};
   TG_TRY(tg_param_check("tg_adamw", names, hd, 4));
   if (h->step < 1) return tg_fail(EINVAL, "tg_adamw: step must be >= 1 (got %d)", h->step);
-  tg_adamw_args args = {0,
-                        h->lr,
-                        h->beta1,
-                        h->beta2,
-                        h->eps,
-                        h->weight_decay,
-                        (float)(1.0 - pow(h->beta1, h->step)),
-                        (float)(1.0 - pow(h->beta2, h->step)),
-                        h->grad_scale};
+  tg_adamw_args args = {.shape = 0,
+                        .lr = h->lr,
+                        .beta1 = h->beta1,
+                        .beta2 = h->beta2,
+                        .eps = h->eps,
+                        .weight_decay = h->weight_decay,
+                        .bc1 = (float)(1.0 - pow(h->beta1, h->step)),
+                        .bc2 = (float)(1.0 - pow(h->beta2, h->step)),
+                        .grad_scale = h->grad_scale};
   enum starpu_data_access_mode md[4] = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW};
   double n = (double)starpu_matrix_get_nx(w) * starpu_matrix_get_ny(w);
   return tg_submit(&tg_adamw_cl, 4, hd, md, &args, sizeof args, 12.0 * n, opts);

@@ -121,7 +121,7 @@ int tg_convert_insert(tg_dtype lowp, starpu_data_handle_t src, starpu_data_handl
     return tg_fail(EINVAL, "%s: converts f32 <-> %s, not %zu-byte to %zu-byte elements", op,
                    tg_dtype_name(lowp), ss, ds);
   TG_TRY(tg_expect(dst, op, "dst", rows, cols, ds)); /* src's shape */
-  tg_convert_args args = {0, lowp, narrow};
+  tg_convert_args args = {.shape = 0, .lowp = lowp, .narrow = narrow};
   int key[2] = {lowp, narrow};
   args.shape = tg_hash_ints(key, 2);
   starpu_data_handle_t h[2] = {src, dst};
@@ -165,9 +165,17 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w, starpu_data_handl
   }
   if (h->step < 1) return tg_fail(EINVAL, "%s: step must be >= 1 (got %d)", op, h->step);
   /* bias corrections as tg_adamw_insert computes them (same float values) */
-  tg_adamw_amp_args args = {0, lowp, w_low != NULL, h->lr, h->beta1, h->beta2, h->eps,
-                            h->weight_decay, (float)(1.0 - pow(h->beta1, h->step)),
-                            (float)(1.0 - pow(h->beta2, h->step)), h->grad_scale};
+  tg_adamw_amp_args args = {.shape = 0,
+                            .lowp = lowp,
+                            .has_low = w_low != NULL,
+                            .lr = h->lr,
+                            .beta1 = h->beta1,
+                            .beta2 = h->beta2,
+                            .eps = h->eps,
+                            .weight_decay = h->weight_decay,
+                            .bc1 = (float)(1.0 - pow(h->beta1, h->step)),
+                            .bc2 = (float)(1.0 - pow(h->beta2, h->step)),
+                            .grad_scale = h->grad_scale};
   int key[2] = {lowp, args.has_low};
   args.shape = tg_hash_ints(key, 2);
   enum starpu_data_access_mode md[6] = {STARPU_RW, STARPU_R, STARPU_RW,
