@@ -19,6 +19,9 @@
 #include "codelet_common.h"
 #include "taskgrad/precision_codelets.h"
 #include "taskgrad/precision_kernels.h"
+#ifdef TG_HAVE_CUDA
+#include "taskgrad/kernels_cuda_precision.h"
+#endif
 
 int tg_expect_lowp(const char *op, int lowp) {
   if (lowp != TG_BF16 && lowp != TG_F16)
@@ -60,16 +63,16 @@ static void tg_nonfinite_cpu(void *buffers[], void *cl_arg) {
 typedef struct tg_adamw_amp_args {
   uint32_t shape;
   int lowp, has_low;
-  float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+  tg_adamw_scalars s;
 } tg_adamw_amp_args;
 
 static void tg_adamw_amp_cpu(void *buffers[], void *cl_arg) {
   const tg_adamw_amp_args *a = cl_arg;
   tg_cpu_adamw_amp(tg_numel(buffers[0]), TG_PTR(buffers[0]), TG_PTR(buffers[1]),
                    TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_PTR(buffers[4]),
-                   (tg_dtype)a->lowp, a->has_low ? TG_HPTR(buffers[5]) : NULL, a->lr,
-                   a->beta1, a->beta2, a->eps, a->weight_decay, a->bc1, a->bc2,
-                   a->grad_scale);
+                   (tg_dtype)a->lowp, a->has_low ? TG_HPTR(buffers[5]) : NULL, a->s.lr,
+                   a->s.beta1, a->s.beta2, a->s.eps, a->s.weight_decay, a->s.bc1, a->s.bc2,
+                   a->s.grad_scale);
 }
 
 #ifdef TG_HAVE_CUDA
@@ -97,8 +100,9 @@ static void tg_adamw_amp_cuda(void *buffers[], void *cl_arg) {
   TG_CUDA_CHECK(tg_cuda_adamw_amp(
       tg_numel(buffers[0]), TG_PTR(buffers[0]), TG_PTR(buffers[1]), TG_PTR(buffers[2]),
       TG_PTR(buffers[3]), TG_PTR(buffers[4]), (tg_dtype)a->lowp,
-      a->has_low ? TG_HPTR(buffers[5]) : NULL, a->lr, a->beta1, a->beta2, a->eps,
-      a->weight_decay, a->bc1, a->bc2, a->grad_scale, starpu_cuda_get_local_stream()));
+      a->has_low ? TG_HPTR(buffers[5]) : NULL, a->s.lr, a->s.beta1, a->s.beta2, a->s.eps,
+      a->s.weight_decay, a->s.bc1, a->s.bc2, a->s.grad_scale,
+      starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -164,18 +168,11 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w, starpu_data_handl
     TG_TRY(tg_expect_contiguous(w_low, op, "w_low"));
   }
   if (h->step < 1) return tg_fail(EINVAL, "%s: step must be >= 1 (got %d)", op, h->step);
-  /* bias corrections as tg_adamw_insert computes them (same float values) */
+  /* the scalars of tg_adamw_insert (same float values) */
   tg_adamw_amp_args args = {.shape = 0,
                             .lowp = lowp,
                             .has_low = w_low != NULL,
-                            .lr = h->lr,
-                            .beta1 = h->beta1,
-                            .beta2 = h->beta2,
-                            .eps = h->eps,
-                            .weight_decay = h->weight_decay,
-                            .bc1 = (float)(1.0 - pow(h->beta1, h->step)),
-                            .bc2 = (float)(1.0 - pow(h->beta2, h->step)),
-                            .grad_scale = h->grad_scale};
+                            .s = tg_adamw_scalars_of(h)};
   int key[2] = {lowp, args.has_low};
   args.shape = tg_hash_ints(key, 2);
   enum starpu_data_access_mode md[6] = {STARPU_RW, STARPU_R, STARPU_RW,
