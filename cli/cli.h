@@ -86,12 +86,15 @@ void tg_progress_end(tg_progress *p);
  * environment ask for: taskgrad's own scheduling policy named by --sched
  * or STARPU_SCHED (rc->sched_policy: the runtime does not know the
  * plugins), profiling (rc->profiling) when --trace or --stats is given;
- * exit 2 unless the --trace file's directory exists and is writable.  tg_cli_instrument_begin, right after tg_init: starts
- * the trace and, with --stats, a statistics window.
+ * exit 2 unless the --trace file's directory exists and is writable.
+ * tg_cli_instrument_begin, right after tg_init: starts the trace and, with
+ * --stats, a statistics window.
  * tg_cli_instrument_begin_bench: the same for commands that open their own
  * statistics window (bench: their table, with its bytes-moved line, is what
  * --stats shows), trace only.  tg_cli_instrument_end, right before
- * tg_shutdown: writes the trace, prints the statistics to stderr. */
+ * tg_shutdown: writes the trace, prints the statistics to stderr.  These
+ * three read tg_cli_instr, not rc (the flags left tg_runtime_config); rc
+ * stays in their signature so that the commands call them unchanged. */
 void tg_cli_instrument_check(tg_runtime_config *rc);
 /* Under an MPI launcher (mpirun): sets rc->mpi, or exits 2 when this build
  * has no StarPU-MPI.  Returns 1 when the command will run distributed.

@@ -58,7 +58,7 @@ static void tg_instrument_start(int stats) {
 }
 
 void tg_cli_instrument_begin(const tg_runtime_config *rc) {
-  (void)rc;
+  (void)rc; /* see cli.h */
   tg_instrument_start(tg_cli_instr.stats);
 }
 

@@ -13,8 +13,9 @@
  * the policy up and passes the object in tg_runtime_config.sched_policy,
  * which tg_init hands to starpu_init() (starpu_conf.sched_policy):
  *   rc.sched_policy = tg_sched_policy_requested(rc.sched);
- * Plugins layer: the runtime (base) never names these policies.  Both policies support a single
- * scheduling context (taskgrad's), any mix of CPU and CUDA workers.
+ * Plugins layer: the runtime (base) never names these policies.  Both
+ * policies support a single scheduling context (taskgrad's), any mix of CPU
+ * and CUDA workers.
  * With StarPU 1.4, STARPU_SCHED_LIB=libtaskgrad.so also makes them known to
  * StarPU by name, in any program.
  */
