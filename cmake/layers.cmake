@@ -13,7 +13,10 @@
 #   -Wl,--no-undefined against the external libraries only.  A call from L
 #   to a layer above it is then an undefined symbol, and the build stops
 #   with the linker's "undefined reference to `tg_...'" naming the object
-#   that calls it.  The checks are never installed nor used by any program.
+#   that calls it.  The kernels get one more check, their objects alone
+#   against the math and CUDA libraries (tg_layer_check_kernels_pure):
+#   kernels call no other layer and no StarPU.  The checks are never
+#   installed nor used by any program.
 # - tg_deps (INTERFACE, not installed) carries what every layer compiles and
 #   links with: include directories, definitions, external libraries.
 # - Under TG_SANITIZE with clang, shared libraries do not link the
@@ -78,6 +81,20 @@ foreach(layer IN LISTS TG_LAYERS)
       LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/layer-checks)
   endif()
 endforeach()
+
+# Kernels are pure functions: beyond the order above (which would let them
+# call the base), their objects alone must link against the math libraries
+# (and CUDA's) only: no StarPU, no other layer.
+if(TG_LAYER_CHECKS)
+  add_library(tg_layer_check_kernels_pure SHARED $<TARGET_OBJECTS:tg_kernels>)
+  target_link_libraries(tg_layer_check_kernels_pure PRIVATE ${OPENBLAS_LIB} m)
+  if(TG_HAVE_CUDA)
+    target_link_libraries(tg_layer_check_kernels_pure PRIVATE CUDA::cudart CUDA::cublas)
+  endif()
+  target_link_options(tg_layer_check_kernels_pure PRIVATE -Wl,--no-undefined)
+  set_target_properties(tg_layer_check_kernels_pure PROPERTIES
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/layer-checks)
+endif()
 
 # The umbrella header names every public header: a header added to
 # include/taskgrad but not to taskgrad.h stops the configuration here.
