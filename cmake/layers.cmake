@@ -22,6 +22,8 @@
 # - Under TG_SANITIZE with clang, shared libraries do not link the
 #   sanitizer runtime, so every object has undefined __asan_* symbols: the
 #   checks are left out there (a plain build runs them).
+# - Last, a configure-time check that the umbrella header taskgrad.h
+#   includes every public header.
 set(TG_LAYERS base kernels codelets dist graphs plugins)
 set(TG_LAYER_SOURCES_base src/*.c)
 set(TG_LAYER_SOURCES_kernels kernels/cpu/*.c)
