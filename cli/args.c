@@ -133,12 +133,13 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     rc->no_priorities = 1;
     return 1;
   }
+  /* CLI instrumentation, not runtime settings */
   if (strcmp(argv[*i], "--trace") == 0) {
-    rc->trace = tg_cli_value(argc, argv, i);
+    tg_cli_instr.trace = tg_cli_value(argc, argv, i);
     return 1;
   }
   if (strcmp(argv[*i], "--stats") == 0) {
-    rc->stats = 1;
+    tg_cli_instr.stats = 1;
     return 1;
   }
   if (strcmp(argv[*i], "--deterministic") == 0) {

@@ -170,7 +170,8 @@ static int run_child(char *const argv[], const char *home, int calibrate, int ti
   size_t cap = 65536, len = 0, elen = 0;
   r->out = malloc(cap);
   if (!r->out) tg_cli_die("out of memory");
-  struct pollfd fds[2] = {{outp[0], POLLIN, 0}, {errp[0], POLLIN, 0}};
+  struct pollfd fds[2] = {{.fd = outp[0], .events = POLLIN, .revents = 0},
+                          {.fd = errp[0], .events = POLLIN, .revents = 0}};
   int open_fds = 2;
   double deadline = now_s() + timeout_s;
   while (open_fds > 0) {
@@ -267,9 +268,11 @@ static int parse_bytes(const char *p, double *out) {
   if (end == p) return -1;
   while (*end == ' ' || *end == '\t') end++;
   static const struct { const char *unit; double scale; } units[] = {
-      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"kB", 1e3},     {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
-      {"TB", 1e12}};
+      {.unit = "KiB", .scale = 1024.0},          {.unit = "MiB", .scale = 1048576.0},
+      {.unit = "GiB", .scale = 1073741824.0},    {.unit = "TiB", .scale = 1099511627776.0},
+      {.unit = "kB", .scale = 1e3},              {.unit = "KB", .scale = 1e3},
+      {.unit = "MB", .scale = 1e6},              {.unit = "GB", .scale = 1e9},
+      {.unit = "TB", .scale = 1e12}};
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (!strncmp(end, units[i].unit, strlen(units[i].unit))) {
       v *= units[i].scale;

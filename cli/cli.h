@@ -82,14 +82,19 @@ void tg_progress_update(tg_progress *p, int done, double loss, double acc,
 void tg_progress_end(tg_progress *p);
 
 /* --trace and --stats (cli/instrument.c).  tg_cli_instrument_check, right
- * after parsing and before any work: exit 2 unless the --trace file's
- * directory exists and is writable; turns profiling on (rc->profiling) when
- * either flag is given.  tg_cli_instrument_begin, right after tg_init: starts
- * the trace and, with --stats, a statistics window.
+ * after parsing and before tg_init, plugs in the plugins the flags and the
+ * environment ask for: taskgrad's own scheduling policy named by --sched
+ * or STARPU_SCHED (rc->sched_policy: the runtime does not know the
+ * plugins), profiling (rc->profiling) when --trace or --stats is given;
+ * exit 2 unless the --trace file's directory exists and is writable.
+ * tg_cli_instrument_begin, right after tg_init: starts the trace and, with
+ * --stats, a statistics window.
  * tg_cli_instrument_begin_bench: the same for commands that open their own
  * statistics window (bench: their table, with its bytes-moved line, is what
  * --stats shows), trace only.  tg_cli_instrument_end, right before
- * tg_shutdown: writes the trace, prints the statistics to stderr. */
+ * tg_shutdown: writes the trace, prints the statistics to stderr.  These
+ * three read tg_cli_instr, not rc (the flags left tg_runtime_config); rc
+ * stays in their signature so that the commands call them unchanged. */
 void tg_cli_instrument_check(tg_runtime_config *rc);
 /* Under an MPI launcher (mpirun): sets rc->mpi, or exits 2 when this build
  * has no StarPU-MPI.  Returns 1 when the command will run distributed.
@@ -101,6 +106,14 @@ void tg_cli_check_output(const char *flag, const char *path);
 void tg_cli_refuse_mpi(const char *command);
 /* stderr progress and summaries only on rank 0 */
 int tg_cli_is_root(void);
+/* --trace FILE.json and --stats: the CLI's instrumentation, not runtime
+ * settings, set by tg_cli_runtime_flag (and `simulate --trace`); one
+ * command runs per process, so one instance (cli/instrument.c). */
+typedef struct tg_cli_instrumentation {
+  const char *trace; /* Chrome trace-event JSON file to write, or NULL */
+  int stats;         /* 1: print per-codelet and per-worker statistics */
+} tg_cli_instrumentation;
+extern tg_cli_instrumentation tg_cli_instr;
 void tg_cli_instrument_begin(const tg_runtime_config *rc);
 void tg_cli_instrument_begin_bench(const tg_runtime_config *rc);
 void tg_cli_instrument_end(const tg_runtime_config *rc);

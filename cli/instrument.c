@@ -12,15 +12,21 @@
 
 #include "cli.h"
 #include "taskgrad/dist.h"
+#include "taskgrad/sched.h"
 #include "taskgrad/stats.h"
 #include "taskgrad/trace.h"
+
+tg_cli_instrumentation tg_cli_instr = {.trace = NULL, .stats = 0};
 
 /* 1 when tg_cli_instrument_begin opened the statistics window */
 static int tg_instr_stats;
 
 void tg_cli_instrument_check(tg_runtime_config *rc) {
-  if (rc->trace || rc->stats) rc->profiling = 1;
-  if (rc->trace) tg_cli_check_output("--trace", rc->trace);
+  /* the runtime does not know taskgrad's policies by name: plugins come in
+   * from above */
+  rc->sched_policy = tg_sched_policy_requested(rc->sched);
+  if (tg_cli_instr.trace || tg_cli_instr.stats) rc->profiling = 1;
+  if (tg_cli_instr.trace) tg_cli_check_output("--trace", tg_cli_instr.trace);
 }
 
 void tg_cli_check_output(const char *flag, const char *path) {
@@ -42,8 +48,8 @@ void tg_cli_check_output(const char *flag, const char *path) {
     tg_cli_die("%s: directory '%s' is not writable (%s)", flag, dir, strerror(errno));
 }
 
-static void tg_instrument_start(const tg_runtime_config *rc, int stats) {
-  if (rc->trace && tg_trace_begin() < 0) tg_cli_die_last("--trace");
+static void tg_instrument_start(int stats) {
+  if (tg_cli_instr.trace && tg_trace_begin() < 0) tg_cli_die_last("--trace");
   tg_instr_stats = 0;
   if (stats) {
     if (tg_stats_begin() < 0) tg_cli_die_last("--stats");
@@ -52,18 +58,21 @@ static void tg_instrument_start(const tg_runtime_config *rc, int stats) {
 }
 
 void tg_cli_instrument_begin(const tg_runtime_config *rc) {
-  tg_instrument_start(rc, rc->stats);
+  (void)rc; /* see cli.h */
+  tg_instrument_start(tg_cli_instr.stats);
 }
 
 void tg_cli_instrument_begin_bench(const tg_runtime_config *rc) {
-  tg_instrument_start(rc, 0);
+  (void)rc;
+  tg_instrument_start(0);
 }
 
 void tg_cli_instrument_end(const tg_runtime_config *rc) {
-  if (rc->trace) {
+  (void)rc;
+  if (tg_cli_instr.trace) {
     long n = tg_trace_ntasks();
-    if (tg_trace_end(rc->trace) < 0) tg_cli_die_last("--trace");
-    fprintf(stderr, "taskgrad: trace of %ld tasks written to %s\n", n, rc->trace);
+    if (tg_trace_end(tg_cli_instr.trace) < 0) tg_cli_die_last("--trace");
+    fprintf(stderr, "taskgrad: trace of %ld tasks written to %s\n", n, tg_cli_instr.trace);
   }
   if (tg_instr_stats) {
     tg_stats st;

@@ -121,10 +121,13 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r)
   FILE *f = fopen(path, "r");
   if (!f) tg_cli_die("--platform %s: cannot read %s", name, path);
   struct { const char *key; double *v; } keys[] = {
-      {"gpu_fp32_flops", &r->gpu_fp32},     {"gpu_tf32_flops", &r->gpu_tf32},
-      {"gpu_bf16_flops", &r->gpu_bf16},     {"gpu_mem_bytes_per_s", &r->gpu_bw},
-      {"cpu_core_flops", &r->cpu_flops},    {"cpu_core_bytes_per_s", &r->cpu_bw},
-      {"launch_us", &r->launch_us}};
+      {.key = "gpu_fp32_flops", .v = &r->gpu_fp32},
+      {.key = "gpu_tf32_flops", .v = &r->gpu_tf32},
+      {.key = "gpu_bf16_flops", .v = &r->gpu_bf16},
+      {.key = "gpu_mem_bytes_per_s", .v = &r->gpu_bw},
+      {.key = "cpu_core_flops", .v = &r->cpu_flops},
+      {.key = "cpu_core_bytes_per_s", .v = &r->cpu_bw},
+      {.key = "launch_us", .v = &r->launch_us}};
   int nkeys = (int)(sizeof keys / sizeof keys[0]), seen = 0;
   while (fgets(line, sizeof line, f)) {
     double v;
@@ -376,7 +379,9 @@ int tg_cmd_simulate(int argc, char **argv) {
     tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
   tg_sim_options o = {
       .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
-      .gpt = {256, 256, 4, 4, 256, 256}, .seq = 256, .attention = TG_ATTN_CHUNKED,
+      .gpt = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4, .num_heads = 4,
+              .channels = 256, .padded_vocab_size = 256},
+      .seq = 256, .attention = TG_ATTN_CHUNKED,
       .chunk = 64, .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
                            .tiles = 1}};
   tg_cli_precision_default(&o.prec);
@@ -398,7 +403,7 @@ int tg_cmd_simulate(int argc, char **argv) {
     else if (!strcmp(a, "--sched")) sched_text = VAL, keep = 0;
     else if (!strcmp(a, "--chart")) chart = VAL, keep = 0;
     else if (!strcmp(a, "--csv")) csv = VAL, keep = 0;
-    else if (!strcmp(a, "--trace")) rt.trace = VAL, keep = 0;
+    else if (!strcmp(a, "--trace")) tg_cli_instr.trace = VAL, keep = 0;
     else if (!strcmp(a, "--perfmodels")) perfmodels = VAL;
     else if (!strcmp(a, "--ncpus")) o.ncpus = INT(0, 4096);
     else if (!strcmp(a, "--steps")) o.steps = INT(1, 1 << 20);
@@ -477,7 +482,7 @@ int tg_cmd_simulate(int argc, char **argv) {
                  "directory, e.g. $STARPU_HOME/.starpu/sampling)", perfmodels);
   }
   int many = ngpus > 1 || nsched > 1;
-  if (many && rt.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
+  if (many && tg_cli_instr.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
   if (!tg_sim_available())
     tg_cli_die("this taskgrad was built without SimGrid: run scripts/build-starpu-simgrid, "
                "then configure with -DTG_SIMGRID=ON -DCMAKE_PREFIX_PATH=<its prefix>");

@@ -75,7 +75,7 @@ static void batch_create(sim_batch *s, int rows, int xcols, tg_dtype xtype, int 
     s->xc[i] = starpu_data_get_sub_data(s->x.handle, 1, i);
     s->yc[i] = starpu_data_get_sub_data(s->y.handle, 1, i);
   }
-  s->b = (tg_batch){rows, micro, s->xc, s->yc};
+  s->b = (tg_batch){.rows = rows, .nmicro = micro, .x = s->xc, .y = s->yc};
 }
 
 static void batch_destroy(sim_batch *s) {

@@ -62,7 +62,7 @@ int tg_act_fwd_insert(tg_activation act, starpu_data_handle_t X,
   TG_TRY(tg_act_check(act, "tg_act_fwd"));
   TG_TRY(tg_shape(X, "tg_act_fwd: X", &rows, &cols));
   TG_TRY(tg_expect(Y, "tg_act_fwd", "Y", rows, cols, TG_FLOAT_SLOT));
-  tg_act_args args = {(uint32_t)act, (int)act};
+  tg_act_args args = {.shape = (uint32_t)act, .act = (int)act};
   starpu_data_handle_t h[2] = {X, Y};
   enum starpu_data_access_mode md[2] = {STARPU_R, STARPU_W};
   return tg_submit(&tg_act_fwd_cl, 2, h, md, &args, sizeof args,
@@ -77,7 +77,7 @@ int tg_act_bwd_insert(tg_activation act, starpu_data_handle_t X,
   TG_TRY(tg_shape(X, "tg_act_bwd: X", &rows, &cols));
   TG_TRY(tg_expect(dY, "tg_act_bwd", "dY", rows, cols, TG_FLOAT_SLOT));
   TG_TRY(tg_expect(dX, "tg_act_bwd", "dX", rows, cols, TG_FLOAT_SLOT));
-  tg_act_args args = {(uint32_t)act, (int)act};
+  tg_act_args args = {.shape = (uint32_t)act, .act = (int)act};
   starpu_data_handle_t h[3] = {X, dY, dX};
   enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, STARPU_W};
   return tg_submit(&tg_act_bwd_cl, 3, h, md, &args, sizeof args,

@@ -136,7 +136,7 @@ int tg_attention_fwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
                             starpu_data_handle_t state, const tg_task_opts *opts) {
   int b, C;
   TG_TRY(tg_attn_check("tg_attention_fwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
-  tg_attn_args args = {0, (int)kind, T, NH, chunk};
+  tg_attn_args args = {.shape = 0, .kind = (int)kind, .T = T, .NH = NH, .chunk = chunk};
   int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[4] = {qkv, out, state,
@@ -154,7 +154,7 @@ int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
   TG_TRY(tg_attn_check("tg_attention_bwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
   TG_TRY(tg_expect(dout, "tg_attention_bwd", "dout", b * T, C, TG_FLOAT_SLOT));
   TG_TRY(tg_expect(dqkv, "tg_attention_bwd", "dqkv", b * T, 3 * C, TG_FLOAT_SLOT));
-  tg_attn_args args = {0, (int)kind, T, NH, chunk};
+  tg_attn_args args = {.shape = 0, .kind = (int)kind, .T = T, .NH = NH, .chunk = chunk};
   int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[6] = {qkv, out, state, dout, dqkv,

@@ -45,7 +45,7 @@ int tg_bias_add_insert(starpu_data_handle_t Y, starpu_data_handle_t b,
   int rows, cols;
   TG_TRY(tg_shape(Y, "tg_bias_add: Y", &rows, &cols));
   TG_TRY(tg_expect(b, "tg_bias_add", "b", 1, cols, TG_FLOAT_SLOT));
-  tg_bias_args args = {0, 0.0f};
+  tg_bias_args args = {.shape = 0, .beta = 0.0f};
   starpu_data_handle_t h[2] = {Y, b};
   enum starpu_data_access_mode md[2] = {STARPU_RW, STARPU_R};
   return tg_submit(&tg_bias_add_cl, 2, h, md, &args, sizeof args,
@@ -57,7 +57,7 @@ int tg_bias_grad_insert(starpu_data_handle_t dY, starpu_data_handle_t db,
   int rows, cols;
   TG_TRY(tg_shape(dY, "tg_bias_grad: dY", &rows, &cols));
   TG_TRY(tg_expect(db, "tg_bias_grad", "db", 1, cols, TG_FLOAT_SLOT));
-  tg_bias_args args = {0, accum == TG_OVERWRITE ? 0.0f : 1.0f};
+  tg_bias_args args = {.shape = 0, .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f};
   starpu_data_handle_t h[2] = {dY, db};
   enum starpu_data_access_mode md[2] = {STARPU_R, tg_accum_mode(accum)};
   return tg_submit(&tg_bias_grad_cl, 2, h, md, &args, sizeof args,

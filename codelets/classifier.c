@@ -64,7 +64,7 @@ int tg_softmax_xent_insert(starpu_data_handle_t logits,
   TG_TRY(tg_expect(loss, "tg_softmax_xent", "loss", 1, 1, TG_FLOAT_SLOT));
   if (loss_accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_softmax_xent: the loss is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
-  tg_xent_args args = {0, scale};
+  tg_xent_args args = {.shape = 0, .scale = scale};
   starpu_data_handle_t h[4] = {logits, labels, dlogits, loss};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_W,
                                         tg_accum_mode(loss_accum)};
@@ -80,7 +80,7 @@ int tg_accuracy_insert(starpu_data_handle_t logits, starpu_data_handle_t labels,
   TG_TRY(tg_expect(correct, "tg_accuracy", "correct", 1, 1, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_accuracy: the count is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
-  tg_xent_args args = {0, 0.0f};
+  tg_xent_args args = {.shape = 0, .scale = 0.0f};
   starpu_data_handle_t h[3] = {logits, labels, correct};
   enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, tg_accum_mode(accum)};
   return tg_submit(&tg_accuracy_cl, 3, h, md, &args, sizeof args,

@@ -11,8 +11,6 @@
 #include "device_memory.h"
 #include "hooks.h"
 
-void (*tg_submit_hook)(struct starpu_task *task) = NULL;
-
 /* Scratch handles by size (a handful of sizes per run), kept until
  * tg_shutdown: a handle handed out may be in a task about to be submitted,
  * so none is ever unregistered earlier. */
@@ -155,7 +153,7 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
     }
     if (name) task->name = copy + argsize; /* unnamed: StarPU uses cl->name */
   }
-  if (tg_submit_hook) tg_submit_hook(task);
+  tg_run_submit_hooks(task); /* the plugins' (src/hooks.h) */
   int rc = starpu_task_submit(task);
   if (rc != 0) {
     /* the task was not submitted: StarPU did not take ownership */

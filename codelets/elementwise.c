@@ -109,7 +109,7 @@ struct starpu_codelet tg_accumulate_redux_cl = {
 int tg_fill_insert(starpu_data_handle_t X, float value, const tg_task_opts *opts) {
   int rows, cols;
   TG_TRY(tg_shape(X, "tg_fill: X", &rows, &cols));
-  tg_scalar_args args = {0, value};
+  tg_scalar_args args = {.shape = 0, .value = value};
   enum starpu_data_access_mode md[1] = {STARPU_W};
   return tg_submit(&tg_fill_cl, 1, &X, md, &args, sizeof args, (double)rows * cols, opts);
 }
@@ -119,7 +119,7 @@ int tg_accumulate_insert(starpu_data_handle_t dst, starpu_data_handle_t src,
   int rows, cols;
   TG_TRY(tg_shape(dst, "tg_accumulate: dst", &rows, &cols));
   TG_TRY(tg_expect(src, "tg_accumulate", "src", rows, cols, sizeof(float)));
-  tg_scalar_args args = {0, 0.0f};
+  tg_scalar_args args = {.shape = 0, .value = 0.0f};
   starpu_data_handle_t h[2] = {dst, src};
   enum starpu_data_access_mode md[2] = {STARPU_RW, STARPU_R};
   return tg_submit(&tg_accumulate_cl, 2, h, md, &args, sizeof args,
@@ -129,7 +129,7 @@ int tg_accumulate_insert(starpu_data_handle_t dst, starpu_data_handle_t src,
 int tg_scale_insert(starpu_data_handle_t X, float alpha, const tg_task_opts *opts) {
   int rows, cols;
   TG_TRY(tg_shape(X, "tg_scale: X", &rows, &cols));
-  tg_scalar_args args = {0, alpha};
+  tg_scalar_args args = {.shape = 0, .value = alpha};
   enum starpu_data_access_mode md[1] = {STARPU_RW};
   return tg_submit(&tg_scale_cl, 1, &X, md, &args, sizeof args, (double)rows * cols, opts);
 }

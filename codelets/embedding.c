@@ -75,7 +75,7 @@ int tg_embedding_fwd_insert(int T, starpu_data_handle_t tokens, starpu_data_hand
   int n, C;
   TG_TRY(tg_embed_check("tg_embedding_fwd", T, tokens, wte, wpe, &n, &C));
   TG_TRY(tg_expect(X, "tg_embedding_fwd", "X", n, C, TG_FLOAT_SLOT));
-  tg_embed_args args = {0, T};
+  tg_embed_args args = {.shape = 0, .T = T};
   starpu_data_handle_t h[4] = {tokens, wte, wpe, X};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W};
   return tg_submit(&tg_embedding_fwd_cl, 4, h, md, &args, sizeof args, (double)n * C, opts);
@@ -89,7 +89,7 @@ int tg_embedding_bwd_insert(int T, starpu_data_handle_t tokens, starpu_data_hand
   TG_TRY(tg_expect(dX, "tg_embedding_bwd", "dX", n, C, TG_FLOAT_SLOT));
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_embedding_bwd: gradients accumulate (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
-  tg_embed_args args = {0, T};
+  tg_embed_args args = {.shape = 0, .T = T};
   starpu_data_handle_t h[4] = {tokens, dX, dwte, dwpe};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, tg_accum_mode(accum),
                                         tg_accum_mode(accum)};

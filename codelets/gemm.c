@@ -79,7 +79,8 @@ int tg_gemm_insert(int transa, int transb, float alpha, starpu_data_handle_t A,
   int m, n, k;
   TG_TRY(tg_gemm_shapes("tg_gemm", transa, transb, A, TG_FLOAT_SLOT, B, TG_FLOAT_SLOT, C,
                         TG_FLOAT_SLOT, &m, &n, &k));
-  tg_gemm_args args = {0, transa != 0, transb != 0, alpha, beta};
+  tg_gemm_args args = {
+      .shape = 0, .transa = transa != 0, .transb = transb != 0, .alpha = alpha, .beta = beta};
   if (accum == TG_OVERWRITE) args.beta = 0.0f;
   if (accum == TG_REDUCE || accum == TG_COMMUTE) args.beta = 1.0f;
   int key[2] = {args.transa, args.transb};

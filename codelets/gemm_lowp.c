@@ -13,6 +13,7 @@
  * not one (tensor-core alignment; the results are the unpadded ones).
  */
 #include "codelet_common.h"
+#include "gemm_lowp_pad.h"
 #include "taskgrad/precision.h"
 
 typedef struct tg_gemm_lowp_args {
@@ -75,7 +76,9 @@ int tg_gemm_lowp_insert(tg_dtype lowp, int transa, int transb, float alpha,
   if (accum == TG_REDUCE && c_dtype != TG_F32)
     return tg_fail(EINVAL, "%s: a %s C cannot be reduced (TG_REDUCE needs an f32 C)", op,
                    tg_dtype_name(lowp));
-  tg_gemm_lowp_args args = {0, lowp, c_dtype, transa != 0, transb != 0, alpha, beta};
+  tg_gemm_lowp_args args = {.shape = 0, .lowp = lowp, .c_dtype = c_dtype,
+                            .transa = transa != 0, .transb = transb != 0,
+                            .alpha = alpha, .beta = beta};
   if (accum == TG_OVERWRITE) args.beta = 0.0f;
   if (accum == TG_REDUCE || accum == TG_COMMUTE) args.beta = 1.0f;
   int key[4] = {lowp, c_dtype, args.transa, args.transb};

@@ -96,7 +96,7 @@ int tg_linear_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t W,
     TG_TRY(tg_expect(H, "tg_linear_fwd", "H", rows, out, TG_FLOAT_SLOT));
     n = 5;
   }
-  tg_linear_args args = {(uint32_t)act, (int)act};
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act};
   starpu_data_handle_t h[5] = {X, W, b, Z, H};
   enum starpu_data_access_mode md[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W};
   return tg_submit(&tg_linear_fwd_cl, n, h, md, &args, sizeof args,
@@ -119,7 +119,7 @@ int tg_linear_bwd_data_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
     TG_TRY(tg_expect(Zprev, "tg_linear_bwd_data", "Zprev", rows, in, TG_FLOAT_SLOT));
     n = 4;
   }
-  tg_linear_args args = {(uint32_t)act, (int)act};
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act};
   starpu_data_handle_t h[4] = {dZ, W, dX, Zprev};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_W, STARPU_R};
   return tg_submit(&tg_linear_bwd_data_cl, n, h, md, &args, sizeof args,

@@ -82,7 +82,8 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
   if (!(grad_scale > 0.0f) || isinf(grad_scale))
     return tg_fail(EINVAL, "%s: the gradient (loss) scale must be positive and finite, got %g",
                    op, grad_scale);
-  tg_lmc_args args = {0, V, chunk, backward, scale, grad_scale};
+  tg_lmc_args args = {.shape = 0, .V = V, .chunk = chunk, .backward = backward,
+                      .scale = scale, .grad_scale = grad_scale};
   int key[3] = {V, chunk, backward};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[7] = {lnf, wte, targets, loss,

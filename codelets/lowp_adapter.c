@@ -50,7 +50,7 @@ typedef struct tg_lowp_trailer {
 size_t tg_lowp_trailer_size(void) { return sizeof(tg_lowp_trailer); }
 
 void tg_lowp_trailer_write(void *dst, int lowp, int nbuf) {
-  tg_lowp_trailer t = {TG_LOWP_MAGIC, lowp, nbuf};
+  tg_lowp_trailer t = {.magic = TG_LOWP_MAGIC, .lowp = lowp, .nbuf = nbuf};
   memcpy(dst, &t, sizeof t);
 }
 

@@ -18,7 +18,7 @@ typedef struct tg_sgd_args {
 
 typedef struct tg_adamw_args {
   uint32_t shape;
-  float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+  tg_adamw_scalars s;
 } tg_adamw_args;
 
 static size_t tg_numel(void *buf) {
@@ -35,8 +35,8 @@ static void tg_sgd_cpu(void *buffers[], void *cl_arg) {
 static void tg_adamw_cpu(void *buffers[], void *cl_arg) {
   const tg_adamw_args *a = cl_arg;
   tg_cpu_adamw(tg_numel(buffers[0]), TG_PTR(buffers[0]), TG_PTR(buffers[1]),
-               TG_PTR(buffers[2]), TG_PTR(buffers[3]), a->lr, a->beta1, a->beta2,
-               a->eps, a->weight_decay, a->bc1, a->bc2, a->grad_scale);
+               TG_PTR(buffers[2]), TG_PTR(buffers[3]), a->s.lr, a->s.beta1, a->s.beta2,
+               a->s.eps, a->s.weight_decay, a->s.bc1, a->s.bc2, a->s.grad_scale);
 }
 
 #ifdef TG_HAVE_CUDA
@@ -52,8 +52,9 @@ static void tg_adamw_cuda(void *buffers[], void *cl_arg) {
   const tg_adamw_args *a = cl_arg;
   TG_CUDA_CHECK(tg_cuda_adamw(tg_numel(buffers[0]), TG_PTR(buffers[0]),
                               TG_PTR(buffers[1]), TG_PTR(buffers[2]),
-                              TG_PTR(buffers[3]), a->lr, a->beta1, a->beta2, a->eps,
-                              a->weight_decay, a->bc1, a->bc2, a->grad_scale,
+                              TG_PTR(buffers[3]), a->s.lr, a->s.beta1, a->s.beta2,
+                              a->s.eps, a->s.weight_decay, a->s.bc1, a->s.bc2,
+                              a->s.grad_scale,
                               starpu_cuda_get_local_stream()));
 }
 #endif
@@ -81,10 +82,22 @@ int tg_sgd_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
   static const char *const names[3] = {"w", "grad", "vel"};
   starpu_data_handle_t hd[3] = {w, grad, vel};
   TG_TRY(tg_param_check("tg_sgd", names, hd, 3));
-  tg_sgd_args args = {0, *h};
+  tg_sgd_args args = {.shape = 0, .h = *h};
   enum starpu_data_access_mode md[3] = {STARPU_RW, STARPU_R, STARPU_RW};
   double n = (double)starpu_matrix_get_nx(w) * starpu_matrix_get_ny(w);
   return tg_submit(&tg_sgd_cl, 3, hd, md, &args, sizeof args, 4.0 * n, opts);
+}
+
+tg_adamw_scalars tg_adamw_scalars_of(const tg_adamw_hyper *h) {
+  tg_adamw_scalars s = {.lr = h->lr,
+                        .beta1 = h->beta1,
+                        .beta2 = h->beta2,
+                        .eps = h->eps,
+                        .weight_decay = h->weight_decay,
+                        .bc1 = (float)(1.0 - pow(h->beta1, h->step)),
+                        .bc2 = (float)(1.0 - pow(h->beta2, h->step)),
+                        .grad_scale = h->grad_scale};
+  return s;
 }
 
 int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
@@ -94,15 +107,7 @@ int tg_adamw_insert(starpu_data_handle_t w, starpu_data_handle_t grad,
   starpu_data_handle_t hd[4] = {w, grad, m, v};
   TG_TRY(tg_param_check("tg_adamw", names, hd, 4));
   if (h->step < 1) return tg_fail(EINVAL, "tg_adamw: step must be >= 1 (got %d)", h->step);
-  tg_adamw_args args = {0,
-                        h->lr,
-                        h->beta1,
-                        h->beta2,
-                        h->eps,
-                        h->weight_decay,
-                        (float)(1.0 - pow(h->beta1, h->step)),
-                        (float)(1.0 - pow(h->beta2, h->step)),
-                        h->grad_scale};
+  tg_adamw_args args = {.shape = 0, .s = tg_adamw_scalars_of(h)};
   enum starpu_data_access_mode md[4] = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW};
   double n = (double)starpu_matrix_get_nx(w) * starpu_matrix_get_ny(w);
   return tg_submit(&tg_adamw_cl, 4, hd, md, &args, sizeof args, 12.0 * n, opts);

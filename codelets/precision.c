@@ -17,7 +17,11 @@
 #include <math.h>
 
 #include "codelet_common.h"
-#include "taskgrad/precision.h"
+#include "taskgrad/precision_codelets.h"
+#include "taskgrad/precision_kernels.h"
+#ifdef TG_HAVE_CUDA
+#include "taskgrad/kernels_cuda_precision.h"
+#endif
 
 int tg_expect_lowp(const char *op, int lowp) {
   if (lowp != TG_BF16 && lowp != TG_F16)
@@ -59,16 +63,16 @@ static void tg_nonfinite_cpu(void *buffers[], void *cl_arg) {
 typedef struct tg_adamw_amp_args {
   uint32_t shape;
   int lowp, has_low;
-  float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+  tg_adamw_scalars s;
 } tg_adamw_amp_args;
 
 static void tg_adamw_amp_cpu(void *buffers[], void *cl_arg) {
   const tg_adamw_amp_args *a = cl_arg;
   tg_cpu_adamw_amp(tg_numel(buffers[0]), TG_PTR(buffers[0]), TG_PTR(buffers[1]),
                    TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_PTR(buffers[4]),
-                   (tg_dtype)a->lowp, a->has_low ? TG_HPTR(buffers[5]) : NULL, a->lr,
-                   a->beta1, a->beta2, a->eps, a->weight_decay, a->bc1, a->bc2,
-                   a->grad_scale);
+                   (tg_dtype)a->lowp, a->has_low ? TG_HPTR(buffers[5]) : NULL, a->s.lr,
+                   a->s.beta1, a->s.beta2, a->s.eps, a->s.weight_decay, a->s.bc1, a->s.bc2,
+                   a->s.grad_scale);
 }
 
 #ifdef TG_HAVE_CUDA
@@ -96,8 +100,9 @@ static void tg_adamw_amp_cuda(void *buffers[], void *cl_arg) {
   TG_CUDA_CHECK(tg_cuda_adamw_amp(
       tg_numel(buffers[0]), TG_PTR(buffers[0]), TG_PTR(buffers[1]), TG_PTR(buffers[2]),
       TG_PTR(buffers[3]), TG_PTR(buffers[4]), (tg_dtype)a->lowp,
-      a->has_low ? TG_HPTR(buffers[5]) : NULL, a->lr, a->beta1, a->beta2, a->eps,
-      a->weight_decay, a->bc1, a->bc2, a->grad_scale, starpu_cuda_get_local_stream()));
+      a->has_low ? TG_HPTR(buffers[5]) : NULL, a->s.lr, a->s.beta1, a->s.beta2, a->s.eps,
+      a->s.weight_decay, a->s.bc1, a->s.bc2, a->s.grad_scale,
+      starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -120,7 +125,7 @@ int tg_convert_insert(tg_dtype lowp, starpu_data_handle_t src, starpu_data_handl
     return tg_fail(EINVAL, "%s: converts f32 <-> %s, not %zu-byte to %zu-byte elements", op,
                    tg_dtype_name(lowp), ss, ds);
   TG_TRY(tg_expect(dst, op, "dst", rows, cols, ds)); /* src's shape */
-  tg_convert_args args = {0, lowp, narrow};
+  tg_convert_args args = {.shape = 0, .lowp = lowp, .narrow = narrow};
   int key[2] = {lowp, narrow};
   args.shape = tg_hash_ints(key, 2);
   starpu_data_handle_t h[2] = {src, dst};
@@ -163,34 +168,15 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w, starpu_data_handl
     TG_TRY(tg_expect_contiguous(w_low, op, "w_low"));
   }
   if (h->step < 1) return tg_fail(EINVAL, "%s: step must be >= 1 (got %d)", op, h->step);
-  /* bias corrections as tg_adamw_insert computes them (same float values) */
-  tg_adamw_amp_args args = {0, lowp, w_low != NULL, h->lr, h->beta1, h->beta2, h->eps,
-                            h->weight_decay, (float)(1.0 - pow(h->beta1, h->step)),
-                            (float)(1.0 - pow(h->beta2, h->step)), h->grad_scale};
+  /* the scalars of tg_adamw_insert (same float values) */
+  tg_adamw_amp_args args = {.shape = 0,
+                            .lowp = lowp,
+                            .has_low = w_low != NULL,
+                            .s = tg_adamw_scalars_of(h)};
   int key[2] = {lowp, args.has_low};
   args.shape = tg_hash_ints(key, 2);
   enum starpu_data_access_mode md[6] = {STARPU_RW, STARPU_R, STARPU_RW,
                                         STARPU_RW, STARPU_R,  STARPU_W};
   return tg_submit_native(&tg_adamw_amp_cl, w_low ? 6 : 5, hd, md, &args, sizeof args,
                    12.0 * rows * cols, opts);
-}
-
-/* ---- TF32 math mode on every CUDA worker's cuBLAS handle ---------------------- */
-
-#ifdef TG_HAVE_CUDA
-static void tg_tf32_on_worker(void *arg) {
-  int on = *(const int *)arg;
-  TG_CUBLAS_CHECK(cublasSetMathMode(starpu_cublas_get_local_handle(),
-                                    on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-}
-#endif
-
-int tg_set_tf32(int on) {
-#ifdef TG_HAVE_CUDA
-  if (starpu_cuda_worker_get_count() > 0)
-    starpu_execute_on_each_worker(tg_tf32_on_worker, &on, STARPU_CUDA);
-#else
-  (void)on;
-#endif
-  return 0;
 }

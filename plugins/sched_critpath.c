@@ -28,6 +28,7 @@
  * This file also holds the small registry of taskgrad's policies
  * (include/taskgrad/sched.h).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <starpu.h>
@@ -84,6 +85,10 @@ struct starpu_sched_policy *tg_sched_policy_find(const char *name) {
   if (strcmp(name, "tg-critpath") == 0) return &tg_sched_critpath_policy;
   if (strcmp(name, "tg-memaware") == 0) return &tg_sched_memaware_policy;
   return NULL;
+}
+
+struct starpu_sched_policy *tg_sched_policy_requested(const char *name) {
+  return tg_sched_policy_find(name ? name : getenv("STARPU_SCHED"));
 }
 
 #if TG_STARPU_AT_LEAST(1, 4)

@@ -7,7 +7,7 @@
  * the window.
  *
  * The stats and trace plugins share StarPU's single per-task completion
- * callback and tg_submit_hook: a small dispatcher here (tg_plugins_*) gives
+ * callback and one submission hook (src/hooks.h): a small dispatcher here (tg_plugins_*) gives
  * every task submitted while either plugin is active one callback that calls
  * each active plugin, so their windows may nest or overlap in any order.
  * StarPU's bus counters reset on each read too; tg_stats_bus_totals() keeps
@@ -70,9 +70,15 @@ static void tg_plugins_attach(struct starpu_task *task) {
   task->callback_arg = task;
 }
 
-/* Installs the dispatcher while a plugin is active, removes it otherwise. */
+/* Installs the dispatcher while a plugin is active, removes it otherwise.
+ * Adding can only fail with more than TG_MAX_SUBMIT_HOOKS hooks, which
+ * taskgrad never registers. */
 void tg_plugins_update_hook(void) {
-  tg_submit_hook = (tg_stats_active || tg_plugins_trace_done) ? tg_plugins_attach : NULL;
+  if (tg_stats_active || tg_plugins_trace_done) {
+    if (tg_add_submit_hook(tg_plugins_attach) < 0) TG_FATAL("%s", tg_last_error());
+  } else {
+    tg_remove_submit_hook(tg_plugins_attach);
+  }
 }
 
 /* ---- bus counters -------------------------------------------------------- */

@@ -223,7 +223,7 @@ int tg_trace_end(const char *path) {
   tg_atomic_file af;
   int rc = tg_atomic_open(&af, path);
   if (rc < 0) return rc;
-  tg_out o = {af.f, 0, NULL};
+  tg_out o = {.f = af.f, .err = 0, .what = NULL};
   pthread_mutex_lock(&tg_trace_lock);
   tg_write_events(&o, end_us);
   pthread_mutex_unlock(&tg_trace_lock);

@@ -149,7 +149,8 @@ static int load_file(const char *path, tg_checkpoint *c) {
   }
   int32_t cf[6];
   get(h, 16, cf, sizeof cf);
-  tg_gpt_config cfg = {cf[0], cf[1], cf[2], cf[3], cf[4], cf[5]};
+  tg_gpt_config cfg = {.max_seq_len = cf[0], .vocab_size = cf[1], .num_layers = cf[2],
+                       .num_heads = cf[3], .channels = cf[4], .padded_vocab_size = cf[5]};
   if (tg_gpt_config_check(&cfg) < 0) {
     rc = tg_fail(EINVAL, "%s: bad model configuration: %s", path, tg_last_error());
     goto out;

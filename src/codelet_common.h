@@ -180,6 +180,15 @@ int tg_gemm_shapes(const char *op, int transa, int transb, starpu_data_handle_t 
 int tg_param_check(const char *op, const char *const *names,
                    const starpu_data_handle_t *h, int n);
 
+/* AdamW's scalars as its kernels take them: the hyperparameters and the
+ * bias corrections 1 - beta^step, computed in one place so that the f32
+ * and the mixed-precision AdamW get the same float values
+ * (codelets/optimizer.c). */
+typedef struct tg_adamw_scalars {
+  float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
+} tg_adamw_scalars;
+tg_adamw_scalars tg_adamw_scalars_of(const tg_adamw_hyper *h);
+
 /* -EINVAL unless lowp is TG_BF16 or TG_F16 (codelets/precision.c). */
 int tg_expect_lowp(const char *op, int lowp);
 

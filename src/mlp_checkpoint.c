@@ -163,16 +163,21 @@ static int check_values(const tg_mlp_checkpoint *c, const char *path) {
     const char *name;
     long long v, lo, hi;
   } f[] = {
-      {"activation", c->activation, 0, 15},   {"precision", c->precision, 0, 15},
-      {"tiles", c->tiles, 1, 1 << 16},        {"batch", c->batch, 1, 1 << 30},
-      {"shuffled", c->shuffled, 0, 1},        {"training samples", c->samples, 1, 1LL << 31},
-      {"batches per epoch", c->batches_per_epoch, 1, 1LL << 31},
-      {"optimizer steps", c->step, 0, 1LL << 31}, {"batches consumed", c->batches, 0, 1LL << 62},
-      {"loss scaling", c->loss_scaling, 0, 1}, {"loss-scale window", c->scaler.window, 0, 1 << 30},
-      {"clean steps", c->scaler.clean_steps, 0, 1LL << 62},
-      {"skipped steps", c->scaler.skipped_steps, 0, 1LL << 62},
-      {"metric batches", c->metric_batches, 0, 1 << 30},
-      {"metric samples", c->metric_samples, 0, 1 << 30},
+      {.name = "activation", .v = c->activation, .lo = 0, .hi = 15},
+      {.name = "precision", .v = c->precision, .lo = 0, .hi = 15},
+      {.name = "tiles", .v = c->tiles, .lo = 1, .hi = 1 << 16},
+      {.name = "batch", .v = c->batch, .lo = 1, .hi = 1 << 30},
+      {.name = "shuffled", .v = c->shuffled, .lo = 0, .hi = 1},
+      {.name = "training samples", .v = c->samples, .lo = 1, .hi = 1LL << 31},
+      {.name = "batches per epoch", .v = c->batches_per_epoch, .lo = 1, .hi = 1LL << 31},
+      {.name = "optimizer steps", .v = c->step, .lo = 0, .hi = 1LL << 31},
+      {.name = "batches consumed", .v = c->batches, .lo = 0, .hi = 1LL << 62},
+      {.name = "loss scaling", .v = c->loss_scaling, .lo = 0, .hi = 1},
+      {.name = "loss-scale window", .v = c->scaler.window, .lo = 0, .hi = 1 << 30},
+      {.name = "clean steps", .v = c->scaler.clean_steps, .lo = 0, .hi = 1LL << 62},
+      {.name = "skipped steps", .v = c->scaler.skipped_steps, .lo = 0, .hi = 1LL << 62},
+      {.name = "metric batches", .v = c->metric_batches, .lo = 0, .hi = 1 << 30},
+      {.name = "metric samples", .v = c->metric_samples, .lo = 0, .hi = 1 << 30},
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].v < f[i].lo || f[i].v > f[i].hi)

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "taskgrad/precision.h"
+#include "taskgrad/precision_mode.h"
 
 static const char *const tg_precision_names[] = {"fp32", "tf32", "bf16", "fp16"};
 

@@ -5,6 +5,12 @@
  * config only overrides what the caller sets.  Each StarPU worker runs one
  * kernel at a time on its own core, so the BLAS library must not start
  * threads of its own: we pin OpenBLAS to one thread before any GEMM runs.
+ *
+ * Base layer: nothing here calls a codelet, a graph or a plugin.  A
+ * scheduling policy of taskgrad's own (plugins/) comes in from above,
+ * through tg_runtime_config.sched_policy; the configuration tg_init was
+ * given is kept (tg_runtime_current) for the layers above to read, e.g. the
+ * deterministic setting that dist/ reports.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -21,11 +27,10 @@
 
 #include "check.h"
 #include "taskgrad/runtime.h"
-#include "taskgrad/sched.h"
 
-#include "dist_internal.h"
 #include "env_check.h"
 #include "hooks.h"
+#include "mpi_runtime.h"
 
 static int tg_started = 0;
 static int tg_use_priorities = 1;
@@ -44,6 +49,19 @@ tg_runtime_config tg_runtime_config_default(void) {
   tg_runtime_config c = {
       .ncpus = -1, .ncuda = -1, .calibrate = -1, .emulated_devices = -1};
   return c;
+}
+
+/* the configuration of the last tg_init, gaps filled from the environment;
+ * the defaults before the first */
+static tg_runtime_config tg_current = {
+    .ncpus = -1, .ncuda = -1, .calibrate = -1, .emulated_devices = -1};
+
+const tg_runtime_config *tg_runtime_current(void) { return &tg_current; }
+
+/* TG_DETERMINISTIC set (not "0") in the environment turns the mode on too */
+void tg_set_deterministic(int on) {
+  const char *env = getenv("TG_DETERMINISTIC");
+  tg_current.deterministic = on || (env && strcmp(env, "0"));
 }
 
 int tg_built_with_cuda(void) {
@@ -179,28 +197,26 @@ int tg_init(const tg_runtime_config *cfg) {
   if (c.ncpus == 0 && c.emulated_devices == 0 && (c.ncuda == 0 || !cuda_possible))
     return tg_fail(EINVAL, "0 CPU workers and no device: nothing could run a task "
                            "(--ncpus 0 needs --emulated-devices N or CUDA workers)");
-  /* taskgrad's own policies (include/taskgrad/sched.h), by name from the
-   * config or else STARPU_SCHED: StarPU does not know their names, so we
-   * hand it the policy object (conf.sched_policy).  StarPU 1.3 looks the
-   * policy up by name first, and starpu_init() itself copies STARPU_SCHED
-   * over conf.sched_policy_name (_starpu_conf_check_environment): with
-   * STARPU_SCHED=tg-... it would print "scheduling policy not found" before
-   * falling back to conf.sched_policy.  So the variable is removed from the
-   * environment for the duration of starpu_init() and put back afterwards
-   * (children and re-executions still see it).  tg_init() is meant to run
-   * before the program starts threads of its own; setenv/unsetenv are not
+  /* A policy object from the caller (taskgrad's own policies, plugins/,
+   * which the application or the CLI looks up by name: StarPU does not know
+   * their names).  StarPU 1.3 looks the policy up by name first, and
+   * starpu_init() itself copies STARPU_SCHED over conf.sched_policy_name
+   * (_starpu_conf_check_environment): with STARPU_SCHED=tg-... it would
+   * print "scheduling policy not found" before falling back to
+   * conf.sched_policy.  So the variable is removed from the environment for
+   * the duration of starpu_init() and put back afterwards (children and
+   * re-executions still see it).  tg_init() is meant to run before the
+   * program starts threads of its own; setenv/unsetenv are not
    * thread-safe. */
   const char *env_sched = getenv("STARPU_SCHED");
-  const char *sched_name = c.sched ? c.sched : env_sched;
-  struct starpu_sched_policy *tg_policy = tg_sched_policy_find(sched_name);
   char *saved_sched = NULL; /* STARPU_SCHED to restore after starpu_init */
-  if (tg_policy) {
-    conf.sched_policy = tg_policy;
+  if (c.sched_policy) {
+    conf.sched_policy = c.sched_policy;
     conf.sched_policy_name = NULL;
   }
   /* the same hiding makes a policy named in the config win over
    * STARPU_SCHED for StarPU's own policies too, as documented in runtime.h */
-  if (env_sched && (tg_policy || c.sched)) {
+  if (env_sched && (c.sched_policy || c.sched)) {
     saved_sched = strdup(env_sched);
     if (!saved_sched) return tg_fail(ENOMEM, "tg_init: out of memory");
     unsetenv("STARPU_SCHED");
@@ -222,13 +238,13 @@ int tg_init(const tg_runtime_config *cfg) {
   char **sim_argv = sim_argv0;
   int rc = starpu_initialize(&conf, &sim_argc, &sim_argv);
 #else
-  int rc = c.mpi ? tg_dist_start(&conf) : starpu_init(&conf);
+  int rc = c.mpi ? tg_mpi_start(&conf) : starpu_init(&conf);
 #endif
   if (saved_sched) {
     setenv("STARPU_SCHED", saved_sched, 1);
     free(saved_sched);
   }
-  if (rc < 0 && c.mpi) return rc; /* message set by tg_dist_start */
+  if (rc < 0 && c.mpi) return rc; /* message set by tg_mpi_start */
   if (rc == -ENODEV)
     return tg_fail(ENODEV, "starpu_init: no worker available (check STARPU_NCPU/STARPU_NCUDA)");
   if (rc != 0)
@@ -239,7 +255,8 @@ int tg_init(const tg_runtime_config *cfg) {
     tg_shutdown();
     return -ENODEV;
   }
-  tg_dist_set_deterministic(c.deterministic);
+  tg_current = c;
+  tg_set_deterministic(c.deterministic);
   tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 #ifdef TG_HAVE_CUDA
@@ -260,8 +277,8 @@ void tg_shutdown(void) {
   if (tg_cublas_started) starpu_cublas_shutdown();
 #endif
   tg_cublas_started = 0;
-  if (tg_dist_active())
-    tg_dist_stop(); /* shuts StarPU down too */
+  if (tg_mpi_active())
+    tg_mpi_stop(); /* shuts StarPU down too */
   else
     starpu_shutdown();
   tg_started = 0;
@@ -306,4 +323,25 @@ int tg_ncuda_workers(void) {
 #else
   return 0;
 #endif
+}
+
+/* ---- TF32 math mode on every CUDA worker's cuBLAS handle ---------------------- */
+
+#ifdef TG_HAVE_CUDA
+static void tg_tf32_on_worker(void *arg) {
+  int on = *(const int *)arg;
+  TG_CUBLAS_CHECK(cublasSetMathMode(starpu_cublas_get_local_handle(),
+                                    on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+#endif
+
+/* runtime state (the cuBLAS handles tg_init started), not a codelet */
+int tg_set_tf32(int on) {
+#ifdef TG_HAVE_CUDA
+  if (starpu_cuda_worker_get_count() > 0)
+    starpu_execute_on_each_worker(tg_tf32_on_worker, &on, STARPU_CUDA);
+#else
+  (void)on;
+#endif
+  return 0;
 }

@@ -4,6 +4,10 @@
  * live on main RAM; temporaries have no home node, so StarPU allocates them
  * on the memory node of the worker that first writes them and frees them
  * after tg_tensor_release()'s asynchronous unregistration.
+ *
+ * Base layer: no codelet here.  The REDUX setup of a tensor
+ * (tg_tensor_enable_reduction) needs the accumulate and fill codelets, so
+ * it lives in the dist layer (dist/reduction.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -12,7 +16,6 @@
 
 #include "check.h"
 #include "device_memory.h"
-#include "taskgrad/codelets.h"
 #include "taskgrad/tensor.h"
 
 size_t tg_dtype_size(tg_dtype dtype) {
@@ -115,15 +118,6 @@ int tg_tensor_write(tg_tensor *t, const void *src) {
   memcpy(dst, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
   starpu_data_release(t->handle);
   return 0;
-}
-
-void tg_tensor_enable_reduction(tg_tensor *t) {
-#if TG_STARPU_AT_LEAST(1, 4)
-  /* 1.4's merge method is RW|COMMUTE (codelets/elementwise.c) */
-  starpu_data_set_reduction_methods(t->handle, &tg_accumulate_redux_cl, &tg_fill_zero_cl);
-#else
-  starpu_data_set_reduction_methods(t->handle, &tg_accumulate_cl, &tg_fill_zero_cl);
-#endif
 }
 
 /* ---- row- and column-block splits -------------------------------------- */

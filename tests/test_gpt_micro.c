@@ -15,7 +15,7 @@
  *    their partition plans are reused): the step-2 loss within 1e-6 and the
  *    gradients within STEP2_TOL of the reference's step 2.
  * 2. Attention memory, from the sizes the attention tasks really register
- *    (captured with tg_submit_hook on a forward task of b = 1 sequence,
+ *    (captured with a submission hook on a forward task of b = 1 sequence,
  *    C = 32, NH = 4, for T = 256, 512, 1024, 2048): the chunked scratch
  *    handle is exactly tg_attention_scratch_bytes(TG_ATTN_CHUNKED, 1, T, C,
  *    NH, 64) bytes and at most doubles when T doubles, its state (lse) is
@@ -154,9 +154,10 @@ static int attn_sizes(tg_attention_kind kind, int Tn, size_t *state, size_t *scr
   }
   hook_seen = 0;
   memset(hook_bytes, 0, sizeof hook_bytes);
-  tg_submit_hook = capture;
-  int rc = tg_attention_fwd_insert(kind, Tn, NH, 64, qkv.handle, out.handle, st.handle, NULL);
-  tg_submit_hook = NULL;
+  int rc = tg_add_submit_hook(capture);
+  if (rc == 0)
+    rc = tg_attention_fwd_insert(kind, Tn, NH, 64, qkv.handle, out.handle, st.handle, NULL);
+  tg_remove_submit_hook(capture);
   if (rc < 0) fprintf(stderr, "tg_attention_fwd_insert: %s\n", tg_last_error());
   tg_tensor_release(&out);
   tg_tensor_release(&st);

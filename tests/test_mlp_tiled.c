@@ -33,7 +33,6 @@
 
 #include <starpu.h>
 
-#include "dist_internal.h" /* tg_dist_set_deterministic */
 #include "taskgrad/dist.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/runtime.h"
@@ -212,7 +211,7 @@ static void compare(const char *mode, int tiles, const result *got, const result
 
 static void check_mode(int deterministic, const float *x, const int32_t *y) {
   const char *mode = deterministic ? "deterministic" : "default";
-  tg_dist_set_deterministic(deterministic);
+  tg_set_deterministic(deterministic);
   result res[NTILES];
   int ok[NTILES];
   for (int t = 0; t < NTILES; t++) {
@@ -238,7 +237,7 @@ static void check_mode(int deterministic, const float *x, const int32_t *y) {
   }
   for (int t = 0; t < NTILES; t++)
     if (ok[t]) result_free(&res[t]);
-  tg_dist_set_deterministic(0);
+  tg_set_deterministic(0);
 }
 
 /* tg_mlp_create refuses tiles it cannot make, with -EINVAL and a message */

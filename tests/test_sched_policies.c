@@ -5,8 +5,9 @@
  * StarPU starts once per process, so the test re-executes itself like
  * test_mlp_schedulers: `/proc/self/exe child [NAME]` once per configuration,
  * STARPU_NCPU = 1 or 2 and STARPU_NCUDA = 0 in the child's environment, the
- * policy named either by STARPU_SCHED (the environment path of tg_init) or
- * by NAME (tg_runtime_config.sched).  Configurations: eager (the
+ * policy named either by STARPU_SCHED or by NAME (tg_runtime_config.sched),
+ * the object found by tg_sched_policy_requested and passed in
+ * tg_runtime_config.sched_policy, as the CLI does.  Configurations: eager (the
  * reference), tg-critpath and tg-memaware on 1 and 2 CPU workers through
  * STARPU_SCHED, both on 2 workers through the config, and tg-memaware on 2
  * workers with STARPU_LIMIT_CPU_MEM=2048 and TG_MEMAWARE_PRESSURE=1, which
@@ -99,7 +100,7 @@ static int count_tasks(void) {
                                 sizeof(float));
   }
   int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
-  tg_rng rng = {0x1234567890ABCDEFULL};
+  tg_rng rng = {.s = 0x1234567890ABCDEFULL};
   int rc = 0;
   /* interleave: independent tasks and chain links alternate in submission */
   int next_ind = 0, next_link = 0;
@@ -169,7 +170,7 @@ static int mlp_losses(double *loss1, double *loss2) {
   tg_tensor x, y;
   if (tg_tensor_alloc(&x, B, WIDTHS[0], TG_F32) < 0) return -1;
   if (tg_tensor_alloc(&y, B, 1, TG_I32) < 0) return -1;
-  tg_rng rng = {0xD1B54A32D192ED03ULL};
+  tg_rng rng = {.s = 0xD1B54A32D192ED03ULL};
   tg_rng_fill(&rng, x.host, (size_t)B * WIDTHS[0], 1.0f);
   int32_t *yl = y.host;
   for (int r = 0; r < B; r++) yl[r] = (int32_t)(tg_rng_next(&rng) % WIDTHS[NL]);
@@ -194,7 +195,8 @@ static int mlp_losses(double *loss1, double *loss2) {
 
 static int gpt_losses(double *loss1, double *loss2) {
   enum { L = 2, C = 32, NH = 4, T = 16, B = 4, M = 2, V = 64 };
-  const tg_gpt_config cfg = {T, V, L, NH, C, V};
+  const tg_gpt_config cfg = {.max_seq_len = T, .vocab_size = V, .num_layers = L,
+                             .num_heads = NH, .channels = C, .padded_vocab_size = V};
   size_t sizes[TG_GPT_NPARAMS];
   size_t np = tg_gpt_param_sizes(&cfg, sizes);
   float *params = malloc(sizeof(float) * np);
@@ -210,7 +212,7 @@ static int gpt_losses(double *loss1, double *loss2) {
   tg_tensor x, y;
   if (tg_tensor_alloc(&x, B * T, 1, TG_I32) < 0) return -1;
   if (tg_tensor_alloc(&y, B * T, 1, TG_I32) < 0) return -1;
-  tg_rng rng = {0x9E3779B97F4A7C15ULL};
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   int32_t *xt = x.host, *yt = y.host;
   int32_t prev = (int32_t)(tg_rng_next(&rng) % V);
   for (int i = 0; i < B * T; i++) {
@@ -237,6 +239,9 @@ static int gpt_losses(double *loss1, double *loss2) {
 static int child(const char *cfg_sched) {
   tg_runtime_config rc0 = tg_runtime_config_default();
   rc0.sched = cfg_sched;
+  /* ours by name (cfg_sched or STARPU_SCHED), as the CLI does: the runtime
+   * does not know taskgrad's policies */
+  rc0.sched_policy = tg_sched_policy_requested(cfg_sched);
   if (tg_init(&rc0) < 0) {
     fprintf(stderr, "child: tg_init: %s\n", tg_last_error());
     return 2;

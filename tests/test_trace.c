@@ -57,7 +57,7 @@ int main(void) {
   {
     char name[32];
     snprintf(name, sizeof name, "L7.m3.fwd");
-    tg_task_opts o = {0, -1, name, TG_F32};
+    tg_task_opts o = {.priority = 0, .worker = -1, .name = name, .lowp = TG_F32};
     CHECK(tg_fill_insert(t.handle, 1.0f, &o) == 0, "%s", tg_last_error());
     snprintf(name, sizeof name, "XXXXXXXXXXXXXXXX");
     CHECK(tg_scale_insert(t.handle, 2.0f, NULL) == 0, "%s", tg_last_error());
@@ -67,7 +67,7 @@ int main(void) {
   CHECK(tg_stats_end(&st) == 0, "%s", tg_last_error());
   CHECK(st.tasks == 2, "stats counted %ld tasks, expected 2", st.tasks);
   /* tasks after the stats window ends still go into the trace */
-  CHECK(tg_fill_insert(t.handle, 0.0f, &(tg_task_opts){0, -1, "after.stats", TG_F32}) == 0, "%s",
+  CHECK(tg_fill_insert(t.handle, 0.0f, &(tg_task_opts){.priority = 0, .worker = -1, .name = "after.stats", .lowp = TG_F32}) == 0, "%s",
         tg_last_error());
   CHECK(tg_trace_end(path) == 0, "%s", tg_last_error());
   char *json = slurp(path);

@@ -21,24 +21,23 @@
  *
  * Built without MPI (no starpumpi-1.3 or MPI found), every rank query says
  * "one process" and tg_init refuses tg_runtime_config.mpi.
+ *
+ * Layer: dist (dist/), above the codelets (the all-reduce submits
+ * accumulate tasks, the REDUX setup names the codelets) and below the
+ * graphs.  Starting StarPU-MPI and the rank queries belong to the base
+ * (runtime.h, included here).
  */
 #ifndef TASKGRAD_DIST_H
 #define TASKGRAD_DIST_H
 
 #include <starpu.h>
 
+#include "taskgrad/runtime.h"
+#include "taskgrad/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* 1 when this build has StarPU-MPI. */
-int tg_dist_available(void);
-/* 1 when the environment says an MPI launcher (mpirun/mpiexec of Open MPI,
- * MPICH, Slurm's PMI) started this process: the CLI then starts StarPU-MPI. */
-int tg_dist_launched(void);
-/* This process's rank and the number of ranks (0 and 1 without MPI). */
-int tg_dist_rank(void);
-int tg_dist_size(void);
 
 /* Sums the float matrix h over all ranks, in place, asynchronously (see
  * above); every rank must call it for the same handles in the same order.
@@ -56,8 +55,11 @@ int tg_dist_all_ok(int ok);
 void tg_dist_abort(int status) __attribute__((__noreturn__));
 
 /* 1 when gradients are reduced in a fixed order (tg_runtime_config
- * .deterministic or TG_DETERMINISTIC=1 in the environment). */
+ * .deterministic or TG_DETERMINISTIC=1 in the environment; changed by
+ * tg_set_deterministic, runtime.h). */
 int tg_deterministic(void);
+
+/* tg_tensor_enable_reduction (dist/reduction.c) is declared in tensor.h. */
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,12 @@
  *
  * Every library call that can fail returns 0 on success and a negative errno
  * value on failure, and leaves a one-line description in tg_last_error().
+ *
+ * Base layer (see DEVELOPERS.md, "Layers"): this header and src/ call no
+ * codelet, graph or plugin.  What belongs to a layer above comes in from
+ * the caller: a scheduling policy object (taskgrad's own are in sched.h,
+ * looked up by name with tg_sched_policy_find), submission hooks
+ * (src/hooks.h, used by the plugins).
  */
 #ifndef TASKGRAD_RUNTIME_H
 #define TASKGRAD_RUNTIME_H
@@ -12,18 +18,22 @@
 extern "C" {
 #endif
 
+struct starpu_sched_policy;
+
 /* Overrides of StarPU's own environment (STARPU_SCHED, STARPU_NCPU,
  * STARPU_NCUDA, STARPU_CALIBRATE).  A NULL field or a negative number means
  * "leave it to StarPU's environment and defaults". */
 typedef struct tg_runtime_config {
-  const char *sched;   /* scheduling policy name, e.g. "dmdas" */
+  const char *sched;   /* StarPU scheduling policy name, e.g. "dmdas" */
+  struct starpu_sched_policy *sched_policy; /* a policy object to use instead
+                          of any name, e.g. one of taskgrad's own
+                          (sched.h: tg_sched_policy_find("tg-critpath"));
+                          StarPU does not know their names */
   int ncpus;           /* number of CPU workers */
   int ncuda;           /* number of CUDA workers */
   int calibrate;       /* 1: force perfmodel calibration */
   int profiling;       /* 1: enable StarPU's task and worker profiling */
   int no_priorities;   /* 1: graph builders give every task priority 0 */
-  const char *trace;   /* CLI: Chrome trace-event JSON file to write */
-  int stats;           /* CLI: print per-codelet and per-worker statistics */
   int deterministic;   /* 1: graph builders reduce gradients in a fixed order
                           (explicit tree instead of STARPU_REDUX), for
                           bitwise-reproducible runs; see dist.h */
@@ -49,6 +59,29 @@ tg_runtime_config tg_runtime_config_default(void);
 int tg_init(const tg_runtime_config *cfg);
 /* Waits for every submitted task, then stops StarPU. */
 void tg_shutdown(void);
+
+/* The configuration of the last tg_init (its gaps filled from the
+ * environment: emulated_devices, deterministic), for the layers above to
+ * read; the defaults before the first.  Its strings are the caller's. */
+const tg_runtime_config *tg_runtime_current(void);
+/* Sets tg_runtime_current()->deterministic: on, or TG_DETERMINISTIC set
+ * (not "0") in the environment (as tg_init does with the config's field);
+ * e.g. to compare both modes in one process.  Read it with
+ * tg_deterministic() (dist.h). */
+void tg_set_deterministic(int on);
+
+/* MPI ranks (src/mpi_runtime.c).  tg_runtime_config.mpi starts StarPU
+ * through StarPU-MPI; the collectives are in dist.h.
+ * tg_dist_available: 1 when this build has StarPU-MPI.
+ * tg_dist_launched: 1 when the environment says an MPI launcher (mpirun/
+ * mpiexec of Open MPI, MPICH, Slurm's PMI) started this process: the CLI
+ * then starts StarPU-MPI.
+ * tg_dist_rank, tg_dist_size: this process's rank and the number of ranks
+ * (0 and 1 without MPI). */
+int tg_dist_available(void);
+int tg_dist_launched(void);
+int tg_dist_rank(void);
+int tg_dist_size(void);
 
 /* Task priorities for graph builders: tg_priority(rank, nranks) maps a rank
  * in [0, nranks) (higher = more urgent, e.g. closer to the start of the

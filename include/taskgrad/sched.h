@@ -9,10 +9,13 @@
  *                 nearly full it takes the ready task that allocates the
  *                 least new memory there (see plugins/sched_memaware.c).
  *
- * StarPU does not know these names: tg_init() hands the policy object to
- * starpu_init() (starpu_conf.sched_policy) when tg_runtime_config.sched, or
- * else STARPU_SCHED, names one of them.  Both policies support a single
- * scheduling context (taskgrad's), any mix of CPU and CUDA workers.
+ * StarPU does not know these names: the application (the CLI does) looks
+ * the policy up and passes the object in tg_runtime_config.sched_policy,
+ * which tg_init hands to starpu_init() (starpu_conf.sched_policy):
+ *   rc.sched_policy = tg_sched_policy_requested(rc.sched);
+ * Plugins layer: the runtime (base) never names these policies.  Both
+ * policies support a single scheduling context (taskgrad's), any mix of CPU
+ * and CUDA workers.
  * With StarPU 1.4, STARPU_SCHED_LIB=libtaskgrad.so also makes them known to
  * StarPU by name, in any program.
  */
@@ -32,6 +35,9 @@ extern struct starpu_sched_policy tg_sched_memaware_policy;
 
 /* The policy called `name`, or NULL when name is NULL or not one of ours. */
 struct starpu_sched_policy *tg_sched_policy_find(const char *name);
+/* The policy of ours named by `name` when given, else by STARPU_SCHED;
+ * NULL when the name is not one of ours (then StarPU looks it up). */
+struct starpu_sched_policy *tg_sched_policy_requested(const char *name);
 /* Our policies' names, NULL-terminated. */
 const char *const *tg_sched_policy_names(void);
 

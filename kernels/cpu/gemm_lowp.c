@@ -23,7 +23,7 @@
  * the widening costs O(mk n / TB + kn m / TB) against the GEMM's O(mnk).
  */
 #include "taskgrad/kernels_cpu.h"
-#include "taskgrad/precision.h"
+#include "taskgrad/precision_kernels.h"
 
 enum { TB = 256 }; /* tile edge */
 

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "taskgrad/kernels_cpu.h"
-#include "taskgrad/precision.h"
+#include "taskgrad/precision_kernels.h"
 
 enum { AMP_CHUNK = 1024 }; /* 4 arrays x 4 KiB: stays in a 32 KiB L1 */
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gemm_lowp_pad.h" /* private: tg_gemm_lowp_pad_elems */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/kernels_cuda.h"
 #include "taskgrad/kernels_cuda_precision.h"

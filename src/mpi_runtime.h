@@ -1,20 +1,19 @@
 /*
- * What the runtime (src/runtime.c) needs from src/dist.c: starting and
- * stopping StarPU through StarPU-MPI, and the deterministic switch.
+ * What the runtime (src/runtime.c) and the collectives (dist/) need from
+ * src/mpi_runtime.c: starting and stopping StarPU through StarPU-MPI.  The
+ * rank queries are public (taskgrad/runtime.h).
  */
-#ifndef TASKGRAD_DIST_INTERNAL_H
-#define TASKGRAD_DIST_INTERNAL_H
+#ifndef TASKGRAD_MPI_RUNTIME_H
+#define TASKGRAD_MPI_RUNTIME_H
 
 #include <starpu.h>
 
 /* Initialises MPI and StarPU-MPI, which starts StarPU with conf. */
-int tg_dist_start(struct starpu_conf *conf);
+int tg_mpi_start(struct starpu_conf *conf);
 /* Shuts StarPU-MPI down, which also shuts StarPU down and finalises MPI. */
-void tg_dist_stop(void);
-/* 1 between tg_dist_start and tg_dist_stop. */
-int tg_dist_active(void);
-/* on, or TG_DETERMINISTIC set (not "0") in the environment */
-void tg_dist_set_deterministic(int on);
+void tg_mpi_stop(void);
+/* 1 between tg_mpi_start and tg_mpi_stop. */
+int tg_mpi_active(void);
 
 /* exit(status), or _exit(status) while StarPU runs: exit's teardown (the
  * libraries' destructors, PoCL's among them) would run while StarPU's

@@ -1,0 +1,108 @@
+/*
+ * taskgrad mixed precision, kernels layer: scalar and array conversions
+ * between f32 and the 16-bit types (bf16, fp16), and the CPU kernels of
+ * mixed-precision training.  Pure functions on host arrays: no StarPU.
+ * The codelets are in precision_codelets.h, the training precision and the
+ * loss scaler in precision_mode.h; precision.h includes all three.
+ *
+ * Design note
+ * -----------
+ * Low-precision values are stored as uint16_t bit patterns (TG_BF16, TG_F16
+ * tensors: StarPU matrices with 2-byte elements), so that C code needs no
+ * compiler support for _Float16 or __bf16.  Every rounding is IEEE round to
+ * nearest, ties to even, as on the GPU (cvt.rn):
+ *  - f32 -> bf16: NaN stays NaN (quietened, sign kept), +-Inf stay +-Inf,
+ *    finite values beyond bf16's range round to +-Inf, subnormals round
+ *    correctly (bf16 has f32's exponent range, so f32 subnormals become bf16
+ *    subnormals or zero);
+ *  - f32 -> f16: values at or beyond 65520 (the midpoint between 65504, the
+ *    largest f16, and 2^16) round to +-Inf; results below 2^-14 become f16
+ *    subnormals (multiples of 2^-24), rounded once, ties to even;
+ *  - bf16, f16 -> f32 are exact (every value is an f32 value).
+ *
+ * Mixed-precision training keeps fp32 master weights and fp32 optimizer
+ * state; the forward and backward GEMMs read low-precision copies and
+ * accumulate in fp32, exactly like cuBLAS's GemmEx with CUBLAS_COMPUTE_32F:
+ * inputs rounded to the low type once, products summed in fp32, the output
+ * kept in fp32 or rounded to the low type once at the end.  With fp16, the
+ * loss is scaled up so that small gradients do not flush to zero; the
+ * optimizer multiplies the gradients by grad_scale (1 / loss scale) and
+ * skips the whole step when a non-finite check of the gradients has raised
+ * the overflow flag (a (1, 1) f32 tensor, zeroed with tg_fill_insert before
+ * the checks, non-zero after them when any gradient held an Inf or NaN).
+ * The flag never travels to the host inside a step: the skip decision is
+ * taken by the optimizer kernel itself.
+ *
+ * The kernels take `lowp` = TG_BF16 or TG_F16 (the caller guarantees it; the
+ * insert wrappers check).  Matrices are row-major with leading dimensions,
+ * as in kernels_cpu.h.
+ */
+#ifndef TASKGRAD_PRECISION_KERNELS_H
+#define TASKGRAD_PRECISION_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "taskgrad/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- scalar and array conversions ------------------------------------------ */
+
+uint16_t tg_f32_to_bf16(float x);
+float tg_bf16_to_f32(uint16_t h);
+uint16_t tg_f32_to_f16(float x);
+float tg_f16_to_f32(uint16_t h);
+
+/* n contiguous values */
+void tg_f32_to_bf16_n(size_t n, const float *src, uint16_t *dst);
+void tg_bf16_to_f32_n(size_t n, const uint16_t *src, float *dst);
+void tg_f32_to_f16_n(size_t n, const float *src, uint16_t *dst);
+void tg_f16_to_f32_n(size_t n, const uint16_t *src, float *dst);
+
+/* ---- CPU kernels ------------------------------------------------------------- */
+
+/* Y(rows, cols) = lowp(X), rounded to nearest even */
+void tg_cpu_to_lowp(tg_dtype lowp, int rows, int cols, const float *X, int ldx,
+                    uint16_t *Y, int ldy);
+/* Y(rows, cols) = f32(X), exact */
+void tg_cpu_from_lowp(tg_dtype lowp, int rows, int cols, const uint16_t *X,
+                      int ldx, float *Y, int ldy);
+
+/* Floats of workspace tg_cpu_gemm_lowp needs for an (m, n, k) problem
+ * (bounded: at most three 256 x 256 tiles, whatever the sizes). */
+size_t tg_cpu_gemm_lowp_work_floats(int m, int n, int k);
+
+/* C(m, n) = alpha op(A) op(B) + beta C with A and B in `lowp` (shapes and
+ * transposes as tg_cpu_gemm) and C in c_dtype: TG_F32 (C is float *) or
+ * lowp itself (C is uint16_t *, read as f32 when beta != 0, rounded once at
+ * the end).  Tiles of A and B are widened to f32 in `work`
+ * (tg_cpu_gemm_lowp_work_floats(m, n, k) floats) and multiplied with
+ * cblas_sgemm, so products and sums are fp32.  beta == 0: C is write-only. */
+void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
+                      int k, float alpha, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, float beta, tg_dtype c_dtype,
+                      void *C, int ldc, float *work);
+
+/* *flag = 1 when any of the n values of g is +-Inf or NaN; otherwise *flag
+ * is left as it is, so several tensors can be checked into one flag (and a
+ * StarPU reduction that sums per-worker flags starting at zero also works). */
+void tg_cpu_nonfinite_check(const float *g, size_t n, float *flag);
+
+/* AdamW of tg_cpu_adamw (same arguments, same arithmetic) on fp32 master
+ * weights, skipped entirely when *flag != 0 (w, m, v unchanged bit for bit);
+ * then, when w_low is not NULL, w_low = lowp(w) for the next forward pass,
+ * whether the step was skipped or not (the copy is an output in both cases).
+ * grad_scale unscales the gradients (1 / loss scale). */
+void tg_cpu_adamw_amp(size_t n, float *w, const float *grad, float *m,
+                      float *v, const float *flag, tg_dtype lowp,
+                      uint16_t *w_low, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, float bc1, float bc2,
+                      float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
