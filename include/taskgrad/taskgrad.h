@@ -16,6 +16,7 @@
 #include "taskgrad/tensor.h"
 #include "taskgrad/precision_mode.h"
 #include "taskgrad/data.h"
+#include "taskgrad/gpt_model.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/safetensors.h"
 #include "taskgrad/checkpoint.h"
@@ -34,6 +35,7 @@
 /* dist */
 #include "taskgrad/dist.h"
 /* graphs */
+#include "taskgrad/optim.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/gpt.h"
 /* plugins */
