@@ -9,8 +9,8 @@
 #  3. GPT-2 124M fp32 on 1 GPU with 32 sequences, without and with
 #     STARPU_LIMIT_CUDA_MEM=16384 (16 GiB).
 # Simulated time does not depend on the host's load; the wall time does.
-# Host memory: the simulation process holds real RAM copies (about 4 GB for
-# 124M on 1 GPU, 22 GB for 350M on 8): 350M on 4-8 GPUs needs more than 24 GB.
+# Host memory: big host tensors are folded mappings in simulation
+# (src/tensor.c), so every run here takes well under 1 GB of RAM.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: bench/sim-h100.sh BUILD_SIM OUTDIR" >&2; exit 2; }
 tg="$1/bin/taskgrad" out="$2"

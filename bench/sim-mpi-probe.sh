@@ -8,7 +8,7 @@
 # Needs xsltproc (starpu_smpirun merges the node platforms with it).
 # Notes: smpicc puts -L/usr/lib/x86_64-linux-gnu before our flags, so
 # -lstarpumpi-1.3 would pick Debian's shared StarPU: the archives are linked
-# by path.  taskgrad itself is not built this way yet.
+# by path.  taskgrad itself: scripts/build-sim-mpi and bench/sim-mpi.sh.
 set -euo pipefail
 nodes=${1:-2}
 src="$(cd "$(dirname "$0")/.." && pwd)"

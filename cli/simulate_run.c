@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "simulate.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/sim.h"
@@ -110,6 +111,11 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   gpt_ctx c = {.lr = 1e-4f};
   if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
+  /* under StarPU-MPI (taskgrad-sim-mpi): every replica starts from rank 0's
+   * parameters, as in `train gpt`, so the simulation moves them too */
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg.num_layers : 1); l++)
+      if (tg_dist_broadcast(c.g.w[p][l].handle) < 0) tg_cli_die_last("broadcasting the parameters");
   batch_create(&c.s, o->batch * o->seq, 1, TG_I32, o->micro); /* (B*T, 1) tokens, targets */
   timed_steps(o, gpt_step, &c, r, st);
   r->items = (double)o->batch * o->seq;
@@ -195,6 +201,11 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
 
 int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
   rt->profiling = 1;
+#if defined(TG_HAVE_MPI) && defined(TG_SIMGRID)
+  /* taskgrad-sim-mpi (scripts/build-sim-mpi) runs under starpu_smpirun, one
+   * rank per simulated node: data parallelism over the ranks as in `train` */
+  rt->mpi = 1;
+#endif
   if (tg_init(rt) < 0) tg_cli_die_last("starting StarPU's simulation");
   if ((int)starpu_cuda_worker_get_count() != o->gpus) {
     int got = (int)starpu_cuda_worker_get_count();
@@ -205,11 +216,21 @@ int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
   roof.tensor_f32 = o->prec.precision != TG_PREC_FP32;
   if (tg_sim_set_roofline(&roof) < 0) tg_cli_die_last("--platform roofline");
   tg_cli_instrument_begin_bench(rt);
+  /* --batch and --micro-batches are global; each rank takes its share */
+  int ranks = tg_dist_size();
+  if (o->batch % ranks || o->micro % ranks)
+    tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
+               o->batch, o->micro, ranks);
+  tg_sim_options mine = *o;
+  mine.batch /= ranks;
+  mine.micro /= ranks;
   tg_sim_result r = {0};
   tg_stats st;
-  if (o->is_gpt) run_gpt(o, &r, &st);
-  else run_mlp(o, &r, &st);
-  print_report(o, &r, &st);
+  if (o->is_gpt) run_gpt(&mine, &r, &st);
+  else run_mlp(&mine, &r, &st);
+  r.items *= ranks;
+  r.flops *= ranks;
+  if (tg_dist_rank() == 0) print_report(o, &r, &st); /* rank 0's node: its devices and links */
   tg_cli_instrument_end(rt);
   tg_shutdown();
   return 0;

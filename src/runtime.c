@@ -236,7 +236,8 @@ int tg_init(const tg_runtime_config *cfg) {
   static char *sim_argv0[] = {"taskgrad", "--log=root.thres:warning", NULL};
   int sim_argc = 2; /* and SimGrid's own chatter off */
   char **sim_argv = sim_argv0;
-  int rc = starpu_initialize(&conf, &sim_argc, &sim_argv);
+  /* under starpu_smpirun (scripts/build-sim-mpi) SMPI has started SimGrid */
+  int rc = c.mpi ? tg_dist_start(&conf) : starpu_initialize(&conf, &sim_argc, &sim_argv);
 #else
   int rc = c.mpi ? tg_mpi_start(&conf) : starpu_init(&conf);
 #endif
