@@ -237,7 +237,7 @@ int tg_init(const tg_runtime_config *cfg) {
   int sim_argc = 2; /* and SimGrid's own chatter off */
   char **sim_argv = sim_argv0;
   /* under starpu_smpirun (scripts/build-sim-mpi) SMPI has started SimGrid */
-  int rc = c.mpi ? tg_dist_start(&conf) : starpu_initialize(&conf, &sim_argc, &sim_argv);
+  int rc = c.mpi ? tg_mpi_start(&conf) : starpu_initialize(&conf, &sim_argc, &sim_argv);
 #else
   int rc = c.mpi ? tg_mpi_start(&conf) : starpu_init(&conf);
 #endif
