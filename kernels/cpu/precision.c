@@ -103,7 +103,7 @@ void tg_bf16_to_f32_n(size_t n, const uint16_t *restrict src, float *restrict ds
  * rounding to nearest even with IEEE results for every input (overflow to
  * Inf, subnormal results, NaNs quietened with their top payload bits): the
  * same bits as to_f16, checked over all 2^32 inputs when this was written
- * and on samples by test_precision_kernels; widening likewise (all 2^16).  Chosen at run time, so the
+ * and on samples by the op table (tests/ops/precision.c, ref); widening likewise (all 2^16).  Chosen at run time, so the
  * library still runs on a CPU without it. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
