@@ -199,6 +199,7 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
 }
 
 void tg_gpt_destroy(tg_gpt *g) {
+  tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
   if (g->attn) {
     for (int i = 0; i < g->cfg.num_layers * g->run.nmicro; i++) tg_gpt_attn_destroy(&g->attn[i]);
     free(g->attn);
@@ -213,7 +214,6 @@ void tg_gpt_destroy(tg_gpt *g) {
       tg_tensor_free(&g->wl[p][l]);
     }
   tg_tensor_free(&g->loss);
-  tg_optim_destroy(&g->optim);
 }
 
 /* Forward activations of one layer kept for its backward. */

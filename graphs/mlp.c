@@ -130,13 +130,13 @@ int tg_mlp_create(tg_mlp *m, const tg_mlp_config *cfg,
 
 void tg_mlp_destroy(tg_mlp *m) {
   tg_mlp_tiling_free(m); /* the plans go before the tensors they split */
+  tg_optim_destroy(&m->optim);
   for (int l = 0; l < TG_MLP_MAX_LAYERS; l++) {
     tg_tensor *all[] = {&m->w[l], &m->b[l], &m->dw[l], &m->db[l],
                         &m->state1_w[l], &m->state1_b[l], &m->state2_w[l],
                         &m->state2_b[l], &m->wl[l]};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_free(all[k]);
   }
-  tg_optim_destroy(&m->optim);
   tg_tensor_free(&m->loss);
   tg_tensor_free(&m->correct);
 }

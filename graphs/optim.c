@@ -15,6 +15,8 @@
 
 #include "check.h"
 #include "graph_common.h"
+#include "reduce.h"
+#include "taskgrad/dist.h"
 #include "taskgrad/optim.h"
 
 tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
@@ -60,8 +62,61 @@ int tg_optim_add(tg_optim *o, const tg_param *p) {
     o->params = grown;
     o->cap = cap;
   }
-  o->params[o->nparams++] = *p;
+  o->params[o->nparams] = *p;
+  o->params[o->nparams++].blocks = NULL;
   return 0;
+}
+
+/* The parameter's tensors in block order: value, grad, state1, state2, lowp */
+#define TG_PARAM_TENSORS 5
+static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
+  tg_tensor *ts[TG_PARAM_TENSORS] = {p->value, p->grad, p->state1, p->state2, p->lowp};
+  return ts[t] && ts[t]->handle ? ts[t] : NULL;
+}
+
+/* How many row blocks p is updated in: 0 (one task) unless it is large,
+ * several workers exist, and its gradient is not a pending STARPU_REDUX
+ * target (StarPU 1.3 cannot partition one: see reduce.h). */
+static int tg_param_nblocks(const tg_param *p) {
+  int workers = tg_ncpu_workers() + tg_ncuda_workers() + tg_nopencl_workers();
+  int n = workers < 8 ? workers : 8;
+  if (n > p->value->rows) n = p->value->rows;
+  if (tg_tensor_numel(p->value) < TG_OPTIM_BLOCK_MIN || n < 2) return 0;
+  return tg_sum_in_place() || tg_deterministic() ? n : 0;
+}
+
+/* Plans the blocks of p on first use (the tensors have their values then). */
+static int tg_param_blocks(tg_param *p, int *nblocks) {
+  *nblocks = 0;
+  if (!p->blocks) {
+    int n = tg_param_nblocks(p);
+    if (!n) return 0;
+    p->blocks = calloc(TG_PARAM_TENSORS, sizeof *p->blocks);
+    if (!p->blocks) return tg_fail(ENOMEM, "out of memory for the blocks of %s", p->name);
+    for (int t = 0; t < TG_PARAM_TENSORS; t++)
+      if (tg_param_tensor(p, t)) TG_TRY(tg_split_plan(tg_param_tensor(p, t), n, &p->blocks[t]));
+  }
+  *nblocks = p->blocks[0].n;
+  return 0;
+}
+
+/* Makes p's blocks current (the gradient read-only, the rest written) or,
+ * with join, the wholes again. */
+static void tg_param_blocks_switch(tg_param *p, int join) {
+  for (int t = 0; t < TG_PARAM_TENSORS; t++) {
+    tg_tensor *x = tg_param_tensor(p, t);
+    if (!x) continue;
+    if (join) tg_split_join(x, &p->blocks[t]);
+    else if (t == 1) tg_split_readonly(x, &p->blocks[t]);
+    else tg_split_write(x, &p->blocks[t]);
+  }
+}
+
+/* Block j's handle of p's tensor t, or the whole's (j < 0), or NULL */
+static starpu_data_handle_t tg_param_handle(const tg_param *p, int t, int j) {
+  tg_tensor *x = tg_param_tensor(p, t);
+  if (!x) return NULL;
+  return j < 0 ? x->handle : p->blocks[t].parts[j];
 }
 
 int tg_optim_refresh_lowp(tg_optim *o) {
@@ -119,11 +174,17 @@ static int tg_optim_update_lowp(tg_optim *o, float lr) {
                       .step = o->step};
   tg_gopts g;
   for (int k = 0; k < o->nparams; k++) {
-    const tg_param *p = &o->params[k];
-    TG_TRY(tg_adamw_amp_insert(o->lowp, p->value->handle, p->grad->handle, p->state1->handle,
-                               p->state2->handle, p->lowp ? p->lowp->handle : NULL,
-                               o->overflow.handle, &h,
-                               tg_gopt(&g, p->rank, o->nranks, "%s.opt", p->name)));
+    tg_param *p = &o->params[k];
+    int n;
+    TG_TRY(tg_param_blocks(p, &n));
+    if (n) tg_param_blocks_switch(p, 0);
+    for (int j = n ? 0 : -1; j < n; j++)
+      TG_TRY(tg_adamw_amp_insert(o->lowp, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
+                                 tg_param_handle(p, 2, j), tg_param_handle(p, 3, j),
+                                 tg_param_handle(p, 4, j), o->overflow.handle, &h,
+                                 tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
+                                         p->name, j)));
+    if (n) tg_param_blocks_switch(p, 1);
   }
   return 0;
 }
@@ -135,10 +196,16 @@ int tg_optim_update(tg_optim *o, float lr) {
   } else {
     tg_gopts g;
     for (int k = 0; k < o->nparams; k++) {
-      const tg_param *p = &o->params[k];
-      TG_TRY(tg_optim_submit_task(o, lr, p->value->handle, p->grad->handle, p->state1->handle,
-                                  p->state2 ? p->state2->handle : NULL,
-                                  tg_gopt(&g, p->rank, o->nranks, "%s.opt", p->name)));
+      tg_param *p = &o->params[k];
+      int n;
+      TG_TRY(tg_param_blocks(p, &n));
+      if (n) tg_param_blocks_switch(p, 0);
+      for (int j = n ? 0 : -1; j < n; j++)
+        TG_TRY(tg_optim_submit_task(o, lr, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
+                                    tg_param_handle(p, 2, j), tg_param_handle(p, 3, j),
+                                    tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
+                                            p->name, j)));
+      if (n) tg_param_blocks_switch(p, 1);
     }
   }
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);
@@ -148,6 +215,14 @@ int tg_optim_update(tg_optim *o, float lr) {
 }
 
 void tg_optim_destroy(tg_optim *o) {
+  for (int k = 0; k < o->nparams; k++) {
+    tg_param *p = &o->params[k];
+    if (!p->blocks) continue;
+    for (int t = 0; t < TG_PARAM_TENSORS; t++)
+      if (tg_param_tensor(p, t)) tg_split_free(tg_param_tensor(p, t), &p->blocks[t]);
+    free(p->blocks);
+    p->blocks = NULL;
+  }
   tg_tensor_free(&o->overflow);
   free(o->params);
   o->params = NULL;

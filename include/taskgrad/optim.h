@@ -70,7 +70,16 @@ typedef struct tg_param {
   tg_tensor *lowp;             /* mixed precision: its 16-bit copy, or NULL */
   char name[32];               /* task names: "<name>.opt", "<name>.check" */
   int rank;                    /* critical-path rank of its optimizer task */
+  /* set by the core, NULL at registration: a large parameter's row blocks
+   * (value, grad, state1, state2, lowp), one optimizer task each */
+  tg_split *blocks;
 } tg_param;
+
+/* Parameters of at least this many elements are updated in row blocks, one
+ * task per worker (at most 8), so that the workers share the update that
+ * ends the step (GPT-2's token embedding: 38.6 M values, the last gradient
+ * to be final).  Element-wise optimizers: the same bits as one task. */
+#define TG_OPTIM_BLOCK_MIN (1 << 22)
 
 typedef struct tg_optim {
   tg_optimizer_config opt;
@@ -105,7 +114,8 @@ int tg_optim_update(tg_optim *o, float lr);
 int tg_optim_submit_task(const tg_optim *o, float lr, starpu_data_handle_t value,
                          starpu_data_handle_t grad, starpu_data_handle_t state1,
                          starpu_data_handle_t state2, const tg_task_opts *opts);
-/* Frees the flag and the registry (not the model's tensors). */
+/* Frees the flag, the block plans and the registry (not the model's
+ * tensors): call it before the tensors are freed. */
 void tg_optim_destroy(tg_optim *o);
 
 #ifdef __cplusplus
