@@ -163,15 +163,29 @@ static int tg_optim_check_grads(tg_optim *o) {
   return 0;
 }
 
-/* Mixed precision: AdamW on the f32 master weights, unscaling the
+/* One optimizer task on block j of p (the wholes when j < 0).  Mixed
+ * precision (amp given): AdamW on the f32 master weights, unscaling the
  * gradients (1 / scale, a power of two: exact) and skipped on the device
- * when the flag is set, refreshing the 16-bit copies. */
-static int tg_optim_update_lowp(tg_optim *o, float lr) {
-  TG_TRY(tg_optim_check_grads(o));
+ * when the flag is set, refreshing the 16-bit copy. */
+static int tg_param_submit(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+                           const tg_param *p, int j, const tg_task_opts *opts) {
+  if (amp)
+    return tg_adamw_amp_insert(o->lowp, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
+                               tg_param_handle(p, 2, j), tg_param_handle(p, 3, j),
+                               tg_param_handle(p, 4, j), o->overflow.handle, amp, opts);
+  return tg_optim_submit_task(o, lr, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
+                              tg_param_handle(p, 2, j), tg_param_handle(p, 3, j), opts);
+}
+
+int tg_optim_update(tg_optim *o, float lr) {
+  o->step++;
   const tg_optimizer_config *c = &o->opt;
-  tg_adamw_hyper h = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                      .weight_decay = c->weight_decay, .grad_scale = 1.0f / o->scaler.scale,
-                      .step = o->step};
+  tg_adamw_hyper amp = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                        .weight_decay = c->weight_decay, .grad_scale = 1.0f, .step = o->step};
+  if (o->lowp) {
+    TG_TRY(tg_optim_check_grads(o));
+    amp.grad_scale = 1.0f / o->scaler.scale;
+  }
   tg_gopts g;
   for (int k = 0; k < o->nparams; k++) {
     tg_param *p = &o->params[k];
@@ -179,34 +193,10 @@ static int tg_optim_update_lowp(tg_optim *o, float lr) {
     TG_TRY(tg_param_blocks(p, &n));
     if (n) tg_param_blocks_switch(p, 0);
     for (int j = n ? 0 : -1; j < n; j++)
-      TG_TRY(tg_adamw_amp_insert(o->lowp, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
-                                 tg_param_handle(p, 2, j), tg_param_handle(p, 3, j),
-                                 tg_param_handle(p, 4, j), o->overflow.handle, &h,
-                                 tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
-                                         p->name, j)));
+      TG_TRY(tg_param_submit(o, lr, o->lowp ? &amp : NULL, p, j,
+                             tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
+                                     p->name, j)));
     if (n) tg_param_blocks_switch(p, 1);
-  }
-  return 0;
-}
-
-int tg_optim_update(tg_optim *o, float lr) {
-  o->step++;
-  if (o->lowp) {
-    TG_TRY(tg_optim_update_lowp(o, lr));
-  } else {
-    tg_gopts g;
-    for (int k = 0; k < o->nparams; k++) {
-      tg_param *p = &o->params[k];
-      int n;
-      TG_TRY(tg_param_blocks(p, &n));
-      if (n) tg_param_blocks_switch(p, 0);
-      for (int j = n ? 0 : -1; j < n; j++)
-        TG_TRY(tg_optim_submit_task(o, lr, tg_param_handle(p, 0, j), tg_param_handle(p, 1, j),
-                                    tg_param_handle(p, 2, j), tg_param_handle(p, 3, j),
-                                    tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
-                                            p->name, j)));
-      if (n) tg_param_blocks_switch(p, 1);
-    }
   }
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);
   TG_TRY(skipped);
