@@ -79,6 +79,29 @@ else
   bad "bench gpt --vocab 250: $(head -1 "$work/b.out")"
 fi
 
+# --micro-batches: a count or auto (the default: one per worker, within
+# what the batch allows, printed)
+expect_fail "bench gpt: --micro-batches x" "'x' is neither a count nor 'auto'" \
+  bench gpt --micro-batches x
+expect_fail "train mlp: --micro-batches auto2" "'auto2' is neither a count nor 'auto'" \
+  train mlp --micro-batches auto2
+tiny=(bench gpt --layers 1 --channels 16 --heads 2 --max-seq 8 --seq 8 --steps 1 --warmup 0 --quiet)
+for w in 1 2; do
+  if "$tg" "${tiny[@]}" --batch 6 --ncpus $w >"$work/auto.out" 2>"$work/auto.err" &&
+     grep -q -- "--micro-batches auto: $w ($w workers, batch of 6 sequences)" "$work/auto.err" &&
+     grep -q "B=6 T=8, $w micro-batches" "$work/auto.out"; then
+    ok "bench gpt, $w workers: --micro-batches auto picks $w and says so"
+  else
+    bad "bench gpt, $w workers: $(grep -h 'auto\|micro-batches' "$work/auto.err" "$work/auto.out" | head -2)"
+  fi
+done
+if "$tg" "${tiny[@]}" --batch 5 --ncpus 2 >"$work/auto.out" 2>"$work/auto.err" &&
+   grep -q -- "--micro-batches auto: 1 (2 workers, batch of 5 sequences)" "$work/auto.err"; then
+  ok "bench gpt, batch 5 on 2 workers: auto picks 1 (2 does not divide 5)"
+else
+  bad "bench gpt, batch 5 on 2 workers: $(grep -h auto "$work/auto.err" | head -1)"
+fi
+
 g=(init gpt --layers 2 --channels 32 --heads 4 --max-seq 16 --vocab 256)
 expect_fail "init gpt: missing --layers" "needs --layers" init gpt --channels 32 --heads 4 \
   --max-seq 16 --vocab 256 --out "$work/x.bin"
