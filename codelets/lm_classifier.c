@@ -4,21 +4,36 @@
  * wte, processed in row chunks so that only a (chunk, V) block of logits
  * exists at a time (a STARPU_SCRATCH workspace), never the whole (n, Vp)
  * matrix.  The padded vocabulary rows V..Vp-1 never enter the softmax.
+ *
+ * tg_lm_classifier_dlogits_insert is the split form (kernels/cpu/
+ * lm_classifier.c): the same codelet writes the micro-batch's whole dlogits
+ * into a tensor of the caller instead of a scratch, and does not touch dwte;
+ * the caller adds dlogits^T lnf into dwte with a GEMM task of its own.
  */
 #include <math.h>
+#include <stdio.h>
 
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
 
 typedef struct tg_lmc_args {
   uint32_t shape;
-  int V, chunk, backward;
+  int V, chunk, backward, keep;
   float scale, grad_scale;
 } tg_lmc_args;
 
-/* buffers: lnf, wte, targets, loss, scratch [, dlnf, dwte] */
+/* buffers: lnf, wte, targets, loss, scratch [, dlnf, dwte];
+ * keep: lnf, wte, targets, loss, dlogits, dlnf */
 static void tg_lm_classifier_cpu(void *buffers[], void *cl_arg) {
   const tg_lmc_args *a = cl_arg;
+  if (a->keep) {
+    tg_cpu_classifier_dlogits(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk,
+                              TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
+                              TG_IPTR(buffers[2]), a->scale, a->grad_scale,
+                              TG_PTR(buffers[5]), TG_LD(buffers[5]), TG_PTR(buffers[3]),
+                              TG_PTR(buffers[4]), TG_COLS(buffers[4]));
+    return;
+  }
   tg_cpu_classifier(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk,
                     TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
                     TG_IPTR(buffers[2]), a->scale, a->grad_scale, a->backward,
@@ -31,6 +46,15 @@ static void tg_lm_classifier_cpu(void *buffers[], void *cl_arg) {
 #ifdef TG_HAVE_CUDA
 static void tg_lm_classifier_cuda(void *buffers[], void *cl_arg) {
   const tg_lmc_args *a = cl_arg;
+  if (a->keep) {
+    TG_CUDA_CHECK(tg_cuda_classifier_dlogits(
+        starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V,
+        a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
+        TG_IPTR(buffers[2]), a->scale, a->grad_scale, TG_PTR(buffers[5]),
+        TG_LD(buffers[5]), TG_PTR(buffers[3]), TG_PTR(buffers[4]), TG_COLS(buffers[4]),
+        starpu_cuda_get_local_stream()));
+    return;
+  }
   TG_CUDA_CHECK(tg_cuda_classifier(
       starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V,
       a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
@@ -52,6 +76,34 @@ int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t 
                                         dwte_accum, loss, loss_accum, opts);
 }
 
+/* The checks both forms share: lnf (n, C), wte (Vp, C) contiguous, V in
+ * [1, Vp], the targets, the loss accumulator and the gradient scale.  Also
+ * clamps *chunk to n. */
+static int tg_lmc_check(const char *op, int V, int *chunk, float grad_scale,
+                        starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                        starpu_data_handle_t targets, starpu_data_handle_t loss,
+                        tg_accum loss_accum, int *n, int *C, int *vp) {
+  int wc;
+  char what[64];
+  snprintf(what, sizeof what, "%s: lnf", op);
+  TG_TRY(tg_shape(lnf, what, n, C));
+  snprintf(what, sizeof what, "%s: wte", op);
+  TG_TRY(tg_shape(wte, what, vp, &wc));
+  if (wc != *C) return tg_fail(EINVAL, "%s: lnf has %d columns, wte %d", op, *C, wc);
+  TG_TRY(tg_expect_contiguous(wte, op, "wte"));
+  if (V < 1 || V > *vp) return tg_fail(EINVAL, "%s: V = %d not in [1, %d]", op, V, *vp);
+  if (*chunk < 1) return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, *chunk);
+  TG_TRY(tg_expect(targets, op, "targets", *n, 1, sizeof(int32_t)));
+  TG_TRY(tg_expect(loss, op, "loss", 1, 1, TG_FLOAT_SLOT));
+  if (loss_accum == TG_OVERWRITE)
+    return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)", op);
+  if (!(grad_scale > 0.0f) || isinf(grad_scale))
+    return tg_fail(EINVAL, "%s: the gradient (loss) scale must be positive and finite, got %g",
+                   op, grad_scale);
+  if (*chunk > *n) *chunk = *n;
+  return 0;
+}
+
 int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_scale,
                                    starpu_data_handle_t lnf, starpu_data_handle_t wte,
                                    starpu_data_handle_t targets, starpu_data_handle_t dlnf,
@@ -59,17 +111,9 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
                                    starpu_data_handle_t loss, tg_accum loss_accum,
                                    const tg_task_opts *opts) {
   const char *op = "tg_lm_classifier";
-  int n, C, vp, wc;
-  TG_TRY(tg_shape(lnf, "tg_lm_classifier: lnf", &n, &C));
-  TG_TRY(tg_shape(wte, "tg_lm_classifier: wte", &vp, &wc));
-  if (wc != C) return tg_fail(EINVAL, "%s: lnf has %d columns, wte %d", op, C, wc);
-  TG_TRY(tg_expect_contiguous(wte, op, "wte"));
-  if (V < 1 || V > vp) return tg_fail(EINVAL, "%s: V = %d not in [1, %d]", op, V, vp);
-  if (chunk < 1) return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
-  TG_TRY(tg_expect(targets, op, "targets", n, 1, sizeof(int32_t)));
-  TG_TRY(tg_expect(loss, op, "loss", 1, 1, TG_FLOAT_SLOT));
-  if (loss_accum == TG_OVERWRITE)
-    return tg_fail(EINVAL, "%s: the loss is an accumulator (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)", op);
+  int n, C, vp;
+  TG_TRY(tg_lmc_check(op, V, &chunk, grad_scale, lnf, wte, targets, loss, loss_accum, &n, &C,
+                      &vp));
   int backward = dlnf != NULL;
   if (backward) {
     TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, TG_FLOAT_SLOT));
@@ -78,12 +122,8 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
     if (dwte_accum == TG_OVERWRITE)
       return tg_fail(EINVAL, "%s: dwte accumulates (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)", op);
   }
-  if (chunk > n) chunk = n;
-  if (!(grad_scale > 0.0f) || isinf(grad_scale))
-    return tg_fail(EINVAL, "%s: the gradient (loss) scale must be positive and finite, got %g",
-                   op, grad_scale);
   tg_lmc_args args = {.shape = 0, .V = V, .chunk = chunk, .backward = backward,
-                      .scale = scale, .grad_scale = grad_scale};
+                      .keep = 0, .scale = scale, .grad_scale = grad_scale};
   int key[3] = {V, chunk, backward};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[7] = {lnf, wte, targets, loss,
@@ -94,4 +134,30 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
   double flops = 2.0 * n * (double)V * C * (backward ? 3 : 1);
   return tg_submit(&tg_lm_classifier_cl, backward ? 7 : 5, h, md, &args, sizeof args, flops,
                    opts);
+}
+
+int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_scale,
+                                    starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                                    starpu_data_handle_t targets, starpu_data_handle_t dlnf,
+                                    starpu_data_handle_t dlogits, starpu_data_handle_t loss,
+                                    tg_accum loss_accum, const tg_task_opts *opts) {
+  const char *op = "tg_lm_classifier_dlogits";
+  int n, C, vp, dn, vd;
+  TG_TRY(tg_lmc_check(op, V, &chunk, grad_scale, lnf, wte, targets, loss, loss_accum, &n, &C,
+                      &vp));
+  TG_TRY(tg_expect(dlnf, op, "dlnf", n, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_shape(dlogits, "tg_lm_classifier_dlogits: dlogits", &dn, &vd));
+  if (dn != n || vd < V)
+    return tg_fail(EINVAL, "%s: dlogits is (%d, %d), wants (%d, V >= %d)", op, dn, vd, n, V);
+  TG_TRY(tg_expect(dlogits, op, "dlogits", n, vd, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect_contiguous(dlogits, op, "dlogits"));
+  tg_lmc_args args = {.shape = 0, .V = V, .chunk = chunk, .backward = 1, .keep = 1,
+                      .scale = scale, .grad_scale = grad_scale};
+  int key[4] = {V, chunk, 1, 1};
+  args.shape = tg_hash_ints(key, 4);
+  starpu_data_handle_t h[6] = {lnf, wte, targets, loss, dlogits, dlnf};
+  enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
+                                        tg_accum_mode(loss_accum), STARPU_W, STARPU_W};
+  double flops = 2.0 * n * (double)V * C * 2;
+  return tg_submit(&tg_lm_classifier_cl, 6, h, md, &args, sizeof args, flops, opts);
 }

@@ -18,6 +18,14 @@
  * (gpt_attention.c).  The update is the shared training-step core's
  * (optim.h): the parameters are registered with it at creation.
  *
+ * The classifier is split in two tasks when gradients add in place
+ * (tg_gpt_classifier_split): the fused task would hold dwte (TG_COMMUTE)
+ * for all of its run, so the micro-batches' classifiers, 23% of a GPT-2
+ * 124M step, ran one at a time while the other worker idled (975 -> 810 ms
+ * per step at B=4 T=64 on 2 cores; bench/results/2026-11-24-cpu-perf.md).
+ * For the same reason the loss is summed in leaves (reduce.h), never in
+ * place.
+ *
  * This file calls only insert wrappers and tensor functions (layer 3).
  */
 #include <errno.h>
@@ -51,7 +59,11 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
    * 4C, C) */
   size_t acts = rows * (L * (12 * C + 4) + 9 * C + 2);
   int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
-  size_t scratch = (size_t)chunk * cfg->vocab_size * sizeof(float) +
+  /* the classifier's chunk of logits per worker, or, split (gradients added
+   * in place, f32), every micro-batch's whole dlogits at once at worst */
+  int split = tg_sum_in_place() && !tg_deterministic() && !tg_precision_lowp(run->amp.precision);
+  size_t dlogits = split ? rows * (size_t)cfg->padded_vocab_size * sizeof(float) : 0;
+  size_t scratch = (split ? 0 : (size_t)chunk * cfg->vocab_size * sizeof(float)) +
                    tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
                                               cfg->channels, cfg->num_heads, run->chunk);
   if (tg_precision_lowp(run->amp.precision)) {
@@ -63,7 +75,7 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
     scratch += sizeof(float) * (cls > mlp ? cls : mlp);
     return sizeof(float) * N * tg_sum_buffers(nworkers) + 2 * acts + scratch * w;
   }
-  return sizeof(float) * (acts + N * tg_sum_buffers(nworkers)) + scratch * w;
+  return sizeof(float) * (acts + N * tg_sum_buffers(nworkers)) + dlogits + scratch * w;
 }
 
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
@@ -395,13 +407,53 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
   return 0;
 }
 
+/* 1 when the classifier runs split (kernels/cpu/lm_classifier.c): training
+ * with the gradients added in place (TG_COMMUTE, one memory node), where the
+ * fused task would hold dwte for its whole run and the micro-batches'
+ * classifiers would run one at a time; in f32, as the split form's dlogits
+ * are f32.  With STARPU_REDUX or deterministic leaves each micro-batch adds
+ * into its own buffer and the fused task is kept (bit for bit as before). */
+static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
+  return backward && GMODE(g) == TG_COMMUTE && !ACT(g);
+}
+
+/* The tied classifier of micro-batch mb: loss into its leaf of loss_sum and,
+ * training, dlnf and dwte's increment. */
+static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int backward,
+                             float scale) {
+  const tg_gpt_config *c = &g->cfg;
+  int L = c->num_layers, i = mb->micro;
+  float gs = g->optim.scaler.scale;
+  tg_gopts go;
+  if (!tg_gpt_classifier_split(g, backward))
+    return tg_lm_classifier_scaled_insert(
+        c->vocab_size, g->run.classifier_chunk, scale, gs, mb->lnf.handle, WG(g, TG_WTE, 0),
+        mb->targets, backward ? mb->dlnf.handle : NULL, backward ? G(g, TG_WTE, 0) : NULL,
+        backward ? GMODE(g) : TG_REDUCE, tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
+        OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i));
+  /* dlogits (n, Vp): the padded columns are zero, so the GEMM adds nothing
+   * to the padded rows of dwte */
+  tg_tensor dl;
+  TG_TRY(tg_temp(&dl, mb->n, c->padded_vocab_size));
+  int rc = tg_lm_classifier_dlogits_insert(
+      c->vocab_size, g->run.classifier_chunk, scale, gs, mb->lnf.handle, WG(g, TG_WTE, 0),
+      mb->targets, mb->dlnf.handle, dl.handle, tg_sum_handle(loss_sum, i),
+      tg_sum_mode(loss_sum), OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i));
+  /* dwte (Vp, C) += gs dlogits^T lnf: off the critical path (the wte
+   * update at the end of the step is the only task that waits for it) */
+  if (rc == 0)
+    rc = tg_gemm_insert(1, 0, gs, dl.handle, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), GMODE(g),
+                        OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
+  tg_tensor_release(&dl);
+  return rc;
+}
+
 /* Submits the micro-batches of a batch into the step's sums (g->sums,
  * loss_sum). */
 static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int backward,
                          float scale) {
   const tg_gpt_config *c = &g->cfg;
   int M = g->run.nmicro;
-  tg_gopts go;
   for (int i = 0; i < M; i++) {
     tg_gpt_micro *mb = calloc(1, sizeof *mb);
     if (!mb) return tg_fail(ENOMEM, "GPT: out of memory");
@@ -413,13 +465,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->attn_stride = M;
     int rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
     if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
-    if (rc == 0)
-      rc = tg_lm_classifier_scaled_insert(
-          c->vocab_size, g->run.classifier_chunk, scale, g->optim.scaler.scale, mb->lnf.handle,
-          WG(g, TG_WTE, 0), mb->targets, backward ? mb->dlnf.handle : NULL,
-          backward ? G(g, TG_WTE, 0) : NULL, backward ? GMODE(g) : TG_REDUCE,
-          tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
-          OPT(2 * c->num_layers, TG_GPT_RANKS(c->num_layers), "m%d.classifier", i));
+    if (rc == 0) rc = tg_gpt_classifier(g, mb, loss_sum, backward, scale);
     if (rc == 0 && backward)
       rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
     else if (rc == 0)
@@ -444,8 +490,11 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
   for (int p = 0; p < TG_GPT_NPARAMS && backward && rc == 0; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c) && rc == 0; l++)
       rc = tg_sum_begin(GSUM(g, p, l), &g->g[p][l], 0, M, 1);
+  /* the loss in leaves, one per micro-batch, whatever the gradients do: a
+   * loss added in place would make the micro-batches' classifiers take
+   * turns (see tg_gpt_classifier_split) */
   tg_sum loss_sum = {0};
-  if (rc == 0) rc = tg_sum_begin(&loss_sum, &g->loss, 1, M, backward);
+  if (rc == 0) rc = tg_sum_begin_ordered(&loss_sum, &g->loss, 1, M, backward);
   if (rc == 0)
     rc = tg_gpt_micros(g, &loss_sum, batch, backward,
                        1.0f / ((float)g->run.B * g->run.T * ranks));

@@ -190,6 +190,16 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
                                    starpu_data_handle_t dwte, tg_accum dwte_accum,
                                    starpu_data_handle_t loss, tg_accum loss_accum,
                                    const tg_task_opts *opts);
+/* The split form (tg_cpu_classifier_dlogits): loss and dlnf as the scaled
+ * classifier, dlogits (n, Vd >= V, contiguous) written with scale (p -
+ * onehot) and zero padding columns, dwte not touched: the caller adds
+ * grad_scale dlogits^T lnf into it (tg_gemm_insert), in a task that holds
+ * dwte for a third of the classifier's time. */
+int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_scale,
+                                    starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                                    starpu_data_handle_t targets, starpu_data_handle_t dlnf,
+                                    starpu_data_handle_t dlogits, starpu_data_handle_t loss,
+                                    tg_accum loss_accum, const tg_task_opts *opts);
 
 /* X = value (write-only) */
 int tg_fill_insert(starpu_data_handle_t X, float value,

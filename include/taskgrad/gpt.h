@@ -8,9 +8,12 @@
  *   ln1 = LN(x); qkv = ln1 Wqkv^T + bqkv; a = attention(qkv);
  *   x2 = x + a Wproj^T + bproj; ln2 = LN(x2);
  *   h = gelu(ln2 Wfc^T + bfc); x = x2 + h Wfcproj^T + bfcproj
- * then LN_f and the tied classifier (chunked, no full logits matrix).
- * Gradients of the parameters are reduced over micro-batches with
- * STARPU_REDUX; the attention of one micro-batch is split into several
+ * then LN_f and the tied classifier (chunked: no full logits matrix, except
+ * when training adds gradients in place, where each micro-batch keeps its
+ * (n, Vp) dlogits for a separate dwte GEMM: see graphs/gpt.c).
+ * Gradients of the parameters are summed over micro-batches in place
+ * (one memory node), with STARPU_REDUX (devices) or in a fixed tree
+ * (deterministic; graphs/reduce.h); the attention of one micro-batch is split into several
  * tasks (row blocks of whole sequences, through asynchronous partition
  * plans) so several workers process it at once.  Activations are
  * temporaries released as soon as the backward no longer needs them; the
@@ -116,7 +119,8 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
  * flight, the backward's transient ones, one gradient reduction copy per
  * worker when gradients are reduced with STARPU_REDUX or deterministic
  * leaves (none when they add in place: CPU workers only), and each worker's
- * attention and classifier scratch.  Call it after tg_init.  The
+ * attention and classifier scratch (or, adding in place in f32, every
+ * micro-batch's dlogits).  Call it after tg_init.  The
  * parameters, optimizer state, batches and attention buffers are the
  * application's memory, not counted.  See tg_mlp_managed_bytes. */
 size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,

@@ -178,6 +178,16 @@ void tg_cpu_classifier(int n, int C, int V, int chunk, const float *lnf,
                        int ldl, const float *wte, const int32_t *targets,
                        float scale, float grad_scale, int backward, float *dlnf, int lddl,
                        float *dwte, float *loss_acc, float *scratch);
+/* The same with backward, but dwte left to the caller: dlogits (n, Vd),
+ * Vd >= V, is written with scale (p - onehot) in columns [0, V) and zeros
+ * after, so that the caller's dwte (Vd, C) += grad_scale dlogits^T lnf
+ * completes the fused kernel's result (in one GEMM instead of one per chunk,
+ * so not bit for bit when n > chunk).  loss_acc and dlnf as above, bit for
+ * bit. */
+void tg_cpu_classifier_dlogits(int n, int C, int V, int chunk, const float *lnf, int ldl,
+                               const float *wte, const int32_t *targets, float scale,
+                               float grad_scale, float *dlnf, int lddl, float *loss_acc,
+                               float *dlogits, int Vd);
 
 #ifdef __cplusplus
 }

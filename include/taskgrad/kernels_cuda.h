@@ -134,6 +134,13 @@ cudaError_t tg_cuda_classifier(cublasHandle_t handle, int n, int C, int V,
                                float scale, float grad_scale, int backward, float *dlnf,
                                int lddl, float *dwte, float *loss_acc,
                                float *scratch, cudaStream_t stream);
+/* the split form: see tg_cpu_classifier_dlogits; Vd < V is
+ * cudaErrorInvalidValue */
+cudaError_t tg_cuda_classifier_dlogits(cublasHandle_t handle, int n, int C, int V, int chunk,
+                                       const float *lnf, int ldl, const float *wte,
+                                       const int32_t *targets, float scale, float grad_scale,
+                                       float *dlnf, int lddl, float *loss_acc, float *dlogits,
+                                       int Vd, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

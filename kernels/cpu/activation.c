@@ -22,15 +22,22 @@
  * have a constant trip count because GCC 12 at -O2 (the "very-cheap" vector
  * cost model) only vectorises such loops.  GELU uses exp_approx (below)
  * instead of expf, so it vectorises too (no vector libm at -O2).
+ *
+ * GELU is about 40 operations per element with a division: in SSE2 it cost
+ * 2 ms of the 4.8 ms d4 fc layer (1024 x 1024 outputs, one core), as much as
+ * 70% of its GEMM.  Its row loops are therefore cloned for AVX-512 and AVX2
+ * (simd_clones.h), and this file is compiled without contraction
+ * (CMakeLists.txt), so every variant gives the baseline's bits.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "fast_exp.h"
+#include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
 
-enum { VB = 8 };
+enum { VB = 16 }; /* one AVX-512 vector */
 
 #define GELU_K0 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_K1 0.044715f
@@ -62,13 +69,13 @@ static inline void relu_bwd_row(int n, const float *x, const float *dy,
 
 /* e^x clamped to [-87, 88] (GELU only needs e^(-2u), which saturates long
  * before); see fast_exp.h */
-static inline float exp_approx(float x) {
+TG_ROW_INLINE float exp_approx(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
   return tg_exp_core(x);
 }
 
-static inline float gelu(float x) {
+TG_ROW_INLINE float gelu(float x) {
   float u = GELU_K0 * x * (1.0f + GELU_K1 * x * x);
   float s = 1.0f / (1.0f + exp_approx(-2.0f * u));
   /* far left, exp(-2u) overflows: s is 0 and gelu (minus) zero, as with
@@ -79,7 +86,7 @@ static inline float gelu(float x) {
 
 /* gelu'(x); branch-free so that it vectorises.  Beyond |x| > 20 the exact
  * values are 1 and 0 (the formula would form 0 * inf for large negative x). */
-static inline float gelu_deriv(float x) {
+TG_ROW_INLINE float gelu_deriv(float x) {
   float x2 = x * x;
   float u = GELU_K0 * x * (1.0f + GELU_K1 * x2);
   float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
@@ -109,6 +116,7 @@ void tg_cpu_relu_bwd(int rows, int cols,
                  dX + (size_t)r * lddx);
 }
 
+TG_SIMD_CLONES
 void tg_cpu_gelu_fwd(int rows, int cols,
                      const float *X, int ldx, // (rows, ldx)
                      float *Y, int ldy)       // (rows, ldy)
@@ -126,6 +134,7 @@ void tg_cpu_gelu_fwd(int rows, int cols,
   }
 }
 
+TG_SIMD_CLONES
 void tg_cpu_gelu_bwd(int rows, int cols,
                      const float *X, int ldx,   // (rows, ldx) forward input
                      const float *dY, int lddy, // (rows, lddy)

@@ -67,6 +67,7 @@
 #include <string.h>
 
 #include "fast_exp.h"
+#include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
 
 enum { VB = 16 }; /* block of the vectorised loops: one AVX-512 vector */
@@ -183,25 +184,6 @@ size_t tg_attention_chunked_scratch_floats(int T, int C, int NH, int chunk) {
   return fwd > bwd ? fwd : bwd;
 }
 
-/* The elementwise work on a chunk pair, compiled for AVX-512 and AVX2 as well
- * as the baseline x86-64 (SSE2) the library is built for, picked at load time
- * (GNU ifunc); elsewhere a plain function. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SIMD_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef SIMD_CLONES
-#define SIMD_CLONES
-#endif
-/* the row helpers must be inlined into each clone to be compiled for it */
-#if defined(__GNUC__)
-#define ROW_INLINE static inline __attribute__((always_inline))
-#else
-#define ROW_INLINE static inline
-#endif
-
 /* Lower clamp of exp_le0's argument: e^-87 ~ 1.6e-38 is still normal.  It
  * is read through a volatile once per block so that GCC cannot propagate the
  * constant into the clamp: folding `x < -87 ? -87 : x` into the arithmetic
@@ -210,7 +192,7 @@ static const volatile float exp_lo = -87.0f;
 
 /* e^x for x <= 0 (fast_exp.h), the argument clamped below at lo (exp_lo):
  * -inf gives ~1.6e-38; NaN stays NaN. */
-ROW_INLINE float exp_le0(float x, float lo) {
+TG_ROW_INLINE float exp_le0(float x, float lo) {
   x = x < lo ? lo : x;
   return tg_exp_core(x);
 }
@@ -220,13 +202,13 @@ ROW_INLINE float exp_le0(float x, float lo) {
  * sequential sum of the lanes costs as much as the vector work on a 64-entry
  * row). */
 _Static_assert(VB == 16, "the lane reductions below are written for 16");
-ROW_INLINE float lane_sum(float *lane) {
+TG_ROW_INLINE float lane_sum(float *lane) {
   for (int j = 0; j < 8; j++) lane[j] += lane[j + 8];
   for (int j = 0; j < 4; j++) lane[j] += lane[j + 4];
   return (lane[0] + lane[2]) + (lane[1] + lane[3]);
 }
-ROW_INLINE float fmax2(float a, float b) { return a > b ? a : b; }
-ROW_INLINE float lane_max(float *lane) {
+TG_ROW_INLINE float fmax2(float a, float b) { return a > b ? a : b; }
+TG_ROW_INLINE float lane_max(float *lane) {
   for (int j = 0; j < 8; j++) lane[j] = fmax2(lane[j], lane[j + 8]);
   for (int j = 0; j < 4; j++) lane[j] = fmax2(lane[j], lane[j + 4]);
   return fmax2(fmax2(lane[0], lane[2]), fmax2(lane[1], lane[3]));
@@ -234,7 +216,7 @@ ROW_INLINE float lane_max(float *lane) {
 
 /* max over n >= 1 entries; the partial last block through a copy padded
  * with -inf */
-ROW_INLINE float row_max(int n, const float *restrict x) {
+TG_ROW_INLINE float row_max(int n, const float *restrict x) {
   float lane[VB];
   for (int j = 0; j < VB; j++) lane[j] = -INFINITY;
   int c = 0;
@@ -251,7 +233,7 @@ ROW_INLINE float row_max(int n, const float *restrict x) {
 
 /* x = exp(x - sub) over n entries, returning their sum; the partial last
  * block goes through a padded copy so that it is vectorised too */
-ROW_INLINE float exp_row(int n, float *restrict x, float sub, float lo) {
+TG_ROW_INLINE float exp_row(int n, float *restrict x, float sub, float lo) {
   float lane[VB] = {0};
   int c = 0;
   for (; c + VB <= n; c += VB)
@@ -273,14 +255,14 @@ ROW_INLINE float exp_row(int n, float *restrict x, float sub, float lo) {
   return lane_sum(lane);
 }
 
-ROW_INLINE void scale_row(int n, float *restrict x, float f) {
+TG_ROW_INLINE void scale_row(int n, float *restrict x, float f) {
   int c = 0;
   for (; c + VB <= n; c += VB)
     for (int j = 0; j < VB; j++) x[c + j] *= f;
   for (; c < n; c++) x[c] *= f;
 }
 
-ROW_INLINE float dot_row(int n, const float *restrict x,
+TG_ROW_INLINE float dot_row(int n, const float *restrict x,
                             const float *restrict y) {
   float lane[VB] = {0};
   int c = 0;
@@ -292,7 +274,7 @@ ROW_INLINE float dot_row(int n, const float *restrict x,
 }
 
 /* x *= y - d */
-ROW_INLINE void mul_sub_row(int n, float *restrict x, const float *restrict y,
+TG_ROW_INLINE void mul_sub_row(int n, float *restrict x, const float *restrict y,
                             float d) {
   int c = 0;
   for (; c + VB <= n; c += VB)
@@ -304,7 +286,7 @@ ROW_INLINE void mul_sub_row(int n, float *restrict x, const float *restrict y,
  * P = exp(S - m) with m the updated running max (masked entries, when diag,
  * exact zeros); l is updated and, unless this is the first key chunk, the
  * output rows are rescaled by exp(m_old - m). */
-SIMD_CLONES
+TG_SIMD_CLONES
 static void fwd_softmax_block(int mq, int mk, int diag, int first,
                               float *S, int lds,  /* (mq, lds) */
                               float *m, float *l, /* (mq) */
@@ -331,7 +313,7 @@ static void fwd_softmax_block(int mq, int mk, int diag, int first,
 
 /* Backward: the scores S (mq, mk) become P = exp(S - L(row)), masked
  * entries exact zeros */
-SIMD_CLONES
+TG_SIMD_CLONES
 static void bwd_probs_block(int mq, int mk, int diag,
                             float *S, int lds,   /* (mq, lds) */
                             const float *L) {    /* (mq) */
@@ -346,7 +328,7 @@ static void bwd_probs_block(int mq, int mk, int diag,
 
 /* Backward: P (mq, mk) becomes dS = P (dP - D(row)); masked entries of P
  * are zeros already and are left alone (dP may be anything there) */
-SIMD_CLONES
+TG_SIMD_CLONES
 static void bwd_dsoftmax_block(int mq, int mk, int diag,
                                float *P, const float *dP, int ld, /* (mq, ld) */
                                const float *D) {                  /* (mq) */

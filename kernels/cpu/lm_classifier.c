@@ -35,8 +35,50 @@
  * 64, 18 at 256, where the other two GEMMs run at about 20 at any size);
  * chunks of a few hundred rows keep it compute-bound, at a scratch of
  * rows_c * V floats (51 MB for 256 rows).  The caller picks the trade-off.
+ *
+ * Split form (tg_cpu_classifier_dlogits).  The fused kernel holds dwte for
+ * its whole run, so two micro-batches' classifier tasks that add into the
+ * same dwte in place (StarPU's commute access on one memory node) run one
+ * after the other: at GPT-2 124M, B=4 T=64, one worker waited 220 ms of a
+ * 975 ms step.  The split form does steps 1, 2 and the dlnf GEMM, keeps the
+ * whole (n, Vd) dlogits for the caller (chunk r0 at row r0, the padding
+ * columns V..Vd-1 zeroed) and leaves dwte += grad_scale dlogits^T lnf to a
+ * separate GEMM task, a third of the flops, which holds dwte alone.  The
+ * price is n * Vd floats per micro-batch instead of a chunk's scratch.
  */
 #include "taskgrad/kernels_cpu.h"
+
+/* The chunk loop of both entry points.  Chunk r0's dlogits go to
+ * dl + r0 * ldd when keep (the caller's (n, ldd) matrix), else to dl itself
+ * (a (chunk, V) scratch reused by every chunk, ldd = V); dwte is updated per
+ * chunk unless it is NULL. */
+static void classifier_chunks(int n, int C, int V, int chunk, const float *lnf, int ldl,
+                              const float *wte, const int32_t *targets, float scale,
+                              float grad_scale, int backward, float *dlnf, int lddl,
+                              float *dwte, float *loss_acc, float *dl, int ldd, int keep) {
+  double total = 0.0; /* sum of the chunk losses, already scaled */
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const float *l = lnf + (size_t)r0 * ldl; /* (rows, C) */
+    float *d = keep ? dl + (size_t)r0 * ldd : dl; /* (rows, ldd) */
+
+    /* logits (rows, V) = lnf_chunk (rows, C) wte[:V]^T */
+    tg_cpu_gemm(0, 1, rows, V, C, 1.0f, l, ldl, wte, C, 0.0f, d, ldd);
+    /* in place: d becomes dlogits (rows, V) */
+    float part = 0.0f;
+    tg_cpu_softmax_xent(rows, V, d, ldd, targets + r0, scale, d, ldd, &part);
+    total += (double)part;
+
+    if (backward) {
+      /* dlnf_chunk (rows, C) = dlogits (rows, V) wte[:V] (V, C) */
+      tg_cpu_gemm(0, 0, rows, C, V, grad_scale, d, ldd, wte, C, 0.0f,
+                  dlnf + (size_t)r0 * lddl, lddl);
+      /* dwte[:V] (V, C) += dlogits^T (V, rows) lnf_chunk (rows, C) */
+      if (dwte) tg_cpu_gemm(1, 0, V, C, rows, grad_scale, d, ldd, l, ldl, 1.0f, dwte, C);
+    }
+  }
+  *loss_acc = (float)((double)*loss_acc + total);
+}
 
 void tg_cpu_classifier(int n, int C, int V, int chunk,
                        const float *lnf, int ldl,   // (n, ldl)
@@ -49,26 +91,24 @@ void tg_cpu_classifier(int n, int C, int V, int chunk,
                        float *scratch)              // (chunk, V)
 {
   if (n <= 0 || chunk <= 0) return;
-  double total = 0.0; /* sum of the chunk losses, already scaled */
-  for (int r0 = 0; r0 < n; r0 += chunk) {
-    const int rows = n - r0 < chunk ? n - r0 : chunk;
-    const float *l = lnf + (size_t)r0 * ldl; /* (rows, C) */
+  classifier_chunks(n, C, V, chunk, lnf, ldl, wte, targets, scale, grad_scale, backward,
+                    dlnf, lddl, backward ? dwte : NULL, loss_acc, scratch, V, 0);
+}
 
-    /* logits (rows, V) = lnf_chunk (rows, C) wte[:V]^T */
-    tg_cpu_gemm(0, 1, rows, V, C, 1.0f, l, ldl, wte, C, 0.0f, scratch, V);
-    /* in place: scratch becomes dlogits (rows, V) */
-    float part = 0.0f;
-    tg_cpu_softmax_xent(rows, V, scratch, V, targets + r0, scale, scratch, V,
-                        &part);
-    total += (double)part;
-
-    if (backward) {
-      /* dlnf_chunk (rows, C) = dlogits (rows, V) wte[:V] (V, C) */
-      tg_cpu_gemm(0, 0, rows, C, V, grad_scale, scratch, V, wte, C, 0.0f,
-                  dlnf + (size_t)r0 * lddl, lddl);
-      /* dwte[:V] (V, C) += dlogits^T (V, rows) lnf_chunk (rows, C) */
-      tg_cpu_gemm(1, 0, V, C, rows, grad_scale, scratch, V, l, ldl, 1.0f, dwte, C);
-    }
-  }
-  *loss_acc = (float)((double)*loss_acc + total);
+void tg_cpu_classifier_dlogits(int n, int C, int V, int chunk,
+                               const float *lnf, int ldl,  // (n, ldl)
+                               const float *wte,           // (Vp, C), rows [0, V) used
+                               const int32_t *targets,     // (n)
+                               float scale, float grad_scale,
+                               float *dlnf, int lddl,      // (n, lddl), written
+                               float *loss_acc,            // (1)
+                               float *dlogits, int Vd)     // (n, Vd), written
+{
+  if (n <= 0 || chunk <= 0) return;
+  classifier_chunks(n, C, V, chunk, lnf, ldl, wte, targets, scale, grad_scale, 1, dlnf,
+                    lddl, NULL, loss_acc, dlogits, Vd, 1);
+  /* the padding columns: zero, so that dlogits^T lnf adds nothing to the
+   * padded rows of a (Vd, C) gradient */
+  for (int r = 0; r < n; r++)
+    for (int v = V; v < Vd; v++) dlogits[(size_t)r * Vd + v] = 0.0f;
 }

@@ -35,8 +35,53 @@
  * no scratch to work in).  Zero sizes (n, or V) do nothing useful: n == 0
  * returns at once; V == 0 leaves the loss unchanged and writes dlnf = 0.
  * Never allocates or synchronises.
+ *
+ * tg_cuda_classifier_dlogits is the split form of kernels/cpu/lm_classifier.c:
+ * the same chunks without the dwte GEMM, the dlogits of every chunk kept in
+ * the caller's (n, Vd) matrix and its padding columns zeroed by tg_cuda_fill.
  */
 #include "taskgrad/kernels_cuda.h"
+
+/* The chunk loop of both entry points: chunk r0's dlogits go to
+ * dl + r0 * ldd when keep (the caller's (n, ldd) matrix), else to dl itself
+ * (scratch, ldd = V); dwte is updated per chunk unless it is NULL. */
+static cudaError_t classifier_chunks(cublasHandle_t handle, int n, int C, int V, int chunk,
+                                     const float *lnf, int ldl, const float *wte,
+                                     const int32_t *targets, float scale, float grad_scale,
+                                     int backward, float *dlnf, int lddl, float *dwte,
+                                     float *loss_acc, float *dl, int ldd, int keep,
+                                     cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (chunk <= 0 || C < 0 || V < 0) return cudaErrorInvalidValue;
+  cudaStream_t hs = NULL;
+  if (cublasGetStream(handle, &hs) != CUBLAS_STATUS_SUCCESS)
+    return cudaErrorUnknown;
+  if (hs != stream) return cudaErrorInvalidValue;
+
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const float *lnf_c = lnf + (size_t)r0 * (size_t)ldl; /* (rows, ldl) */
+    float *d = keep ? dl + (size_t)r0 * (size_t)ldd : dl;  /* (rows, ldd) */
+    /* logits(rows, V) = lnf_c(rows, C) wte[:V](V, C)^T */
+    if (tg_cuda_gemm(handle, 0, 1, rows, V, C, 1.0f, lnf_c, ldl, wte, C, 0.0f,
+                     d, ldd) != CUBLAS_STATUS_SUCCESS)
+      return cudaErrorUnknown;
+    cudaError_t e = tg_cuda_softmax_xent(rows, V, d, ldd, targets + r0,
+                                         scale, d, ldd, loss_acc, stream);
+    if (e != cudaSuccess) return e;
+    if (!backward) continue;
+    /* dlnf_c(rows, C) = dlogits(rows, V) wte[:V](V, C) */
+    if (tg_cuda_gemm(handle, 0, 0, rows, C, V, grad_scale, d, ldd, wte, C, 0.0f,
+                     dlnf + (size_t)r0 * (size_t)lddl, lddl) !=
+        CUBLAS_STATUS_SUCCESS)
+      return cudaErrorUnknown;
+    /* dwte[:V](V, C) += dlogits(rows, V)^T lnf_c(rows, C) */
+    if (dwte && tg_cuda_gemm(handle, 1, 0, V, C, rows, grad_scale, d, ldd, lnf_c, ldl,
+                             1.0f, dwte, C) != CUBLAS_STATUS_SUCCESS)
+      return cudaErrorUnknown;
+  }
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t tg_cuda_classifier(
     cublasHandle_t handle, int n, int C, int V, int chunk,
@@ -49,33 +94,25 @@ extern "C" cudaError_t tg_cuda_classifier(
     float *loss_acc,         /* (1) */
     float *scratch,          /* (chunk, V) */
     cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  if (chunk <= 0 || C < 0 || V < 0) return cudaErrorInvalidValue;
-  cudaStream_t hs = NULL;
-  if (cublasGetStream(handle, &hs) != CUBLAS_STATUS_SUCCESS)
-    return cudaErrorUnknown;
-  if (hs != stream) return cudaErrorInvalidValue;
+  return classifier_chunks(handle, n, C, V, chunk, lnf, ldl, wte, targets, scale, grad_scale,
+                           backward, dlnf, lddl, backward ? dwte : NULL, loss_acc, scratch, V,
+                           0, stream);
+}
 
-  for (int r0 = 0; r0 < n; r0 += chunk) {
-    const int rows = n - r0 < chunk ? n - r0 : chunk;
-    const float *lnf_c = lnf + (size_t)r0 * (size_t)ldl; /* (rows, ldl) */
-    /* logits(rows, V) = lnf_c(rows, C) wte[:V](V, C)^T */
-    if (tg_cuda_gemm(handle, 0, 1, rows, V, C, 1.0f, lnf_c, ldl, wte, C, 0.0f,
-                     scratch, V) != CUBLAS_STATUS_SUCCESS)
-      return cudaErrorUnknown;
-    cudaError_t e = tg_cuda_softmax_xent(rows, V, scratch, V, targets + r0,
-                                         scale, scratch, V, loss_acc, stream);
-    if (e != cudaSuccess) return e;
-    if (!backward) continue;
-    /* dlnf_c(rows, C) = dlogits(rows, V) wte[:V](V, C) */
-    if (tg_cuda_gemm(handle, 0, 0, rows, C, V, grad_scale, scratch, V, wte, C, 0.0f,
-                     dlnf + (size_t)r0 * (size_t)lddl, lddl) !=
-        CUBLAS_STATUS_SUCCESS)
-      return cudaErrorUnknown;
-    /* dwte[:V](V, C) += dlogits(rows, V)^T lnf_c(rows, C) */
-    if (tg_cuda_gemm(handle, 1, 0, V, C, rows, grad_scale, scratch, V, lnf_c, ldl,
-                     1.0f, dwte, C) != CUBLAS_STATUS_SUCCESS)
-      return cudaErrorUnknown;
-  }
-  return cudaGetLastError();
+extern "C" cudaError_t tg_cuda_classifier_dlogits(
+    cublasHandle_t handle, int n, int C, int V, int chunk,
+    const float *lnf, int ldl, /* (n, ldl) */
+    const float *wte,          /* (Vp, C), rows [0, V) used */
+    const int32_t *targets,    /* (n) */
+    float scale, float grad_scale,
+    float *dlnf, int lddl,     /* (n, lddl), written */
+    float *loss_acc,           /* (1) */
+    float *dlogits, int Vd,    /* (n, Vd), written; columns V..Vd-1 zero */
+    cudaStream_t stream) {
+  if (Vd < V) return cudaErrorInvalidValue;
+  cudaError_t e = classifier_chunks(handle, n, C, V, chunk, lnf, ldl, wte, targets, scale,
+                                    grad_scale, 1, dlnf, lddl, NULL, loss_acc, dlogits, Vd, 1,
+                                    stream);
+  if (e != cudaSuccess || n <= 0 || Vd == V) return e;
+  return tg_cuda_fill(n, Vd - V, dlogits + V, Vd, 0.0f, stream);
 }

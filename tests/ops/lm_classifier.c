@@ -9,6 +9,13 @@
  *  pair      V = 250 padded to 256 (padded rows hold 1e30: using them
  *            shows), chunks 7 and 63, dlnf within 1e-4 (long products);
  *  cuda-emu  tg_cuda_classifier against the CPU kernel.
+ * The split form (tg_lm_classifier_dlogits_insert, *_classifier_dlogits):
+ *  ref       in every ref case: loss and dlnf bit for bit as the fused
+ *            kernel's, dlogits against float64 with zero padding columns
+ *            and nothing written past them, dlogits^T lnf against dwte's
+ *            analytic increment;
+ *  pair      as the fused form, dlogits as a third output;
+ *  cuda-emu  against the CPU kernel, and Vd < V refused.
  */
 
 #include "ref_util.h"
@@ -150,6 +157,45 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
           "classifier changed its inputs %s", what);
   }
 
+  /* the split form: loss and dlnf bit for bit as the fused kernel's, the
+   * kept dlogits against the double reference with zero padding columns,
+   * and dwte's increment as grad_scale dlogits^T lnf */
+  {
+    int Vd = Vp + 1; /* wider than wte: the padding is the kernel's to zero */
+    float *dlnf_s = tg_const_mat(n, C, lddl, NAN, OUT_PAD);
+    float *dlog = tg_const_mat(1, n * Vd + 16, n * Vd + 16, NAN, NAN);
+    for (int k = 0; k < 16; k++) dlog[(size_t)n * Vd + k] = UNTOUCHED;
+    float loss3 = -0.5f;
+    tg_cpu_classifier_dlogits(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, dlnf_s, lddl,
+                              &loss3, dlog, Vd);
+    char w2[200];
+    snprintf(w2, sizeof w2, "classifier split %s", what);
+    CHECK(same_bits(&loss3, &loss2, 1) && same_bits(dlnf_s, dlnf, (size_t)n * lddl),
+          "%s: loss and dlnf differ from the fused kernel's", w2);
+    double *dl_got = tg_test_malloc(sizeof(double) * n * V);
+    int pad_zero = 1;
+    for (int i = 0; i < n; i++) {
+      for (int v = 0; v < V; v++) dl_got[(size_t)i * V + v] = dlog[(size_t)i * Vd + v];
+      for (int v = V; v < Vd; v++) pad_zero &= dlog[(size_t)i * Vd + v] == 0.0f;
+    }
+    double e = 0;
+    for (size_t k = 0; k < (size_t)n * V; k++) {
+      double d = fabs(dl_got[k] - dl[k]) / (fabs(dl[k]) + 1e-3 * scale);
+      e = d > e ? d : e;
+    }
+    CHECK_REL(e, TOL_FWD, w2);
+    CHECK(pad_zero, "%s: padding columns of dlogits not zero", w2);
+    CHECK(same_bits(dlog + (size_t)n * Vd, guard, 16), "%s wrote past n * Vd floats", w2);
+    /* dwte[:V] = dwte0 + dlogits^T lnf, against the analytic increment */
+    float *dwte_s = tg_copy_f(dwte0, (size_t)Vp * C);
+    tg_cpu_gemm(1, 0, V, C, n, 1.0f, dlog, Vd, lnf, ldl, 1.0f, dwte_s, C);
+    CHECK_REL(delta_err(dwte_s, dwte0, V, C, C, dwte_ref), TOL_FWD, w2);
+    free(dwte_s);
+    free(dl_got);
+    free(dlog);
+    free(dlnf_s);
+  }
+
   if (fd) {
     cls_ctx ctx = {
         .n = n, .C = C, .V = V, .lnf = lnfd, .wte = wted, .tg = tg, .scale = scale, .wrt_wte = 0};
@@ -284,6 +330,17 @@ static int classifier(const void *v, const tg_task_opts *o, tg_tensor *out) {
                                  c->accum, o);
 }
 
+/* the split form: loss, dlnf and the kept dlogits (Vp columns, the padding
+ * zeroed) */
+static int classifier_dlogits(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_lm_classifier_dlogits_insert(c->V, c->chunk, 1.0f / 37.0f, 2.0f, c->h[0], c->h[1],
+                                         c->h[2], out[1].handle, out[2].handle, out[0].handle,
+                                         c->accum, o);
+}
+
+/* the fused form (dwte accumulated onto random values), then the split
+ * form (dlogits written over NaN) */
 static void pair_classifier(void) {
   const int n = 37, C = 33, V = 250, Vp = 256;
   float *lnf = rnd((size_t)n * C, 1), *wte = rnd((size_t)Vp * C, 1);
@@ -293,22 +350,24 @@ static void pair_classifier(void) {
   new_tensor(&L, n, C, lnf);
   new_tensor(&Wt, Vp, C, wte);
   tokens_tensor(&tok, n, V);
-  for (int chunk = 7; chunk <= 64; chunk *= 9) {
-    gctx c = {.h = {L.handle, Wt.handle, tok.handle},
-              .T = 0,
-              .NH = 0,
-              .chunk = chunk,
-              .V = V,
-              .kind = 0,
-              .accum = TG_ACCUMULATE};
-    outspec o[3] = {
-        {.name = "loss", .rows = 1, .cols = 1, .init = loss0, .redux = 0, .tol = TOL},
-        {.name = "dlnf", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL_LARGE_K},
-        {.name = "dwte", .rows = Vp, .cols = C, .init = dwte0, .redux = 0, .tol = TOL}};
-    char what[64];
-    snprintf(what, sizeof what, "lm_classifier chunk=%d", chunk);
-    run_pair(what, classifier, &c, 3, o, NULL, NULL);
-  }
+  for (int split = 0; split < 2; split++)
+    for (int chunk = 7; chunk <= 64; chunk *= 9) {
+      gctx c = {.h = {L.handle, Wt.handle, tok.handle},
+                .T = 0,
+                .NH = 0,
+                .chunk = chunk,
+                .V = V,
+                .kind = 0,
+                .accum = TG_ACCUMULATE};
+      outspec o[3] = {
+          {.name = "loss", .rows = 1, .cols = 1, .init = loss0, .redux = 0, .tol = TOL},
+          {.name = "dlnf", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL_LARGE_K},
+          {.name = split ? "dlogits" : "dwte", .rows = split ? n : Vp,
+           .cols = split ? Vp : C, .init = split ? NULL : dwte0, .redux = 0, .tol = TOL}};
+      char what[64];
+      snprintf(what, sizeof what, "lm_classifier%s chunk=%d", split ? "_dlogits" : "", chunk);
+      run_pair(what, split ? classifier_dlogits : classifier, &c, 3, o, NULL, NULL);
+    }
   free(lnf); free(wte); free(dwte0); free(loss0);
   tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
 }
@@ -342,15 +401,49 @@ static void emu_classifier(void) {
     }
   free(lnf); free(wte); free(tok);
 }
+
+/* the split form, dlogits wider than the vocabulary (Vd = Vp + 3) */
+static void emu_classifier_dlogits(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256, Vd = Vp + 3, ldl = C + 1;
+  float *lnf = input(n, C, ldl, 1.0f), *wte = input(Vp, C, C, 1.0f);
+  for (int i = V * C; i < Vp * C; i++) wte[i] = 1e30f;
+  int32_t *tok = tokens(n, V);
+  for (int chunk = 7; chunk <= 64; chunk *= 9) {
+    float *dlnf[2], *dlog[2], loss[2] = {0.5f, 0.5f};
+    outputs(dlnf, n, C, ldl, 0);
+    outputs(dlog, n, Vd, Vd, 0);
+    ok("tg_cuda_classifier_dlogits", "",
+       tg_cuda_classifier_dlogits(g_blas, n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f,
+                                  2.0f, dlnf[0], ldl, &loss[0], dlog[0], Vd, NULL));
+    tg_cpu_classifier_dlogits(n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, 2.0f,
+                              dlnf[1], ldl, &loss[1], dlog[1], Vd);
+    compare("tg_cuda_classifier_dlogits", "loss", &loss[0], &loss[1], 1, kTolRed);
+    compare("tg_cuda_classifier_dlogits", "dlnf", dlnf[0], dlnf[1], (size_t)n * ldl, kTolLong);
+    compare("tg_cuda_classifier_dlogits", "dlogits", dlog[0], dlog[1], (size_t)n * Vd,
+            kTolRed);
+    free2(dlnf); free2(dlog);
+  }
+  float l = 0.0f;
+  cudaError_t e = tg_cuda_classifier_dlogits(g_blas, n, C, V, 7, lnf, ldl, wte, tok, 1.0f,
+                                             1.0f, NULL, ldl, &l, NULL, V - 1, NULL);
+  CHECK(e == cudaErrorInvalidValue, "tg_cuda_classifier_dlogits Vd < V: status %d", (int)e);
+  tg_emu_reset();
+  free(lnf); free(wte); free(tok);
+}
+
+static void emu_classifier_both(void) {
+  emu_classifier();
+  emu_classifier_dlogits();
+}
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
     {.name = "lm_classifier",
      .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_lm_classifier_scaled_insert "
-               "tg_cuda_classifier",
+               "tg_lm_classifier_dlogits_insert tg_cuda_classifier tg_cuda_classifier_dlogits",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier)},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_both)},
      .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
                  [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
 };
