@@ -12,19 +12,23 @@
  * so that the result is the correctly rounded float of an almost exact sum
  * while the inner loop stays contiguous and vectorised (float -> double
  * conversions).  beta == 0 means db is write-only (NaN in it is ignored).
+ * Both are cloned for AVX-512 and AVX2 (simd_clones.h; compiled without
+ * contraction): each column's sum keeps its order, so the bits are the
+ * baseline's.
  */
+#include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
 
 enum { VB = 8, TILE = 256 }; /* TILE is a multiple of VB */
 
-static inline void add_row(int n, float *restrict y, const float *restrict b) {
+TG_ROW_INLINE void add_row(int n, float *restrict y, const float *restrict b) {
   int c = 0;
   for (; c + VB <= n; c += VB)
     for (int j = 0; j < VB; j++) y[c + j] += b[c + j];
   for (; c < n; c++) y[c] += b[c];
 }
 
-static inline void sum_row(int n, double *restrict acc,
+TG_ROW_INLINE void sum_row(int n, double *restrict acc,
                            const float *restrict x) {
   int c = 0;
   for (; c + VB <= n; c += VB)
@@ -32,6 +36,7 @@ static inline void sum_row(int n, double *restrict acc,
   for (; c < n; c++) acc[c] += (double)x[c];
 }
 
+TG_SIMD_CLONES
 void tg_cpu_bias_add(int rows, int cols,
                      float *Y, int ldy,  // (rows, ldy)
                      const float *b)     // (cols)
@@ -39,6 +44,7 @@ void tg_cpu_bias_add(int rows, int cols,
   for (int r = 0; r < rows; r++) add_row(cols, Y + (size_t)r * ldy, b);
 }
 
+TG_SIMD_CLONES
 void tg_cpu_bias_grad(int rows, int cols,
                       const float *dY, int ldy, // (rows, ldy)
                       float beta,

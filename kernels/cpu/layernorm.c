@@ -27,10 +27,14 @@
  * The row loops work on blocks of VB floats with a constant trip count and
  * VB separate accumulators, which GCC 12 at -O2 vectorises (a plain serial
  * sum would not be, as float addition is not reassociated without
- * -ffast-math).  Single-threaded: StarPU runs one kernel per core.
+ * -ffast-math).  Single-threaded: StarPU runs one kernel per core.  The
+ * VB lanes are the same in every variant of the AVX-512/AVX2 clones
+ * (simd_clones.h; this file is compiled without contraction), so the sums
+ * and the results are the baseline's bit for bit.
  */
 #include <math.h>
 
+#include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
 
 enum { VB = 8 };
@@ -38,7 +42,7 @@ enum { VB = 8 };
 #define LN_EPS 1e-5
 
 /* sum of the n floats of x, in double */
-static inline double row_sum(int n, const float *x) {
+TG_ROW_INLINE double row_sum(int n, const float *x) {
   double acc[VB] = {0};
   int c = 0;
   for (; c + VB <= n; c += VB)
@@ -50,7 +54,7 @@ static inline double row_sum(int n, const float *x) {
 }
 
 /* sum of ((x - mh) - ml)^2 over the n floats of x, in double */
-static inline double row_sq_dev(int n, const float *x, float mh, float ml) {
+TG_ROW_INLINE double row_sq_dev(int n, const float *x, float mh, float ml) {
   double acc[VB] = {0};
   int c = 0;
   for (; c + VB <= n; c += VB)
@@ -67,6 +71,7 @@ static inline double row_sq_dev(int n, const float *x, float mh, float ml) {
   return s;
 }
 
+TG_SIMD_CLONES
 void tg_cpu_layernorm_fwd(int n, int C,
                           const float *X, int ldx, // (n, ldx)
                           const float *w,          // (C)
@@ -97,6 +102,7 @@ void tg_cpu_layernorm_fwd(int n, int C,
   }
 }
 
+TG_SIMD_CLONES
 void tg_cpu_layernorm_bwd(int n, int C,
                           const float *dY, int lddy, // (n, lddy)
                           const float *X, int ldx,   // (n, ldx)
