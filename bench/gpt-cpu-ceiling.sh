@@ -2,7 +2,7 @@
 # GPT training-step speed as a fraction of the sgemm ceiling measured in the
 # same run, for one build or an A/B comparison of several:
 #   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] BUILD [BUILD...]
-# SIZES: d4 and/or 124m (default "d4 124m").  Each round runs the ceiling
+# SIZES: d4, 124m and/or 124m-b8t256 (default "d4 124m").  Each round runs the ceiling
 # probe (bin/ceiling of the first BUILD that has one, as an older build may
 # predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
 # every build in turn, so that builds are interleaved and a load change on a
@@ -43,7 +43,9 @@ size_flags() {
     d4) echo "" ;; # bench gpt's defaults: L=4 C=256 NH=4 T=256 B=8
     124m) echo "--layers 12 --channels 768 --heads 12 --vocab 50257 --max-seq 1024 \
 --batch 4 --seq 64 --steps 3 --warmup 1" ;;
-    *) echo "$0: error: unknown size '$1' (d4, 124m)" >&2; exit 2 ;;
+    124m-b8t256) echo "--layers 12 --channels 768 --heads 12 --vocab 50257 --max-seq 1024 \
+--batch 8 --seq 256 --steps 2 --warmup 1" ;;
+    *) echo "$0: error: unknown size '$1' (d4, 124m, 124m-b8t256)" >&2; exit 2 ;;
   esac
 }
 for s in $sizes; do size_flags "$s" >/dev/null; done
