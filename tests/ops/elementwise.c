@@ -27,6 +27,20 @@ static void ref_elementwise(tg_rng *rng) {
       CHECK(ok && pad_intact(X, rows, cols, ld, OUT_PAD), "fill %dx%d", rows,
             cols);
       free(X);
+      /* the zero fill (memset): +0 with padding, +0 contiguous, and -0,
+       * which must keep its sign bit (the loop, not memset) */
+      for (int k = 0; k < 3; k++) {
+        int ldk = k == 1 ? cols : ld;
+        float v = k == 2 ? -0.0f : 0.0f;
+        float *Z = tg_const_mat(rows, cols, ldk, NAN, OUT_PAD);
+        tg_cpu_fill(rows, cols, Z, ldk, v);
+        int okz = 1;
+        for (int r = 0; r < rows; r++)
+          for (int j = 0; j < cols; j++) okz &= same_bits(&Z[(size_t)r * ldk + j], &v, 1);
+        CHECK(okz && (ldk == cols || pad_intact(Z, rows, cols, ldk, OUT_PAD)),
+              "fill %dx%d with %s0 (ld %d)", rows, cols, k == 2 ? "-" : "+", ldk);
+        free(Z);
+      }
 
       float *D = tg_rand_mat(rng, rows, cols, ld, 1.0f, OUT_PAD);
       float *S = tg_rand_mat(rng, rows, cols, lds, 1.0f, NAN);
