@@ -260,12 +260,38 @@ static int tg_act_temp(const tg_gpt *g, tg_tensor *t, int rows, int cols) {
 }
 #define TEMP(t, r, c) tg_act_temp(g, t, r, c)
 
-/* A weight gradient dW (+)= dY^T X: with 16-bit dY and X through the 16-bit
- * GEMM codelet (cublasGemmEx, fp32 accumulation), else the f32 one. */
-static int tg_gpt_wgrad(const tg_gpt *g, starpu_data_handle_t dY, starpu_data_handle_t X,
-                        starpu_data_handle_t dW, tg_accum mode, const tg_task_opts *o) {
+/* How micro-batch mb's next contribution to gradient (p, l) adds
+ * (reduce.h, lazy sums): TG_OVERWRITE for the first one to its handle when
+ * it can overwrite, after the zeros when it cannot. */
+static int tg_gpt_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
+                       int can_overwrite, tg_accum *mode) {
+  tg_accum m;
+  TG_TRY(tg_sum_take(GSUM(g, p, l), mb->micro, can_overwrite, &m));
+  if (mode) *mode = m;
+  return 0;
+}
+/* zeros first if nothing wrote gradient (p, l) yet: for kernels that add */
+#define GZERO(p, l) TG_TRY(tg_gpt_take(g, mb, (p), (l), 0, NULL))
+
+/* A weight gradient dW (+)= dY^T X of parameter (p, l): with 16-bit dY and
+ * X through the 16-bit GEMM codelet (cublasGemmEx, fp32 accumulation), else
+ * the f32 one; beta 0 when it is the first contribution. */
+static int tg_gpt_wgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
+                        starpu_data_handle_t dY, starpu_data_handle_t X,
+                        const tg_task_opts *o) {
+  tg_accum mode;
+  TG_TRY(tg_gpt_take(g, mb, p, l, 1, &mode));
+  starpu_data_handle_t dW = G(g, p, l);
   if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
   return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
+}
+
+/* The bias gradient of parameter (p, l): column sums of dY */
+static int tg_gpt_bgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
+                        starpu_data_handle_t dY, const tg_task_opts *o) {
+  tg_accum mode;
+  TG_TRY(tg_gpt_take(g, mb, p, l, 1, &mode));
+  return tg_bias_grad_insert(dY, G(g, p, l), mode, o);
 }
 
 static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
@@ -341,6 +367,8 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   tg_tensor dres, tmp;
   TG_TRY(TEMP(&dres, n, C));
   TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
+  GZERO(TG_LNFW, 0);
+  GZERO(TG_LNFB, 0);
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
                                  G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), GMODE(g), BWD(L)));
@@ -350,21 +378,22 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     /* MLP block: dres holds dL/d(x2 + fcproj) */
-    TG_TRY(tg_gpt_wgrad(g, dres.handle, A->fchg.handle, G(g, TG_FCPROJW, l), GMODE(g),
-                        WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_FCPROJB, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle, WGRAD(l)));
+    TG_TRY(tg_gpt_bgrad(g, mb, TG_FCPROJB, l, dres.handle, WGRAD(l)));
     TG_TRY(TEMP(&tmp, n, 4 * C)); /* dL/dfch */
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
                                      A->fch.handle, tmp.handle, BWD(l)));
     tg_tensor_release(&A->fchg);
     tg_tensor_release(&A->fch);
-    TG_TRY(tg_gpt_wgrad(g, tmp.handle, A->ln2.handle, G(g, TG_FCW, l), GMODE(g), WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(tmp.handle, G(g, TG_FCB, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, mb, TG_FCW, l, tmp.handle, A->ln2.handle, WGRAD(l)));
+    TG_TRY(tg_gpt_bgrad(g, mb, TG_FCB, l, tmp.handle, WGRAD(l)));
     tg_tensor dln;
     TG_TRY(TEMP(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL,
                                      dln.handle, BWD(l)));
     tg_tensor_release(&tmp);
+    GZERO(TG_LN2W, l);
+    GZERO(TG_LN2B, l);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
                                    A->mean2.handle, A->rstd2.handle, dres.handle,
                                    G(g, TG_LN2W, l), G(g, TG_LN2B, l), GMODE(g), BWD(l)));
@@ -372,18 +401,18 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
-    TG_TRY(tg_gpt_wgrad(g, dres.handle, at->out.handle, G(g, TG_ATTPROJW, l), GMODE(g),
-                        WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(dres.handle, G(g, TG_ATTPROJB, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle, WGRAD(l)));
+    TG_TRY(tg_gpt_bgrad(g, mb, TG_ATTPROJB, l, dres.handle, WGRAD(l)));
     TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
                                      at->dout.handle, BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
-    TG_TRY(tg_gpt_wgrad(g, at->dqkv.handle, A->ln1.handle, G(g, TG_QKVW, l), GMODE(g),
-                        WGRAD(l)));
-    TG_TRY(tg_bias_grad_insert(at->dqkv.handle, G(g, TG_QKVB, l), GMODE(g), WGRAD(l)));
+    TG_TRY(tg_gpt_wgrad(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle, WGRAD(l)));
+    TG_TRY(tg_gpt_bgrad(g, mb, TG_QKVB, l, at->dqkv.handle, WGRAD(l)));
     TG_TRY(TEMP(&dln, n, C));
     TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
                                      dln.handle, BWD(l)));
+    GZERO(TG_LN1W, l);
+    GZERO(TG_LN1B, l);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
                                    G(g, TG_LN1W, l), G(g, TG_LN1B, l), GMODE(g), BWD(l)));
@@ -391,6 +420,8 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
   }
+  GZERO(TG_WTE, 0);
+  GZERO(TG_WPE, 0);
   TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
                                  G(g, TG_WPE, 0), GMODE(g),
                                  OPT(L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
@@ -425,14 +456,17 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
   int L = c->num_layers, i = mb->micro;
   float gs = g->optim.scaler.scale;
   tg_gopts go;
-  if (!tg_gpt_classifier_split(g, backward))
+  if (!tg_gpt_classifier_split(g, backward)) {
+    /* the fused kernel adds into dwte[:V] */
+    if (backward) GZERO(TG_WTE, 0);
     return tg_lm_classifier_scaled_insert(
         c->vocab_size, g->run.classifier_chunk, scale, gs, mb->lnf.handle, WG(g, TG_WTE, 0),
         mb->targets, backward ? mb->dlnf.handle : NULL, backward ? G(g, TG_WTE, 0) : NULL,
         backward ? GMODE(g) : TG_REDUCE, tg_sum_handle(loss_sum, i), tg_sum_mode(loss_sum),
         OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i));
+  }
   /* dlogits (n, Vp): the padded columns are zero, so the GEMM adds nothing
-   * to the padded rows of dwte */
+   * to the padded rows of dwte (or, as the first contribution, zeroes them) */
   tg_tensor dl;
   TG_TRY(tg_temp(&dl, mb->n, c->padded_vocab_size));
   int rc = tg_lm_classifier_dlogits_insert(
@@ -441,8 +475,10 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
       tg_sum_mode(loss_sum), OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i));
   /* dwte (Vp, C) += gs dlogits^T lnf: off the critical path (the wte
    * update at the end of the step is the only task that waits for it) */
+  tg_accum mode = TG_ACCUMULATE;
+  if (rc == 0) rc = tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode);
   if (rc == 0)
-    rc = tg_gemm_insert(1, 0, gs, dl.handle, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), GMODE(g),
+    rc = tg_gemm_insert(1, 0, gs, dl.handle, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
                         OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
   tg_tensor_release(&dl);
   return rc;
@@ -489,7 +525,7 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
   int rc = 0;
   for (int p = 0; p < TG_GPT_NPARAMS && backward && rc == 0; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c) && rc == 0; l++)
-      rc = tg_sum_begin(GSUM(g, p, l), &g->g[p][l], 0, M, 1);
+      rc = tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], M, 1);
   /* the loss in leaves, one per micro-batch, whatever the gradients do: a
    * loss added in place would make the micro-batches' classifiers take
    * turns (see tg_gpt_classifier_split) */

@@ -11,27 +11,52 @@
 #include "taskgrad/dist.h"
 
 static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
-                        int allreduce, int ordered) {
+                        int allreduce, int ordered, int lazy) {
   memset(s, 0, sizeof *s);
   s->target = target;
   s->persistent = persistent;
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
-  if (!persistent) TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
   s->mode = tg_sum_in_place() ? TG_COMMUTE : TG_REDUCE;
-  if (!ordered && !tg_deterministic() && !(persistent && s->allreduce)) return 0;
+  int leaves = ordered || tg_deterministic() || (persistent && s->allreduce);
+  if (lazy) { /* one flag per handle that contributions go to */
+    s->started = calloc(leaves ? (size_t)nmicro : 1, 1);
+    if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
+  } else if (!persistent) {
+    TG_TRY(tg_fill_insert(target->handle, 0.0f, NULL));
+  }
+  if (!leaves) return 0;
   s->mode = TG_ACCUMULATE;
   s->leaves = calloc((size_t)nmicro, sizeof *s->leaves);
   if (!s->leaves) return tg_fail(ENOMEM, "reduction: out of memory for %d leaves", nmicro);
   for (int i = 0; i < nmicro; i++) {
     if (i == 0 && !persistent) {
-      s->leaves[0] = *target; /* already zero: the first leaf */
+      s->leaves[0] = *target; /* zero (or, lazy, zeroed later): the first leaf */
       continue;
     }
     TG_TRY(tg_tensor_temp(&s->leaves[i], target->rows, target->cols, TG_F32));
-    TG_TRY(tg_fill_insert(s->leaves[i].handle, 0.0f, NULL));
+    if (!lazy) TG_TRY(tg_fill_insert(s->leaves[i].handle, 0.0f, NULL));
   }
   return 0;
+}
+
+/* lazy sums: the zeros of a handle nothing has written yet this step */
+static int tg_sum_zero_slot(tg_sum *s, int slot) {
+  if (!s->started || s->started[slot]) return 0;
+  s->started[slot] = 1;
+  return tg_fill_insert(s->leaves ? s->leaves[slot].handle : s->target->handle, 0.0f, NULL);
+}
+
+int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode) {
+  *mode = s->mode;
+  if (!s->started) return 0;
+  int slot = s->leaves ? micro : 0;
+  if (!s->started[slot] && can_overwrite) {
+    s->started[slot] = 1;
+    *mode = TG_OVERWRITE;
+    return 0;
+  }
+  return tg_sum_zero_slot(s, slot);
 }
 
 /* one memory node: contributions add in place, no reduction buffers;
@@ -45,12 +70,16 @@ size_t tg_sum_buffers(int nworkers) {
 }
 
 int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {
-  return tg_sum_start(s, target, persistent, nmicro, allreduce, 0);
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, 0, 0);
 }
 
 int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                          int allreduce) {
-  return tg_sum_start(s, target, persistent, nmicro, allreduce, 1);
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, 1, 0);
+}
+
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce) {
+  return tg_sum_start(s, target, 0, nmicro, allreduce, 0, 1);
 }
 
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
@@ -72,11 +101,16 @@ static int tg_sum_tree(tg_sum *s, int lo, int hi) {
 
 int tg_sum_finish(tg_sum *s) {
   int rc = 0;
+  /* lazy: a handle no contribution reached is still zeroed */
+  for (int i = 0; s->started && i < (s->leaves ? s->nmicro : 1) && rc == 0; i++)
+    rc = tg_sum_zero_slot(s, i);
+  free(s->started);
+  s->started = NULL;
   if (!s->leaves) {
-    if (s->allreduce) rc = tg_dist_allreduce(s->target->handle);
+    if (rc == 0 && s->allreduce) rc = tg_dist_allreduce(s->target->handle);
     return rc;
   }
-  rc = tg_sum_tree(s, 0, s->nmicro);
+  if (rc == 0) rc = tg_sum_tree(s, 0, s->nmicro);
   if (rc == 0 && s->allreduce) rc = tg_dist_allreduce(s->leaves[0].handle);
   if (rc == 0 && s->persistent) rc = tg_accumulate_insert(s->target->handle, s->leaves[0].handle, NULL);
   if (s->persistent) tg_tensor_release(&s->leaves[0]);

@@ -24,6 +24,17 @@
  *    that only the step's sum crosses the network.
  * Leaves other than the target are temporaries: allocated by StarPU where
  * the tasks run and freed after their tree node is added.
+ *
+ * Zeros.  An eager sum (tg_sum_begin) zeroes the gradient and the leaves
+ * when it begins.  A lazy one (tg_sum_begin_lazy, the GPT's gradients)
+ * lets the first contribution to each handle overwrite it (a weight
+ * gradient GEMM with beta 0, a bias gradient) and writes zeros only before
+ * a first contribution that can only add (LayerNorm, embedding): GPT-2
+ * 124M zeroed 0.5 GB of gradients a step, 3.4% of the workers' time, and
+ * each first GEMM read those zeros back.  The bits are the same: beta 0
+ * and beta 1 over zeros differ at most in the sign of a zero sum, which
+ * neither OpenBLAS's beta-0 path (zero, then add) nor the bias gradient
+ * (a double sum started at +0) produces.
  */
 #ifndef TASKGRAD_GRAPH_REDUCE_H
 #define TASKGRAD_GRAPH_REDUCE_H
@@ -41,6 +52,9 @@ typedef struct tg_sum {
   tg_accum mode;       /* how micro-batches add: TG_ACCUMULATE (leaves),
                           TG_COMMUTE or TG_REDUCE (into the target) */
   tg_tensor *leaves;   /* [nmicro] or NULL; leaves[0] may alias target */
+  unsigned char *started; /* lazy sums (tg_sum_begin_lazy): per handle
+                             contributions go to (leaves, or the target),
+                             1 once it holds a value this step; NULL: eager */
 } tg_sum;
 
 /* After tg_init: 1 when the sums of tg_sum_begin add in place in any order
@@ -62,6 +76,17 @@ int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int a
  * partitioning then re-partitions the whole behind the graph's back. */
 int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                          int allreduce);
+/* The same for a gradient (not persistent) whose zeros are deferred: the
+ * first contribution to each handle may overwrite it instead (a GEMM with
+ * beta 0, a bias gradient), which saves the fill and the read of zeros.
+ * Every contribution must then get its mode from tg_sum_take, just before
+ * it is submitted. */
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce);
+/* The access mode of micro-batch `micro`'s next contribution: TG_OVERWRITE
+ * when it is the first to its handle and can_overwrite, else the sum's mode
+ * (tg_sum_mode), after submitting the zeros of the handle if nothing wrote
+ * it yet.  For eager sums, always tg_sum_mode. */
+int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
 /* TG_COMMUTE, TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);
