@@ -69,16 +69,21 @@ MODELS = {
     "a": dict(maxT=32, V=256, L=2, NH=4, C=64, Vp=256, seed=1),
     "b": dict(maxT=32, V=250, L=2, NH=4, C=64, Vp=256, seed=2),
 }
-# (model, attention, chunk, micro, splits)
+# (model, attention, chunk, micro, splits, classifier chunk): with the
+# default classifier chunk (256) every micro-batch (<= 128 rows) is one
+# chunk, so training takes the split classifier (graphs/gpt.c); a chunk of
+# 48 takes the fused task, in 3 and 2 chunks
 RUNS = [
-    ("a", "naive", 64, 1, 1),
-    ("a", "chunked", 16, 1, 2),
-    ("a", "chunked", 16, 2, 1),
-    ("a", "chunked", 64, 2, 2),
-    ("b", "naive", 64, 2, 2),
-    ("b", "chunked", 16, 1, 1),
-    ("b", "chunked", 16, 2, 2),
-    ("b", "chunked", 64, 1, 2),
+    ("a", "naive", 64, 1, 1, 256),
+    ("a", "chunked", 16, 1, 2, 256),
+    ("a", "chunked", 16, 2, 1, 256),
+    ("a", "chunked", 64, 2, 2, 256),
+    ("b", "naive", 64, 2, 2, 256),
+    ("b", "chunked", 16, 1, 1, 256),
+    ("b", "chunked", 16, 2, 2, 256),
+    ("b", "chunked", 64, 1, 2, 256),
+    ("b", "chunked", 16, 1, 1, 48),
+    ("a", "chunked", 64, 2, 2, 48),
 ]
 # ways to break the reference, to see that the checks can fail
 PERTURBATIONS = ("scale", "causal", "padded", "eps", "decay2d")
@@ -238,17 +243,18 @@ def forward(P, m, idx, targets):
     return loss, logits_all
 
 
-def run_one(tool, tmp, model, attention, chunk, micro, splits, files):
+def run_one(tool, tmp, model, attention, chunk, micro, splits, cchunk, files):
     m = MODELS[model]
     name = f"model {model} (V={m['V']} Vp={m['Vp']}) {attention}"
     if attention == "chunked":
         name += f" chunk={chunk}"
-    name += f" M={micro} S={splits}"
+    name += f" M={micro} S={splits} classifier chunk {cchunk}"
     ckpt, tokf = files[model]
     out = os.path.join(tmp, "dump.bin")
     cmd = [tool, "--model", ckpt, "--tokens", tokf, "--batch", str(B), "--seq", str(T),
            "--micro", str(micro), "--attention", attention, "--chunk", str(chunk),
-           "--splits", str(splits), "--steps", str(STEPS), "--lr", repr(LR), "--out", out]
+           "--splits", str(splits), "--classifier-chunk", str(cchunk), "--steps", str(STEPS),
+           "--lr", repr(LR), "--out", out]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=300)
@@ -266,6 +272,7 @@ def run_one(tool, tmp, model, attention, chunk, micro, splits, files):
     check(all(d[k] == cm[k] for k in cm) and d["B"] == B and d["T"] == T
           and d["M"] == micro and d["attention"] == (0 if attention == "naive" else 1)
           and d["chunk"] == chunk and d["splits"] == splits and d["steps"] == STEPS
+          and d["classifier_chunk"] == cchunk
           and d["nparams"] == sum(int(np.prod(s)) for s in shapes(cm)),
           f"[{name}] dump header matches the command line and the checkpoint")
     with open(tokf, "rb") as f:

@@ -60,7 +60,7 @@ static void usage(FILE *f, const char *prog) {
   fprintf(f,
           "usage: %s --model FILE --tokens FILE --batch B --seq T [--micro M]\n"
           "          [--attention naive|chunked] [--chunk K] [--splits S]\n"
-          "          [--steps N] [--lr X] --out FILE\n",
+          "          [--classifier-chunk R] [--steps N] [--lr X] --out FILE\n",
           prog);
 }
 
@@ -96,7 +96,7 @@ static void put_f64(writer *w, double v) { put(w, &v, sizeof v, 1); }
 
 int main(int argc, char **argv) {
   const char *model = NULL, *tokfile = NULL, *out = NULL;
-  long B = -1, T = -1, M = 1, chunk = 64, splits = 1, steps = 1;
+  long B = -1, T = -1, M = 1, chunk = 64, splits = 1, steps = 1, cchunk = 0;
   tg_attention_kind attention = TG_ATTN_CHUNKED;
   float lr = 1e-3f;
 
@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
       {"chunk", required_argument, NULL, 'c'},  {"splits", required_argument, NULL, 's'},
       {"steps", required_argument, NULL, 'k'},  {"lr", required_argument, NULL, 'l'},
       {"out", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
+      {"classifier-chunk", required_argument, NULL, 'r'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -119,6 +120,9 @@ int main(int argc, char **argv) {
     case 'm': if (parse_int(optarg, 1, 1 << 16, "--micro", &M) < 0) return 2; break;
     case 'c': if (parse_int(optarg, 1, 1 << 20, "--chunk", &chunk) < 0) return 2; break;
     case 's': if (parse_int(optarg, 0, TG_MAX_SPLIT, "--splits", &splits) < 0) return 2; break;
+    case 'r':
+      if (parse_int(optarg, 1, 1 << 20, "--classifier-chunk", &cchunk) < 0) return 2;
+      break;
     case 'k': if (parse_int(optarg, 0, 1 << 20, "--steps", &steps) < 0) return 2; break;
     case 'a':
       if (strcmp(optarg, "naive") == 0) attention = TG_ATTN_NAIVE;
@@ -193,6 +197,7 @@ int main(int argc, char **argv) {
   run.attention = attention;
   run.chunk = (int)chunk;
   run.attn_splits = (int)splits;
+  if (cchunk > 0) run.classifier_chunk = (int)cchunk; /* else the default */
   tg_gpt g;
   if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) {
     fprintf(stderr, "tg_gpt_dump: tg_gpt_create: %s\n", tg_last_error());
