@@ -18,9 +18,8 @@
  * (gpt_attention.c).  The update is the shared training-step core's
  * (optim.h): the parameters are registered with it at creation.
  *
- * The classifier is split in two tasks when gradients add in place and a
- * micro-batch is one classifier chunk (tg_gpt_classifier_split_rows): the
- * fused task would hold dwte (TG_COMMUTE)
+ * The classifier is split in two tasks when gradients add in place
+ * (tg_gpt_classifier_split): the fused task would hold dwte (TG_COMMUTE)
  * for all of its run, so the micro-batches' classifiers, 23% of a GPT-2
  * 124M step, ran one at a time while the other worker idled (975 -> 810 ms
  * per step at B=4 T=64 on 2 cores; bench/results/2026-11-24-cpu-perf.md).
@@ -61,11 +60,8 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   size_t acts = rows * (L * (12 * C + 4) + 9 * C + 2);
   int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
   /* the classifier's chunk of logits per worker, or, split (gradients added
-   * in place, f32, micro-batches of one chunk), every micro-batch's whole
-   * dlogits at once at worst */
-  int split = tg_sum_in_place() && !tg_deterministic() &&
-              !tg_precision_lowp(run->amp.precision) &&
-              rows / (size_t)run->nmicro <= (size_t)run->classifier_chunk;
+   * in place, f32), every micro-batch's whole dlogits at once at worst */
+  int split = tg_sum_in_place() && !tg_deterministic() && !tg_precision_lowp(run->amp.precision);
   size_t dlogits = split ? rows * (size_t)cfg->padded_vocab_size * sizeof(float) : 0;
   size_t scratch = (split ? 0 : (size_t)chunk * cfg->vocab_size * sizeof(float)) +
                    tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
@@ -442,20 +438,18 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
   return 0;
 }
 
-/* 1 when the classifier of a micro-batch of n rows runs split
- * (kernels/cpu/lm_classifier.c): training with the gradients added in place
- * (TG_COMMUTE, one memory node), where the fused task would hold dwte for
- * its whole run and the micro-batches' classifiers would run one at a time;
- * in f32, as the split form's dlogits are f32; and when the micro-batch is
- * one classifier chunk, so that its dlogits take no more memory than the
- * fused task's chunk of logits.  Larger micro-batches keep the fused task:
- * at GPT-2 124M, B=8 T=256 (1024 rows) the split's 206 MB of dlogits per
- * micro-batch, written and read back, made the step no faster (5683 against
- * 5687 ms, 5955 against 5955) and once 21% slower.  With STARPU_REDUX or
- * deterministic leaves each micro-batch adds into its own buffer and the
- * fused task is kept (bit for bit as before). */
-static int tg_gpt_classifier_split_rows(const tg_gpt *g, int backward, int n) {
-  return backward && GMODE(g) == TG_COMMUTE && !ACT(g) && n <= g->run.classifier_chunk;
+/* 1 when the classifier runs split (kernels/cpu/lm_classifier.c): training
+ * with the gradients added in place (TG_COMMUTE, one memory node), where the
+ * fused task would hold dwte for its whole run and the micro-batches'
+ * classifiers would run one at a time; in f32, as the split form's dlogits
+ * are f32.  With STARPU_REDUX or deterministic leaves each micro-batch adds
+ * into its own buffer and the fused task is kept (bit for bit as before).
+ * The price: each micro-batch's whole (n, Vp) dlogits at once, 206 MB at
+ * GPT-2 124M, B=8 T=256 with 2 micro-batches (1024 rows), where the fused
+ * task's chunk of logits is 51 MB per worker; there the split takes the
+ * workers' idle time from 22% to 4% of the step. */
+static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
+  return backward && GMODE(g) == TG_COMMUTE && !ACT(g);
 }
 
 /* The tied classifier of micro-batch mb: loss into its leaf of loss_sum and,
@@ -466,7 +460,7 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
   int L = c->num_layers, i = mb->micro;
   float gs = g->optim.scaler.scale;
   tg_gopts go;
-  if (!tg_gpt_classifier_split_rows(g, backward, mb->n)) {
+  if (!tg_gpt_classifier_split(g, backward)) {
     /* the fused kernel adds into dwte[:V] */
     if (backward) GZERO(TG_WTE, 0);
     return tg_lm_classifier_scaled_insert(
@@ -538,7 +532,7 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
       rc = tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], M, 1);
   /* the loss in leaves, one per micro-batch, whatever the gradients do: a
    * loss added in place would make the micro-batches' classifiers take
-   * turns (see tg_gpt_classifier_split_rows) */
+   * turns (see tg_gpt_classifier_split) */
   tg_sum loss_sum = {0};
   if (rc == 0) rc = tg_sum_begin_ordered(&loss_sum, &g->loss, 1, M, backward);
   if (rc == 0)

@@ -71,8 +71,8 @@ MODELS = {
 }
 # (model, attention, chunk, micro, splits, classifier chunk): with the
 # default classifier chunk (256) every micro-batch (<= 128 rows) is one
-# chunk, so training takes the split classifier (graphs/gpt.c); a chunk of
-# 48 takes the fused task, in 3 and 2 chunks
+# chunk; 48 makes 3 and 2 chunks (the split classifier of graphs/gpt.c then
+# keeps dlogits chunk after chunk)
 RUNS = [
     ("a", "naive", 64, 1, 1, 256),
     ("a", "chunked", 16, 1, 2, 256),

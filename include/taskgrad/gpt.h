@@ -8,9 +8,9 @@
  *   ln1 = LN(x); qkv = ln1 Wqkv^T + bqkv; a = attention(qkv);
  *   x2 = x + a Wproj^T + bproj; ln2 = LN(x2);
  *   h = gelu(ln2 Wfc^T + bfc); x = x2 + h Wfcproj^T + bfcproj
- * then LN_f and the tied classifier (chunked: no full logits matrix; when
- * training adds gradients in place and a micro-batch is one chunk, it keeps
- * that chunk's dlogits for a separate dwte GEMM: see graphs/gpt.c).
+ * then LN_f and the tied classifier (chunked, no full logits matrix, except
+ * when training adds gradients in place, where each micro-batch keeps its
+ * (n, Vp) dlogits for a separate dwte GEMM: see graphs/gpt.c).
  * Gradients of the parameters are summed over micro-batches in place
  * (one memory node), with STARPU_REDUX (devices) or in a fixed tree
  * (deterministic; graphs/reduce.h); the attention of one micro-batch is split into several
