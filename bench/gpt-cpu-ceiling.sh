@@ -9,7 +9,9 @@
 # shared machine hits them alike.  Prints one line per run and, per build and
 # size, the run with the median step time: step ms, GFLOP/s by llm.c's count
 # (6 N + 6 L C T per token, as `bench gpt` prints it) and that as % of the
-# all-core ceiling of the same round.  With each run, the GFLOP/s per core of
+# all-core ceiling of the same round, and the run's mean step over its whole
+# window where the build prints it ("-" for older builds; compare means only
+# between builds that all have one).  With each run, the GFLOP/s per core of
 # the GEMM codelets and AdamW's share of the worker time, from bench gpt's
 # per-codelet table, and with each round the load average: figures taken
 # under load are only comparable within a round.  Under load the position in
@@ -66,6 +68,10 @@ for r in $(seq "$rounds"); do
       STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") \
         >"$out/run.txt" 2>&1 || { echo "$b bench gpt $s failed:"; tail -3 "$out/run.txt"; exit 1; }
       ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
+      # the mean over the whole window (builds from 2026-11-24 on): the
+      # steadier figure when steps are long and their intervals scatter
+      mean=$(awk '/^taskgrad mean step ms:/ {print $5}' "$out/run.txt")
+      mean=${mean:--}
       gf=$(awk '/^taskgrad GFLOP\/s:/ {print $3}' "$out/run.txt")
       pct=$(awk -v g="$gf" -v c="$all" 'BEGIN {printf "%.1f", 100 * g / c}')
       # in a fixed order, whatever the table's
@@ -73,20 +79,20 @@ for r in $(seq "$rounds"); do
           n = split("lm_classifier linear_fwd linear_bwd_data gemm", c, " ")
           for (i = 1; i <= n; i++) printf "%s %s, ", c[i], rate["tg_" c[i]]
           printf "adamw %s share", share["tg_adamw"] }' "$out/run.txt")
-      echo "  $s $b: step $ms ms, $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
-      echo "$ms $gf $pct" >>"$out/$s.$i"
+      echo "  $s $b: step $ms ms (mean $mean), $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
+      echo "$ms $gf $pct $mean" >>"$out/$s.$i"
     done
   done
 done
 
 echo
-echo "| size | build | step ms | GFLOP/s | % of ceiling |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| size | build | step ms | GFLOP/s | % of ceiling | mean step ms |"
+echo "| --- | --- | --- | --- | --- | --- |"
 for s in $sizes; do
   for i in "${!builds[@]}"; do
     # the run with the median step time, whole (its GFLOP/s and % belong to it)
     sort -g "$out/$s.$i" | awk -v b="${builds[$i]}" -v s="$s" '{r[NR] = $0} END {
         split(r[int((NR + 1) / 2)], f, " ")
-        printf "| %s | %s | %s | %s | %s |\n", s, b, f[1], f[2], f[3] }'
+        printf "| %s | %s | %s | %s | %s | %s |\n", s, b, f[1], f[2], f[3], f[4] }'
   done
 done
