@@ -29,10 +29,14 @@
  * when it begins.  A lazy one (tg_sum_begin_lazy, the GPT's gradients)
  * lets the first contribution to each handle overwrite it (a weight
  * gradient GEMM with beta 0, a bias gradient) and writes zeros only before
- * a first contribution that can only add (LayerNorm, embedding): GPT-2
- * 124M zeroed 0.5 GB of gradients a step, 3.4% of the workers' time, and
- * each first GEMM read those zeros back.  The bits are the same: beta 0
- * and beta 1 over zeros differ at most in the sign of a zero sum, which
+ * a first contribution that can only add (LayerNorm, embedding).  GPT-2
+ * 124M zeroed 0.5 GB of gradients in 150 fill tasks at the start of every
+ * step (3.4% of the workers' time); OpenBLAS's beta-0 path zeroes C itself,
+ * so the bytes written stay about the same.  The step still got faster
+ * (0.82-0.84 -> 0.72-0.81 s at B=4 T=64 on 2 cores,
+ * bench/results/2026-11-24-cpu-perf.md), presumably because it no longer
+ * begins with that burst of tasks (not measured).  The bits are the same:
+ * beta 0 and beta 1 over zeros differ at most in the sign of a zero sum, which
  * neither OpenBLAS's beta-0 path (zero, then add) nor the bias gradient
  * (a double sum started at +0) produces.
  */
@@ -78,7 +82,7 @@ int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicr
                          int allreduce);
 /* The same for a gradient (not persistent) whose zeros are deferred: the
  * first contribution to each handle may overwrite it instead (a GEMM with
- * beta 0, a bias gradient), which saves the fill and the read of zeros.
+ * beta 0, a bias gradient), which saves the fill task.
  * Every contribution must then get its mode from tg_sum_take, just before
  * it is submitted. */
 int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce);
