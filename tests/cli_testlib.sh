@@ -29,6 +29,20 @@ expect_fail() {
   fi
 }
 
+# token_file FILE N A B MOD: an llm.c token file (magic 20240520, version 1)
+# of the N tokens (i * A + i / B) % MOD, i = 0..N-1: the GPT tests' data
+token_file() {
+  "$py" - "$@" <<'PY'
+import struct, sys
+path = sys.argv[1]
+n, a, b, mod = (int(v) for v in sys.argv[2:6])
+toks = [(i * a + i // b) % mod for i in range(n)]
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack(f"<{len(toks)}H", *toks))
+PY
+}
+
 # losses FILE...: "step N loss X ..." lines as "N X", one per step
 losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 

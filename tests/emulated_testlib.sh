@@ -16,11 +16,5 @@ emulated_probe() {
 gpt_fixture() {
   "$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
     --out "$work/g.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
-  "$py" - "$work" <<'PY'
-import struct, sys
-toks = [(i * 5 + i // 11) % 59 for i in range(4000)]
-with open(f"{sys.argv[1]}/tokens.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+  token_file "$work/tokens.bin" 4000 5 11 59 || { echo "FAIL token file"; exit 1; }
 }

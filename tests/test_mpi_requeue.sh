@@ -21,13 +21,7 @@ script="$TG_SOURCE_DIR/examples/slurm/train-gpt.sbatch"
 
 "$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
   --out "$work/m.bin" >/dev/null || { bad "init gpt"; finish test_mpi_requeue; exit; }
-"$py" - "$work/train.bin" <<'PY'
-import struct, sys
-toks = [(i * 7 + i // 13) % 61 for i in range(20000)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+token_file "$work/train.bin" 20000 7 13 61 || { bad "token file"; finish test_mpi_requeue; exit; }
 export TG_TASKGRAD="$tg" TG_LAUNCH="mpirun -np 2 --bind-to none" TG_MODEL="$work/m.bin"
 export TG_DATA="$work/train.bin" TG_STEPS=150 TG_CHECKPOINT_EVERY=10
 export TG_FLAGS="--batch 4 --seq 16 --micro-batches 2 --lr 3e-3 --deterministic"

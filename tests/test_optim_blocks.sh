@@ -14,13 +14,7 @@
 . "$(dirname "$0")/cli_testlib.sh"
 "$tg" init gpt --layers 1 --channels 512 --heads 4 --max-seq 16 --vocab 8192 --seed 4 \
   --out "$work/g.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
-"$py" - "$work" <<'PY'
-import struct, sys
-toks = [(i * 7919 + i // 13) % 8192 for i in range(3000)]
-with open(f"{sys.argv[1]}/tokens.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+token_file "$work/tokens.bin" 3000 7919 13 8192 || { echo "FAIL token file"; exit 1; }
 steps=3
 args=(train gpt --init-from "$work/g.bin" --data "$work/tokens.bin" --batch 4 --seq 16
       --micro-batches 2 --steps $steps --lr 1e-3 --deterministic --stats)

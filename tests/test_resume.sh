@@ -25,13 +25,7 @@ export STARPU_NCPU=1 STARPU_NCUDA=0
 
 "$tg" init gpt --layers 2 --channels 32 --heads 4 --max-seq 32 --vocab 64 --seed 3 \
   --out "$work/m.bin" >/dev/null || { echo "FAIL init gpt"; exit 1; }
-"$py" - "$work" <<'PY'
-import struct, sys
-toks = [(i * 7 + i // 13) % 61 for i in range(6000)]
-with open(f"{sys.argv[1]}/train.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))
-PY
+token_file "$work/train.bin" 6000 7 13 61 || { echo "FAIL token file"; exit 1; }
 common=(--data "$work/train.bin" --batch 4 --seq 16 --micro-batches 1 --lr 3e-3)
 
 
