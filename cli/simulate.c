@@ -90,8 +90,9 @@ static noreturn void unknown_platform(const char *dir, const char *name) {
              *known ? known : "none");
 }
 
-/* Number of simulated GPUs (CUDA hosts) in the platform. */
-static int platform_gpus(const char *dir, const char *name) {
+/* Number of simulated GPUs (CUDA hosts) in the platform; *cpus gets the
+ * number of CPU hosts (StarPU's SimGrid mode asserts on a worker without one). */
+static int platform_hosts(const char *dir, const char *name, int *cpus) {
   static const char *const exts[] = {".platform.v4.xml", ".latency", ".bandwidth", ".roofline"};
   if (strlen(name) > 64) unknown_platform(dir, name);
   for (int i = 0; name[i]; i++)
@@ -110,7 +111,12 @@ static int platform_gpus(const char *dir, const char *name) {
   if (!f) tg_cli_die("--platform %s: cannot read %s", name, path);
   char line[1024];
   int n = 0;
-  while (fgets(line, sizeof line, f)) n += strstr(line, "<host id=\"CUDA") != NULL;
+  *cpus = 0;
+  while (fgets(line, sizeof line, f)) {
+    n += strstr(line, "<host id=\"CUDA") != NULL;
+    *cpus += strstr(line, "<host id=\"CPU") != NULL;
+  }
+  if (ferror(f)) tg_cli_die("--platform %s: cannot read %s: %s", name, path, strerror(errno));
   fclose(f);
   return n;
 }
@@ -454,7 +460,9 @@ int tg_cmd_simulate(int argc, char **argv) {
   if (!o.platform) tg_cli_die("simulate: --platform NAME is required (see --help)");
   char dir[4096];
   platform_dir(dir, sizeof dir);
-  int have = platform_gpus(dir, o.platform);
+  int have_cpus = 0, have = platform_hosts(dir, o.platform, &have_cpus);
+  if (o.ncpus > have_cpus)
+    tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o.ncpus, o.platform, have_cpus);
   read_roofline(dir, o.platform, &o.roofline);
   int gpus[MAX_LIST];
   int ngpus = tg_cli_int_list("--gpus", gpus_text, gpus, MAX_LIST, 0, 64);

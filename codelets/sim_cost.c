@@ -15,7 +15,6 @@
  * In other builds only tg_sim_available (0) exists.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,14 +83,21 @@ static double tg_task_bytes(struct starpu_task *task) {
 
 /* Loading a history model happens once per codelet (the first task); the
  * codelets without a history file are remembered so that it is looked for
- * once. */
-static pthread_mutex_t tg_load_lock = PTHREAD_MUTEX_INITIALIZER;
+ * once.
+ *
+ * The lock is StarPU's, not a pthread mutex: in SimGrid mode every worker is
+ * a SimGrid actor and the actors share OS threads, and loading a history
+ * takes StarPU's own (SimGrid) locks, which may switch to another actor.  A
+ * pthread mutex held across that switch blocked the whole thread when the
+ * next actor asked for it: a 124M simulation on 8 CPU workers hung for good
+ * (bench/results/2026-11-24-many-core.md). */
+static starpu_pthread_mutex_t tg_load_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 #define TG_SIM_MAX_MODELS 64
 static struct starpu_perfmodel *tg_absent[TG_SIM_MAX_MODELS];
 static int tg_nabsent;
 
 static int tg_hist_ready(struct starpu_perfmodel *hist) {
-  pthread_mutex_lock(&tg_load_lock);
+  if (starpu_pthread_mutex_lock(&tg_load_lock) != 0) TG_FATAL("simulation: cannot take a lock");
   int absent = 0;
   for (int i = 0; i < tg_nabsent; i++) absent |= tg_absent[i] == hist;
   if (!hist->is_loaded && !absent) {
@@ -103,7 +109,7 @@ static int tg_hist_ready(struct starpu_perfmodel *hist) {
       tg_absent[tg_nabsent++] = hist;
   }
   int ready = hist->is_loaded;
-  pthread_mutex_unlock(&tg_load_lock);
+  if (starpu_pthread_mutex_unlock(&tg_load_lock) != 0) TG_FATAL("simulation: cannot release a lock");
   return ready;
 }
 

@@ -6,6 +6,7 @@
 #    without one (so StarPU must evict), staying within the limit;
 #  - the trace is JSON in simulated time with events on the CUDA workers;
 #  - a --gpus 1,2 sweep writes its CSV and chart.
+#  - a 64-core CPU node with calibrated histories runs on 8 and 64 workers.
 # These check the simulation's plumbing, not the roofline's figures.
 source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
@@ -89,6 +90,26 @@ if STARPU_LIMIT_CUDA_MEM=$limit run "$work/gpt-lim" "${gpt[@]}" --platform h100x
     bad "limit of $limit MiB: peak $lim_peak GB under it, $peak GB without"
   fi
 fi
+
+# a CPU node (platforms/cpu64) with calibrated histories on 8 and 64
+# workers (tests/data/sim-cpu64: `bench gpt --calibrate` of this small GPT on
+# the development machine, host name cpu64).  Loading a history from inside a
+# worker once held a pthread mutex across StarPU's SimGrid locks, and with
+# more than a few workers the simulation hung for good: `run` times out.
+for n in 8 64; do
+  if run "$work/cpu$n" "${gpt[@]}" --batch 8 --micro-batches 4 --platform cpu64 --gpus 0 \
+    --ncpus $n --perfmodels "$TG_SOURCE_DIR/tests/data/sim-cpu64" --steps 2; then
+    ms=$(value "simulated step ms" "$work/cpu$n")
+    hist=$(sed -n 's/^cost model: \([0-9]*\) estimates from calibrated history.*/\1/p' "$work/cpu$n")
+    busy=$(grep -c '^device CPU [0-9]*: busy' "$work/cpu$n")
+    if [ -n "$ms" ] && awk -v m="$ms" 'BEGIN { exit !(m > 0) }' && [ "${hist:-0}" -gt 0 ] &&
+      [ "$busy" = "$n" ]; then
+      ok "cpu64, $n CPU workers: step $ms ms, $hist estimates from the histories"
+    else
+      bad "cpu64, $n CPU workers: step '$ms', histories '$hist', $busy device lines"
+    fi
+  fi
+done
 
 # a sweep writes its rows and chart
 if "$tg" simulate mlp --platform h100x2 --gpus 1,2 --steps 1 --warmup 0 \

@@ -29,17 +29,22 @@ TG_PLATFORM_DIR="$work/plat" expect_fail "roofline without bf16" "a rate is miss
 echo "gpu_fp32_flops -3" >> "$work/plat/h100x1.roofline"
 TG_PLATFORM_DIR="$work/plat" expect_fail "negative rate" "bad line 'gpu_fp32_flops -3'" simulate mlp --platform h100x1
 
-# the committed platform files are what the generator writes
-mkdir -p "$work/gen"
-if "$py" "$TG_SOURCE_DIR/platforms/gen-h100.py" "$work/gen"; then
-  for f in "$work"/gen/*; do
-    if cmp -s "$f" "$TG_SOURCE_DIR/platforms/$(basename "$f")"; then
-      ok "platforms/$(basename "$f") matches gen-h100.py"
-    else
-      bad "platforms/$(basename "$f") differs from gen-h100.py's output"
-    fi
-  done
-else
-  bad "platforms/gen-h100.py failed"
-fi
+expect_fail "more CPUs than the platform's" "--ncpus 3: platform cpu2 has 2 CPU core" \
+  simulate mlp --platform cpu2 --gpus 0 --ncpus 3
+
+# the committed platform files are what the generators write
+for gen in gen-h100.py gen-cpu.py; do
+  rm -rf "$work/gen" && mkdir -p "$work/gen"
+  if "$py" "$TG_SOURCE_DIR/platforms/$gen" "$work/gen"; then
+    for f in "$work"/gen/*; do
+      if cmp -s "$f" "$TG_SOURCE_DIR/platforms/$(basename "$f")"; then
+        ok "platforms/$(basename "$f") matches $gen"
+      else
+        bad "platforms/$(basename "$f") differs from $gen's output"
+      fi
+    done
+  else
+    bad "platforms/$gen failed"
+  fi
+done
 finish test_simulate_cli
