@@ -32,6 +32,8 @@ static void bench_gpt_usage(void) {
        "  --attention NAME     naive or chunked (default chunked)\n"
        "  --chunk K            attention chunk (default 64)\n"
        "  --attn-splits S      attention tasks per micro-batch (default: auto)\n"
+       "  --classifier-blocks R  row blocks of dwte for the classifier's increments\n"
+       "                       (default: auto, one per 4 workers up to 16)\n"
        "  --steps N            measured steps (default 10)\n"
        "  --warmup N           unmeasured steps first (default 2)\n"
        "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
@@ -70,7 +72,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   const char *init_from = NULL;
   tg_gpt_config cfg = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
                        .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
-  int B = 8, T = 256, micro = 0 /* auto */, chunk = 64, splits = 0, steps = 10, warmup = 2;
+  int B = 8, T = 256, micro = 0 /* auto */, chunk = 64, splits = 0, cblocks = 0, steps = 10, warmup = 2;
   int torch = 0, quiet = 0, vp_given = 0;
   tg_cli_precision prec;
   tg_cli_precision_default(&prec);
@@ -95,6 +97,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
     else if (!strcmp(a, "--micro-batches")) micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
     else if (!strcmp(a, "--chunk")) chunk = INT(1, 1 << 16);
     else if (!strcmp(a, "--attn-splits")) splits = INT(1, TG_MAX_SPLIT);
+    else if (!strcmp(a, "--classifier-blocks")) cblocks = INT(1, TG_MAX_SPLIT);
     else if (!strcmp(a, "--steps")) steps = INT(1, 1 << 20);
     else if (!strcmp(a, "--warmup")) warmup = INT(0, 1 << 20);
     else if (!strcmp(a, "--attention")) {
@@ -152,6 +155,7 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   run.attention = attention;
   run.chunk = chunk;
   run.attn_splits = splits;
+  run.classifier_blocks = cblocks;
   run.amp.precision = prec.precision;
   run.amp.loss_scaling = prec.dynamic;
   run.amp.loss_scale = (float)prec.scale;
@@ -202,11 +206,14 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   qsort(ms, steps, sizeof *ms, tg_cli_cmp_double);
   double med = ms[steps / 2];
   double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
+  char cls[48] = "fused";
+  if (tg_gpt_classifier_blocks(&g))
+    snprintf(cls, sizeof cls, "split, dwte in %d block(s)", tg_gpt_classifier_blocks(&g));
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
-         "%s attention (chunk %d, %d tasks), %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
+         "%s attention (chunk %d, %d tasks), classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
          nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
-         g.run.attn_splits, tg_precision_name(prec.precision), tg_ncpu_workers(),
+         g.run.attn_splits, cls, tg_precision_name(prec.precision), tg_ncpu_workers(),
          tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);

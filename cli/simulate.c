@@ -60,7 +60,7 @@ static void simulate_usage(void) {
        "gpt: --layers L --channels C --heads NH --vocab V --max-seq T (default 4,\n"
        "     256, 4, 256, 256), --batch B (default 8 per GPU), --seq T (256),\n"
        "     --micro-batches M (default 2 per GPU), --attention naive|chunked,\n"
-       "     --chunk K, --attn-splits S\n"
+       "     --chunk K, --attn-splits S, --classifier-blocks R\n"
        "mlp: --batch N (default 2048 per GPU), --micro-batches M (2 per GPU),\n"
        "     --hidden LIST (512,256), --activation relu|gelu\n" TG_CLI_PRECISION_HELP);
 }
@@ -431,6 +431,8 @@ int tg_cmd_simulate(int argc, char **argv) {
     else if (o.is_gpt && !strcmp(a, "--seq")) o.seq = INT(1, 1 << 20);
     else if (o.is_gpt && !strcmp(a, "--chunk")) o.chunk = INT(1, 1 << 16);
     else if (o.is_gpt && !strcmp(a, "--attn-splits")) o.attn_splits = INT(1, TG_MAX_SPLIT);
+    else if (o.is_gpt && !strcmp(a, "--classifier-blocks"))
+      o.classifier_blocks = INT(1, TG_MAX_SPLIT);
     else if (o.is_gpt && !strcmp(a, "--attention")) {
       const char *v = VAL;
       if (!strcmp(v, "naive")) o.attention = TG_ATTN_NAIVE;

@@ -21,7 +21,7 @@ typedef struct tg_sim_options {
   int batch, seq, micro; /* seq: GPT only */
   tg_gpt_config gpt;
   tg_attention_kind attention;
-  int chunk, attn_splits;
+  int chunk, attn_splits, classifier_blocks;
   tg_mlp_config mlp;
   tg_cli_precision prec;
   tg_sim_roofline roofline; /* from platforms/<platform>.roofline */

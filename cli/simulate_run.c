@@ -107,6 +107,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   run.attention = o->attention;
   run.chunk = o->chunk;
   run.attn_splits = o->attn_splits;
+  run.classifier_blocks = o->classifier_blocks;
   run.amp.precision = o->prec.precision;
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   gpt_ctx c = {.lr = 1e-4f};

@@ -54,6 +54,8 @@ static void gpt_usage(void) {
        "  --chunk K            attention chunk (default 64)\n"
        "  --attn-splits S      attention tasks per micro-batch (default: one per\n"
        "                       worker, dividing B/M)\n"
+       "  --classifier-blocks R  row blocks of dwte for the classifier's gradient\n"
+       "                       (default: one per 4 workers, at most 16)\n"
        "  --data-order NAME    sequential or shuffled (default sequential)\n"
        "  --seed S             shuffling and sampling seed (default 1)\n"
        "  --save FILE          write the trained model (llm.c format; a name\n"
@@ -147,6 +149,8 @@ static void parse(int argc, char **argv, gpt_opts *o) {
       else tg_cli_die("--attention: '%s' is not naive or chunked", v);
     } else if (!strcmp(a, "--chunk")) o->chunk = (int)tg_cli_int(a, VAL, 1, 1 << 16);
     else if (!strcmp(a, "--attn-splits")) o->attn_splits = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
+    else if (!strcmp(a, "--classifier-blocks"))
+      o->classifier_blocks = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
     else if (!strcmp(a, "--data-order")) {
       const char *v = VAL;
       o->order_given = 1;

@@ -16,7 +16,7 @@
 
 typedef struct gpt_opts {
   const char *init_from, *data, *val, *save, *checkpoint, *resume;
-  int B, T, steps, micro, warmup, chunk, attn_splits, sample, val_every, val_batches;
+  int B, T, steps, micro, warmup, chunk, attn_splits, classifier_blocks, sample, val_every, val_batches;
   int log_every, cosine, shuffled, checkpoint_every;
   int order_given, seed_given, shape_given[2];
   double temperature;

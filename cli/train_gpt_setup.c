@@ -179,6 +179,7 @@ void gpt_build_model(gpt_session *s) {
   run.attention = o->attention;
   run.chunk = o->chunk;
   run.attn_splits = o->attn_splits;
+  run.classifier_blocks = o->classifier_blocks;
   run.amp = (tg_amp_config){.precision = o->prec.precision, .loss_scaling = o->prec.dynamic,
                             .loss_scale = (float)o->prec.scale,
                             .loss_scale_window = o->prec.window};

@@ -8,7 +8,11 @@
  * tg_lm_classifier_dlogits_insert is the split form (kernels/cpu/
  * lm_classifier.c): the same codelet writes the micro-batch's whole dlogits
  * into a tensor of the caller instead of a scratch, and does not touch dwte;
- * the caller adds dlogits^T lnf into dwte with a GEMM task of its own.
+ * the caller adds dlogits^T lnf into dwte with a GEMM task of its own:
+ * tg_gemm on the whole dwte, or tg_lm_classifier_dwte on a row block of it
+ * (the GEMM over a column range of dlogits), so that on many workers the
+ * micro-batches' increments of different blocks run at once instead of one
+ * after the other (bench/results/2026-11-24-many-core.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -160,4 +164,61 @@ int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_sc
                                         tg_accum_mode(loss_accum), STARPU_W, STARPU_W};
   double flops = 2.0 * n * (double)V * C * 2;
   return tg_submit(&tg_lm_classifier_cl, 6, h, md, &args, sizeof args, flops, opts);
+}
+
+/* ---- the dwte increment on a row block --------------------------------------- */
+
+typedef struct tg_lmc_dwte_args {
+  uint32_t shape;
+  int v0;
+  float grad_scale, beta;
+} tg_lmc_dwte_args;
+
+/* buffers: dlogits (n, Vd), lnf (n, C), dwte_rows (Vb, C) */
+static void tg_lm_classifier_dwte_cpu(void *buffers[], void *cl_arg) {
+  const tg_lmc_dwte_args *a = cl_arg;
+  tg_cpu_gemm(1, 0, TG_ROWS(buffers[2]), TG_COLS(buffers[2]), TG_ROWS(buffers[0]),
+              a->grad_scale, TG_PTR(buffers[0]) + a->v0, TG_LD(buffers[0]),
+              TG_PTR(buffers[1]), TG_LD(buffers[1]), a->beta, TG_PTR(buffers[2]),
+              TG_LD(buffers[2]));
+}
+
+#ifdef TG_HAVE_CUDA
+static void tg_lm_classifier_dwte_cuda(void *buffers[], void *cl_arg) {
+  const tg_lmc_dwte_args *a = cl_arg;
+  TG_CUBLAS_CHECK(tg_cuda_gemm(starpu_cublas_get_local_handle(), 1, 0, TG_ROWS(buffers[2]),
+                               TG_COLS(buffers[2]), TG_ROWS(buffers[0]), a->grad_scale,
+                               TG_PTR(buffers[0]) + a->v0, TG_LD(buffers[0]),
+                               TG_PTR(buffers[1]), TG_LD(buffers[1]), a->beta,
+                               TG_PTR(buffers[2]), TG_LD(buffers[2])));
+}
+#endif
+
+TG_CODELET(lm_classifier_dwte, tg_lm_classifier_dwte_cpu, tg_lm_classifier_dwte_cuda);
+
+int tg_lm_classifier_dwte_insert(int v0, float grad_scale, starpu_data_handle_t dlogits,
+                                 starpu_data_handle_t lnf, starpu_data_handle_t dwte_rows,
+                                 tg_accum accum, const tg_task_opts *opts) {
+  const char *op = "tg_lm_classifier_dwte";
+  int n, vd, ln, C, vb, wc;
+  TG_TRY(tg_shape(dlogits, "tg_lm_classifier_dwte: dlogits", &n, &vd));
+  TG_TRY(tg_shape(lnf, "tg_lm_classifier_dwte: lnf", &ln, &C));
+  TG_TRY(tg_shape(dwte_rows, "tg_lm_classifier_dwte: dwte_rows", &vb, &wc));
+  if (ln != n) return tg_fail(EINVAL, "%s: dlogits has %d rows, lnf %d", op, n, ln);
+  if (wc != C) return tg_fail(EINVAL, "%s: lnf has %d columns, dwte_rows %d", op, C, wc);
+  if (v0 < 0 || vb > vd - v0)
+    return tg_fail(EINVAL, "%s: rows %d .. %d of dwte are outside dlogits' %d columns", op, v0,
+                   v0 + vb - 1, vd);
+  if (!(grad_scale > 0.0f) || isinf(grad_scale))
+    return tg_fail(EINVAL, "%s: the gradient (loss) scale must be positive and finite, got %g",
+                   op, grad_scale);
+  TG_TRY(tg_expect(dlogits, op, "dlogits", n, vd, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(lnf, op, "lnf", n, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dwte_rows, op, "dwte_rows", vb, C, TG_FLOAT_SLOT));
+  tg_lmc_dwte_args args = {.shape = 0, .v0 = v0, .grad_scale = grad_scale,
+                           .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f};
+  starpu_data_handle_t h[3] = {dlogits, lnf, dwte_rows};
+  enum starpu_data_access_mode md[3] = {STARPU_R, STARPU_R, tg_accum_mode(accum)};
+  return tg_submit(&tg_lm_classifier_dwte_cl, 3, h, md, &args, sizeof args,
+                   2.0 * n * (double)vb * C, opts);
 }

@@ -137,6 +137,9 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
+  if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
+    return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
+                   TG_MAX_SPLIT);
   return tg_amp_config_check(&r->amp, "GPT");
 }
 
@@ -212,6 +215,9 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
 
 void tg_gpt_destroy(tg_gpt *g) {
   tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
+  tg_split_free(&g->g[TG_WTE][0], &g->dwte_split);
+  free(g->embed_dres);
+  g->embed_dres = NULL;
   if (g->attn) {
     for (int i = 0; i < g->cfg.num_layers * g->run.nmicro; i++) tg_gpt_attn_destroy(&g->attn[i]);
     free(g->attn);
@@ -360,6 +366,21 @@ static void tg_gpt_release_forward(tg_gpt *g, tg_gpt_micro *mb) {
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
 }
 
+/* The embedding backward of micro-batch mb from dres = dL/dx0 (n, C),
+ * released after. */
+static int tg_gpt_embed_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_tensor *dres) {
+  int L = g->cfg.num_layers;
+  tg_gopts go;
+  int rc = tg_gpt_take(g, mb, TG_WTE, 0, 0, NULL);
+  if (rc == 0) rc = tg_gpt_take(g, mb, TG_WPE, 0, 0, NULL);
+  if (rc == 0)
+    rc = tg_embedding_bwd_insert(g->run.T, mb->tokens, dres->handle, G(g, TG_WTE, 0),
+                                 G(g, TG_WPE, 0), GMODE(g),
+                                 OPT(L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro));
+  tg_tensor_release(dres);
+  return rc;
+}
+
 static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   const tg_gpt_config *c = &g->cfg;
   int n = mb->n, C = c->channels, L = c->num_layers;
@@ -420,13 +441,11 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
   }
-  GZERO(TG_WTE, 0);
-  GZERO(TG_WPE, 0);
-  TG_TRY(tg_embedding_bwd_insert(g->run.T, mb->tokens, dres.handle, G(g, TG_WTE, 0),
-                                 G(g, TG_WPE, 0), GMODE(g),
-                                 OPT(L, TG_GPT_RANKS(L), "m%d.embed_bwd", mb->micro)));
-  tg_tensor_release(&dres);
-  return 0;
+  if (g->dwte_blocks > 1) { /* dwte is in row blocks: after the last classifier */
+    g->embed_dres[mb->micro] = dres;
+    return 0;
+  }
+  return tg_gpt_embed_bwd(g, mb, &dres);
 }
 
 static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
@@ -449,7 +468,9 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
  * task's chunk of logits is 51 MB per worker; there the split takes the
  * workers' idle time from 22% to 4% of the step. */
 static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
-  return backward && GMODE(g) == TG_COMMUTE && !ACT(g);
+  /* the gradients' sums add in place (TG_COMMUTE; reduce.c), known outside
+   * a step too */
+  return backward && tg_sum_in_place() && !tg_deterministic() && !ACT(g);
 }
 
 /* The tied classifier of micro-batch mb: loss into its leaf of loss_sum and,
@@ -481,10 +502,80 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
    * update at the end of the step is the only task that waits for it) */
   tg_accum mode = TG_ACCUMULATE;
   if (rc == 0) rc = tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode);
-  if (rc == 0)
+  if (rc == 0 && g->dwte_blocks < 2)
     rc = tg_gemm_insert(1, 0, gs, dl.handle, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
                         OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
+  /* in row blocks of dwte: block j's increments of the micro-batches wait
+   * for each other, not for those of the other blocks */
+  for (int j = 0; rc == 0 && j < g->dwte_blocks && g->dwte_blocks > 1; j++)
+    rc = tg_lm_classifier_dwte_insert(
+        tg_split_start(c->padded_vocab_size, g->dwte_blocks, j, NULL), gs, dl.handle,
+        mb->lnf.handle, g->dwte_split.parts[j], mode,
+        OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte%d", i, j));
   tg_tensor_release(&dl);
+  return rc;
+}
+
+/* How many row blocks of dwte the split classifier adds into this step
+ * (1: the whole).  A micro-batch's increment is about a sixth of its
+ * classifier and one block at a time is enough while the workers are few;
+ * with many micro-batches on many workers, the increments of one dwte, one
+ * at a time, became the whole step's tail (GPT-2 124M, 64 micro-batches on
+ * 64 simulated cores: 2.3 s of a 2.8 s step on one core;
+ * bench/results/2026-11-24-many-core.md).  So by default a block per 4
+ * workers, at most 16. */
+static int tg_gpt_dwte_blocks(const tg_gpt *g) {
+  if (!tg_gpt_classifier_split(g, 1)) return 1;
+  int n = g->run.classifier_blocks;
+  if (n == 0) {
+    int w = tg_ncpu_workers() + starpu_cuda_worker_get_count();
+    n = (w + 3) / 4;
+    if (n > 16) n = 16;
+  }
+  if (n > g->cfg.padded_vocab_size) n = g->cfg.padded_vocab_size;
+  return n < 1 ? 1 : n;
+}
+
+int tg_gpt_classifier_blocks(const tg_gpt *g) {
+  return tg_gpt_classifier_split(g, 1) ? tg_gpt_dwte_blocks(g) : 0;
+}
+
+/* Before the micro-batches: dwte into its row blocks when they are used
+ * (the plan made once, or again when the number changes). */
+static int tg_gpt_dwte_split(tg_gpt *g) {
+  g->dwte_blocks = tg_gpt_dwte_blocks(g);
+  if (g->dwte_blocks < 2) return 0;
+  tg_tensor *dwte = &g->g[TG_WTE][0];
+  if (g->dwte_split.n != g->dwte_blocks) {
+    tg_split_free(dwte, &g->dwte_split);
+    TG_TRY(tg_split_plan(dwte, g->dwte_blocks, &g->dwte_split));
+  }
+  free(g->embed_dres);
+  g->embed_dres = calloc((size_t)g->run.nmicro, sizeof *g->embed_dres);
+  if (!g->embed_dres) return tg_fail(ENOMEM, "GPT: out of memory");
+  tg_split_write(dwte, &g->dwte_split);
+  return 0;
+}
+
+/* After them: dwte whole again, then the embedding backwards that waited
+ * for it (or, after an error, their dres released).  Returns rc, or the
+ * first error of its own. */
+static int tg_gpt_dwte_join(tg_gpt *g, const tg_batch *batch, int rc) {
+  if (g->dwte_blocks < 2) return rc;
+  tg_split_join(&g->g[TG_WTE][0], &g->dwte_split);
+  for (int i = 0; i < g->run.nmicro; i++) {
+    tg_tensor *dres = &g->embed_dres[i];
+    if (!dres->handle) continue;
+    if (rc != 0) {
+      tg_tensor_release(dres);
+      continue;
+    }
+    tg_gpt_micro mb = {.n = batch->rows / g->run.nmicro, .micro = i, .tokens = batch->x[i]};
+    rc = tg_gpt_embed_bwd(g, &mb, dres);
+  }
+  free(g->embed_dres);
+  g->embed_dres = NULL;
+  g->dwte_blocks = 1;
   return rc;
 }
 
@@ -535,9 +626,11 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
    * turns (see tg_gpt_classifier_split) */
   tg_sum loss_sum = {0};
   if (rc == 0) rc = tg_sum_begin_ordered(&loss_sum, &g->loss, 1, M, backward);
+  if (rc == 0 && backward) rc = tg_gpt_dwte_split(g);
   if (rc == 0)
     rc = tg_gpt_micros(g, &loss_sum, batch, backward,
                        1.0f / ((float)g->run.B * g->run.T * ranks));
+  if (backward) rc = tg_gpt_dwte_join(g, batch, rc);
   /* finish every sum begun, even after an error, so no leaf is left behind */
   for (int p = 0; p < TG_GPT_NPARAMS && backward; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c); l++) {

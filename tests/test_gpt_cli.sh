@@ -79,6 +79,12 @@ else
   bad "bench gpt --vocab 250: $(head -1 "$work/b.out")"
 fi
 
+# --classifier-blocks: 1 .. 64 (auto when not given)
+expect_fail "train gpt: --classifier-blocks 0" "--classifier-blocks: 0 is out of range" \
+  train gpt --classifier-blocks 0
+expect_fail "bench gpt: --classifier-blocks 65" "--classifier-blocks: 65 is out of range" \
+  bench gpt --classifier-blocks 65
+
 # --micro-batches: a count or auto (the default: one per worker, within
 # what the batch allows, printed)
 expect_fail "bench gpt: --micro-batches x" "'x' is neither a count nor 'auto'" \

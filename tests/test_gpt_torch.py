@@ -69,7 +69,7 @@ MODELS = {
     "a": dict(maxT=32, V=256, L=2, NH=4, C=64, Vp=256, seed=1),
     "b": dict(maxT=32, V=250, L=2, NH=4, C=64, Vp=256, seed=2),
 }
-# (model, attention, chunk, micro, splits, classifier chunk): with the
+# (model, attention, chunk, micro, splits, classifier chunk[, dwte blocks]): with the
 # default classifier chunk (256) every micro-batch (<= 128 rows) is one
 # chunk; 48 makes 3 and 2 chunks (the split classifier of graphs/gpt.c then
 # keeps dlogits chunk after chunk)
@@ -84,6 +84,10 @@ RUNS = [
     ("b", "chunked", 64, 1, 2, 256),
     ("b", "chunked", 16, 1, 1, 48),
     ("a", "chunked", 64, 2, 2, 48),
+    # dwte's increments in row blocks (gpt.c: by default only from 8
+    # workers on), blocks of unequal sizes
+    ("a", "chunked", 64, 2, 2, 48, 3),
+    ("b", "chunked", 16, 2, 1, 256, 7),
 ]
 # ways to break the reference, to see that the checks can fail
 PERTURBATIONS = ("scale", "causal", "padded", "eps", "decay2d")
@@ -243,18 +247,22 @@ def forward(P, m, idx, targets):
     return loss, logits_all
 
 
-def run_one(tool, tmp, model, attention, chunk, micro, splits, cchunk, files):
+def run_one(tool, tmp, model, attention, chunk, micro, splits, cchunk, files, cblocks=0):
     m = MODELS[model]
     name = f"model {model} (V={m['V']} Vp={m['Vp']}) {attention}"
     if attention == "chunked":
         name += f" chunk={chunk}"
     name += f" M={micro} S={splits} classifier chunk {cchunk}"
+    if cblocks:
+        name += f", dwte in {cblocks} blocks"
     ckpt, tokf = files[model]
     out = os.path.join(tmp, "dump.bin")
     cmd = [tool, "--model", ckpt, "--tokens", tokf, "--batch", str(B), "--seq", str(T),
            "--micro", str(micro), "--attention", attention, "--chunk", str(chunk),
            "--splits", str(splits), "--classifier-chunk", str(cchunk), "--steps", str(STEPS),
            "--lr", repr(LR), "--out", out]
+    if cblocks:
+        cmd += ["--classifier-blocks", str(cblocks)]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=300)
@@ -378,7 +386,7 @@ def main():
             write_tokens(tokf, B * T + 1 + 100, m["V"], m["seed"])
             files[key] = (ckpt, tokf)
         for run in RUNS:
-            r = run_one(tool, tmp, *run, files)
+            r = run_one(tool, tmp, *run[:6], files, *run[6:])
             if r:
                 worst = [max(a, b) for a, b in zip(worst, r)]
     print(f"test_gpt_torch: worst rel err of loss/logits/gradients {worst[0]:.2e}, "

@@ -200,6 +200,14 @@ int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_sc
                                     starpu_data_handle_t targets, starpu_data_handle_t dlnf,
                                     starpu_data_handle_t dlogits, starpu_data_handle_t loss,
                                     tg_accum loss_accum, const tg_task_opts *opts);
+/* dwte_rows (Vb, C) (+)= grad_scale dlogits[:, v0 : v0 + Vb]^T lnf: the split
+ * classifier's dwte increment on a row block of dwte (rows v0 .. v0 + Vb - 1
+ * of the vocabulary), so that the micro-batches' increments of different
+ * blocks run at once; dlogits (n, Vd) and lnf (n, C) are read whole.  The
+ * access mode of dwte_rows follows accum (TG_OVERWRITE: beta 0). */
+int tg_lm_classifier_dwte_insert(int v0, float grad_scale, starpu_data_handle_t dlogits,
+                                 starpu_data_handle_t lnf, starpu_data_handle_t dwte_rows,
+                                 tg_accum accum, const tg_task_opts *opts);
 
 /* X = value (write-only) */
 int tg_fill_insert(starpu_data_handle_t X, float value,
@@ -220,7 +228,7 @@ extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
     tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
     tg_layernorm_bwd_cl, tg_residual_cl, tg_attention_fwd_cl,
-    tg_attention_bwd_cl, tg_lm_classifier_cl;
+    tg_attention_bwd_cl, tg_lm_classifier_cl, tg_lm_classifier_dwte_cl;
 #if TG_STARPU_AT_LEAST(1, 4)
 /* StarPU 1.4's REDUX merge: tg_accumulate with RW|COMMUTE on dst */
 extern struct starpu_codelet tg_accumulate_redux_cl;

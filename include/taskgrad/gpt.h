@@ -44,6 +44,8 @@ typedef struct tg_gpt_run_config {
   int attn_splits;             /* attention tasks per micro-batch; divides
                                   B / nmicro; 0 = as many as CPU workers */
   int classifier_chunk;        /* classifier rows per chunk (default 256) */
+  int classifier_blocks;       /* row blocks of dwte that the split classifier's
+                                  increments go to (gpt.c); 0 = by the workers */
   /* mixed precision (optim.h): with bf16 or fp16 the activations, their
    * gradients and the GEMMs' weight operands are 16-bit (weights as copies
    * refreshed by the optimizer), master weights, AdamW state and weight
@@ -77,6 +79,12 @@ typedef struct tg_gpt {
   struct tg_sum *sums;         /* internal: the gradients' sums of the step
                                   being submitted ([param * MAX_LAYERS + l]) */
   tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
+  /* internal: dwte's row blocks for the split classifier's increments, how
+   * many this step (1: none), and each micro-batch's dres kept for the
+   * embedding backward, which waits until the blocks are joined */
+  tg_split dwte_split;
+  int dwte_blocks;
+  tg_tensor *embed_dres;
   /* mixed precision: 16-bit copies of the GEMM weights (qkvw, attprojw,
    * fcw, fcprojw, wte; empty otherwise) */
   tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
@@ -87,6 +95,10 @@ typedef struct tg_gpt {
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
                   const tg_gpt_run_config *run, const tg_optimizer_config *opt);
 void tg_gpt_destroy(tg_gpt *g);
+/* How the classifier's gradient is formed in a training step: 0 fused (one
+ * task adds into dwte), else split, its dwte increments in that many row
+ * blocks of dwte (1: the whole). */
+int tg_gpt_classifier_blocks(const tg_gpt *g);
 
 /* Zeroes the gradients, then forward and backward of every micro-batch;
  * the gradients are then those of the batch-mean loss. */

@@ -82,6 +82,13 @@ void tg_split_readonly(tg_tensor *t, tg_split *s);
 void tg_split_write(tg_tensor *t, tg_split *s);
 void tg_split_join(tg_tensor *t, tg_split *s);
 void tg_split_free(tg_tensor *t, tg_split *s);
+/* Where block j of an extent split into n blocks starts, and (size) how
+ * long it is: the cut of every split above. */
+static inline int tg_split_start(int extent, int n, int j, int *size) {
+  int q = extent / n, r = extent % n;
+  if (size) *size = q + (j < r);
+  return j * q + (j < r ? j : r);
+}
 
 static inline size_t tg_tensor_numel(const tg_tensor *t) {
   return (size_t)t->rows * (size_t)t->cols;

@@ -16,6 +16,14 @@
  *            analytic increment;
  *  pair      as the fused form, dlogits as a third output;
  *  cuda-emu  against the CPU kernel, and Vd < V refused.
+ * The split form's dwte increment on a row block (tg_lm_classifier_dwte_insert):
+ *  pair      v0 at 0, inside and at the end of dlogits, over NaN
+ *            (TG_OVERWRITE) and onto values (TG_ACCUMULATE, TG_COMMUTE);
+ *            and against float64: dwte split into 3 unequal row blocks
+ *            (tg_split_start), two micro-batches' increments of every block
+ *            left to any worker (TG_COMMUTE), then joined; bad ranges and
+ *            mismatched shapes refused.  Its CUDA version is tg_cuda_gemm on
+ *            an offset pointer (the gemm row's cuda-emu).
  */
 
 #include "ref_util.h"
@@ -372,6 +380,107 @@ static void pair_classifier(void) {
   tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
 }
 
+/* dwte_rows (+)= 0.5 dlogits[:, v0 : v0 + Vb]^T lnf */
+typedef struct dwte_ctx {
+  starpu_data_handle_t dl, lnf;
+  int v0;
+  tg_accum accum;
+} dwte_ctx;
+
+static int classifier_dwte(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const dwte_ctx *c = v;
+  return tg_lm_classifier_dwte_insert(c->v0, 0.5f, c->dl, c->lnf, out[0].handle, c->accum, o);
+}
+
+static void pair_classifier_dwte_cases(void) {
+  const int n = 37, C = 33, Vd = 259, Vb = 50;
+  float *dl = rnd((size_t)n * Vd, 1.0f), *lnf = rnd((size_t)n * C, 1.0f);
+  float *w0 = rnd((size_t)Vb * C, 1.0f);
+  tg_tensor D, L;
+  new_tensor(&D, n, Vd, dl);
+  new_tensor(&L, n, C, lnf);
+  static const int v0s[3] = {0, 101, 259 - 50};
+  static const tg_accum modes[3] = {TG_OVERWRITE, TG_ACCUMULATE, TG_COMMUTE};
+  for (int iv = 0; iv < 3; iv++)
+    for (int im = 0; im < 3; im++) {
+      dwte_ctx c = {.dl = D.handle, .lnf = L.handle, .v0 = v0s[iv], .accum = modes[im]};
+      outspec o = {.name = "dwte_rows", .rows = Vb, .cols = C,
+                   .init = modes[im] == TG_OVERWRITE ? NULL : w0, .redux = 0, .tol = TOL};
+      char what[96];
+      snprintf(what, sizeof what, "lm_classifier_dwte v0=%d %s", v0s[iv], accum_name(modes[im]));
+      run_pair(what, classifier_dwte, &c, 1, &o, NULL, NULL);
+    }
+  /* refused: a block past dlogits' columns, v0 < 0, lnf of other rows */
+  tg_tensor W, L2;
+  new_tensor(&W, Vb, C, w0);
+  new_tensor(&L2, n + 1, C, NULL);
+  CHECK(tg_lm_classifier_dwte_insert(Vd - Vb + 1, 1.0f, D.handle, L.handle, W.handle,
+                                     TG_ACCUMULATE, NULL) < 0 &&
+            strstr(tg_last_error(), "outside dlogits") != NULL,
+        "lm_classifier_dwte: rows past dlogits refused (%s)", tg_last_error());
+  CHECK(tg_lm_classifier_dwte_insert(-1, 1.0f, D.handle, L.handle, W.handle, TG_ACCUMULATE,
+                                     NULL) < 0,
+        "lm_classifier_dwte: v0 = -1 refused");
+  CHECK(tg_lm_classifier_dwte_insert(0, 1.0f, D.handle, L2.handle, W.handle, TG_ACCUMULATE,
+                                     NULL) < 0 &&
+            strstr(tg_last_error(), "rows") != NULL,
+        "lm_classifier_dwte: lnf with other rows refused (%s)", tg_last_error());
+  free(dl); free(lnf); free(w0);
+  tg_tensor_free(&D); tg_tensor_free(&L); tg_tensor_free(&W); tg_tensor_free(&L2);
+}
+
+/* dwte (Vp, C) = dwte0 + 0.5 sum over 2 micro-batches of dl_i^T lnf_i, in 3
+ * row blocks of 22, 21 and 21 rows, each increment on any worker, against
+ * float64: a wrong v0 for a block, or an increment lost, shows */
+static void pair_classifier_dwte_blocks(void) {
+  const int n = 19, C = 17, Vp = 64, nb = 3, nmb = 2;
+  float *dl[2], *lnf[2], *w0 = rnd((size_t)Vp * C, 1.0f), *w = xmalloc(sizeof(float) * Vp * C);
+  tg_tensor D[2], L[2], Wt;
+  for (int i = 0; i < nmb; i++) {
+    dl[i] = rnd((size_t)n * Vp, 1.0f);
+    lnf[i] = rnd((size_t)n * C, 1.0f);
+    new_tensor(&D[i], n, Vp, dl[i]);
+    new_tensor(&L[i], n, C, lnf[i]);
+  }
+  new_tensor(&Wt, Vp, C, w0);
+  tg_split s;
+  CHECK(tg_split_plan(&Wt, nb, &s) == 0, "%s", tg_last_error());
+  tg_split_write(&Wt, &s);
+  for (int i = 0; i < nmb; i++)
+    for (int j = 0; j < nb; j++)
+      CHECK(tg_lm_classifier_dwte_insert(tg_split_start(Vp, nb, j, NULL), 0.5f, D[i].handle,
+                                         L[i].handle, s.parts[j], TG_COMMUTE, NULL) == 0,
+            "%s", tg_last_error());
+  tg_split_free(&Wt, &s);
+  CHECK(tg_tensor_read(&Wt, w) == 0, "%s", tg_last_error());
+  double *ref = tg_test_malloc(sizeof(double) * Vp * C);
+  for (int v = 0; v < Vp; v++)
+    for (int c = 0; c < C; c++) {
+      double acc = 0;
+      for (int i = 0; i < nmb; i++)
+        for (int r = 0; r < n; r++)
+          acc += (double)dl[i][(size_t)r * Vp + v] * lnf[i][(size_t)r * C + c];
+      ref[(size_t)v * C + c] = w0[(size_t)v * C + c] + 0.5 * acc;
+    }
+  CHECK_REL(tg_rel_err_f64(w, ref, (size_t)Vp * C), TOL,
+            "lm_classifier_dwte: 2 increments of 3 row blocks on any worker vs float64");
+  free(ref);
+  for (int i = 0; i < nmb; i++) {
+    free(dl[i]);
+    free(lnf[i]);
+    tg_tensor_free(&D[i]);
+    tg_tensor_free(&L[i]);
+  }
+  free(w0);
+  free(w);
+  tg_tensor_free(&Wt);
+}
+
+static void pair_classifier_dwte(void) {
+  pair_classifier_dwte_cases();
+  pair_classifier_dwte_blocks();
+}
+
 #ifdef OPS_EMU
 #include "cuda_emu/emu_test.h"
 
@@ -446,6 +555,14 @@ static const ops_row rows[] = {
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_both)},
      .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
                  [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+    {.name = "lm_classifier_dwte",
+     .covers = "tg_lm_classifier_dwte_cl tg_lm_classifier_dwte_insert",
+     .run = {[OPS_CPU] = pair_classifier_dwte, [OPS_CUDA] = pair_classifier_dwte,
+             [OPS_DEVICE] = pair_classifier_dwte},
+     .why_not = {[OPS_REF] = "no kernel of its own: tg_cpu_gemm on an offset pointer (the "
+                             "gemm row's ref); checked against float64 in the pair backends",
+                 [OPS_LOWP] = "f32 only, as the split classifier it belongs to",
+                 [OPS_CUDA_EMU] = "tg_cuda_gemm on an offset pointer: the gemm row's cuda-emu"}},
 };
 
 OPS_FAMILY(lm_classifier, rows);

@@ -60,7 +60,8 @@ static void usage(FILE *f, const char *prog) {
   fprintf(f,
           "usage: %s --model FILE --tokens FILE --batch B --seq T [--micro M]\n"
           "          [--attention naive|chunked] [--chunk K] [--splits S]\n"
-          "          [--classifier-chunk R] [--steps N] [--lr X] --out FILE\n",
+          "          [--classifier-chunk R] [--classifier-blocks K] [--steps N]\n"
+          "          [--lr X] --out FILE\n",
           prog);
 }
 
@@ -96,7 +97,7 @@ static void put_f64(writer *w, double v) { put(w, &v, sizeof v, 1); }
 
 int main(int argc, char **argv) {
   const char *model = NULL, *tokfile = NULL, *out = NULL;
-  long B = -1, T = -1, M = 1, chunk = 64, splits = 1, steps = 1, cchunk = 0;
+  long B = -1, T = -1, M = 1, chunk = 64, splits = 1, steps = 1, cchunk = 0, cblocks = 0;
   tg_attention_kind attention = TG_ATTN_CHUNKED;
   float lr = 1e-3f;
 
@@ -108,6 +109,7 @@ int main(int argc, char **argv) {
       {"steps", required_argument, NULL, 'k'},  {"lr", required_argument, NULL, 'l'},
       {"out", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
       {"classifier-chunk", required_argument, NULL, 'r'},
+      {"classifier-blocks", required_argument, NULL, 'q'},
       {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -122,6 +124,9 @@ int main(int argc, char **argv) {
     case 's': if (parse_int(optarg, 0, TG_MAX_SPLIT, "--splits", &splits) < 0) return 2; break;
     case 'r':
       if (parse_int(optarg, 1, 1 << 20, "--classifier-chunk", &cchunk) < 0) return 2;
+      break;
+    case 'q':
+      if (parse_int(optarg, 1, TG_MAX_SPLIT, "--classifier-blocks", &cblocks) < 0) return 2;
       break;
     case 'k': if (parse_int(optarg, 0, 1 << 20, "--steps", &steps) < 0) return 2; break;
     case 'a':
@@ -198,6 +203,7 @@ int main(int argc, char **argv) {
   run.chunk = (int)chunk;
   run.attn_splits = (int)splits;
   if (cchunk > 0) run.classifier_chunk = (int)cchunk; /* else the default */
+  run.classifier_blocks = (int)cblocks;                 /* 0: auto */
   tg_gpt g;
   if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) {
     fprintf(stderr, "tg_gpt_dump: tg_gpt_create: %s\n", tg_last_error());
