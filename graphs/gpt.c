@@ -563,7 +563,7 @@ static int tg_gpt_dwte_split(tg_gpt *g) {
 static int tg_gpt_dwte_join(tg_gpt *g, const tg_batch *batch, int rc) {
   if (g->dwte_blocks < 2) return rc;
   tg_split_join(&g->g[TG_WTE][0], &g->dwte_split);
-  for (int i = 0; i < g->run.nmicro; i++) {
+  for (int i = 0; g->embed_dres && i < g->run.nmicro; i++) {
     tg_tensor *dres = &g->embed_dres[i];
     if (!dres->handle) continue;
     if (rc != 0) {

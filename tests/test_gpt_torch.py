@@ -84,7 +84,7 @@ RUNS = [
     ("b", "chunked", 64, 1, 2, 256),
     ("b", "chunked", 16, 1, 1, 48),
     ("a", "chunked", 64, 2, 2, 48),
-    # dwte's increments in row blocks (gpt.c: by default only from 8
+    # dwte's increments in row blocks (gpt.c: by default only from 5
     # workers on), blocks of unequal sizes
     ("a", "chunked", 64, 2, 2, 48, 3),
     ("b", "chunked", 16, 2, 1, 256, 7),
