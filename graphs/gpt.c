@@ -550,9 +550,10 @@ static int tg_gpt_dwte_split(tg_gpt *g) {
     tg_split_free(dwte, &g->dwte_split);
     TG_TRY(tg_split_plan(dwte, g->dwte_blocks, &g->dwte_split));
   }
-  free(g->embed_dres);
-  g->embed_dres = calloc((size_t)g->run.nmicro, sizeof *g->embed_dres);
-  if (!g->embed_dres) return tg_fail(ENOMEM, "GPT: out of memory");
+  if (!g->embed_dres) { /* kept for the next steps; tg_gpt_dwte_join empties it */
+    g->embed_dres = calloc((size_t)g->run.nmicro, sizeof *g->embed_dres);
+    if (!g->embed_dres) return tg_fail(ENOMEM, "GPT: out of memory");
+  }
   tg_split_write(dwte, &g->dwte_split);
   return 0;
 }
@@ -573,8 +574,6 @@ static int tg_gpt_dwte_join(tg_gpt *g, const tg_batch *batch, int rc) {
     tg_gpt_micro mb = {.n = batch->rows / g->run.nmicro, .micro = i, .tokens = batch->x[i]};
     rc = tg_gpt_embed_bwd(g, &mb, dres);
   }
-  free(g->embed_dres);
-  g->embed_dres = NULL;
   g->dwte_blocks = 1;
   return rc;
 }

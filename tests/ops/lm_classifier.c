@@ -22,8 +22,10 @@
  *            and against float64: dwte split into 3 unequal row blocks
  *            (tg_split_start), two micro-batches' increments of every block
  *            left to any worker (TG_COMMUTE), then joined; bad ranges and
- *            mismatched shapes refused.  Its CUDA version is tg_cuda_gemm on
- *            an offset pointer (the gemm row's cuda-emu).
+ *            mismatched shapes refused;
+ *  cuda-emu  the call its CUDA version makes (tg_cuda_gemm on dlogits + v0,
+ *            leading dimensions Vd and C + 1) against the CPU version's, v0
+ *            at the start, middle and end, beta 0 over NaN and beta 1.
  */
 
 #include "ref_util.h"
@@ -540,6 +542,27 @@ static void emu_classifier_dlogits(void) {
   free(lnf); free(wte); free(tok);
 }
 
+/* as tg_lm_classifier_dwte_cpu and _cuda call them: dwte_rows (Vb, C) (+)=
+ * 0.5 dlogits[:, v0 : v0 + Vb]^T lnf */
+static void emu_classifier_dwte(void) {
+  const int n = 37, C = 33, Vd = 259, Vb = 50, ldl = C + 1;
+  float *dl = input(n, Vd, Vd, 1.0f), *lnf = input(n, C, ldl, 1.0f);
+  static const int v0s[3] = {0, 101, 259 - 50};
+  for (int iv = 0; iv < 3; iv++)
+    for (int b = 0; b < 2; b++) {
+      float *w[2];
+      outputs(w, Vb, C, C, b);
+      ok("tg_cuda_gemm", "classifier dwte",
+         tg_cuda_gemm(g_blas, 1, 0, Vb, C, n, 0.5f, dl + v0s[iv], Vd, lnf, ldl, (float)b, w[0],
+                      C));
+      tg_cpu_gemm(1, 0, Vb, C, n, 0.5f, dl + v0s[iv], Vd, lnf, ldl, (float)b, w[1], C);
+      compare("tg_cuda_gemm", "classifier dwte", w[0], w[1], (size_t)Vb * C, kTolRed);
+      free2(w);
+    }
+  free(dl);
+  free(lnf);
+}
+
 static void emu_classifier_both(void) {
   emu_classifier();
   emu_classifier_dlogits();
@@ -558,11 +581,12 @@ static const ops_row rows[] = {
     {.name = "lm_classifier_dwte",
      .covers = "tg_lm_classifier_dwte_cl tg_lm_classifier_dwte_insert",
      .run = {[OPS_CPU] = pair_classifier_dwte, [OPS_CUDA] = pair_classifier_dwte,
-             [OPS_DEVICE] = pair_classifier_dwte},
+             [OPS_DEVICE] = pair_classifier_dwte,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dwte)},
      .why_not = {[OPS_REF] = "no kernel of its own: tg_cpu_gemm on an offset pointer (the "
                              "gemm row's ref); checked against float64 in the pair backends",
                  [OPS_LOWP] = "f32 only, as the split classifier it belongs to",
-                 [OPS_CUDA_EMU] = "tg_cuda_gemm on an offset pointer: the gemm row's cuda-emu"}},
+                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
 };
 
 OPS_FAMILY(lm_classifier, rows);
