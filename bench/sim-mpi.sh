@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # bench/sim-mpi.sh SIM_MPI_DIR OUTDIR MODEL [PRECISION] [NODES...]: multi-node
 # predictions (issue 13): taskgrad's data-parallel GPT training (StarPU-MPI,
-# dist/collectives.c's recursive-doubling gradient sum) on NODES simulated nodes of
+# parallel/collectives.c's recursive-doubling gradient sum) on NODES simulated nodes of
 # 8 H100 (platforms/h100x8.*) joined by the 400 Gb/s network of
 # platforms/cluster-h100x8.xml, through StarPU-MPI over SimGrid's SMPI.
 #   SIM_MPI_DIR  where scripts/build-sim-mpi put taskgrad-sim-mpi
 #   MODEL        d4 (L=4 C=256 NH=4 V=256, T=256) or 124m (GPT-2 124M, T=1024)
 #   PRECISION    fp32 (default) or bf16
-#   NODES        node counts, default 1 2 4 8 (powers of two: dist/collectives.c's tree)
+#   NODES        node counts, default 1 2 4 8 (powers of two: parallel/collectives.c's tree)
 # Weak scaling, as bench/sim-h100.sh: 8 sequences and 2 micro-batches per GPU,
 # so 64 sequences per node; --batch and --micro-batches are global.  1 warm-up
 # step and 2 measured ones; lws on 8 GPUs per node, no CPU worker.  Writes

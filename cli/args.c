@@ -14,7 +14,7 @@
 
 #include "cli.h"
 #include "clock.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/sched.h"
 
 /* Under MPI the message names the rank, and the whole job ends: the other

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/sched.h"
 #include "taskgrad/stats.h"
 #include "taskgrad/trace.h"

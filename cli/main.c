@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/sim.h"
 #ifdef TG_SIMGRID
-/* starpu.h (through dist.h) renames main to starpu_main in a SimGrid build,
+/* starpu.h (through parallel.h) renames main to starpu_main in a SimGrid build,
  * which would start the simulation, and load the platform, before main
  * runs.  Kept as main, StarPU starts SimGrid in starpu_init instead, after
  * `taskgrad simulate` has chosen the platform (STARPU_HOSTNAME). */

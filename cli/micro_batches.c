@@ -14,7 +14,7 @@
 
 #include "cli.h"
 #include "micro_batches.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/runtime.h"
 
 int tg_cli_micro_batches_arg(const char *flag, const char *text, int max) {

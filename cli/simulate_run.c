@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "simulate.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/sim.h"

@@ -22,7 +22,7 @@
 #include "cli.h"
 #include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/safetensors.h"
 #include "train_gpt.h"

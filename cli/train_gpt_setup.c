@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "micro_batches.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/llmc.h"
 #include "train_gpt.h"
 

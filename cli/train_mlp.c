@@ -24,7 +24,7 @@
 #include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/data.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/safetensors.h"
 

@@ -5,7 +5,7 @@
 # -----------
 # - One OBJECT library per layer, lowest first (TG_LAYERS): tg_base (src/),
 #   tg_kernels (kernels/cpu, and kernels/cuda in a CUDA build), tg_codelets
-#   (codelets/), tg_dist (dist/), tg_graphs (graphs/), tg_plugins
+#   (codelets/), tg_parallel (parallel/), tg_graphs (graphs/), tg_plugins
 #   (plugins/).  The installed libtaskgrad.so is made of all their objects
 #   (TG_LAYER_OBJECTS); nothing else is installed.
 # - The check: for each layer L, a SHARED library tg_layer_check_<L> built
@@ -24,14 +24,14 @@
 #   checks are left out there (a plain build runs them).
 # - Last, a configure-time check that the umbrella header taskgrad.h
 #   includes every public header.
-set(TG_LAYERS base kernels codelets dist graphs plugins)
+set(TG_LAYERS base kernels codelets parallel graphs plugins)
 set(TG_LAYER_SOURCES_base src/*.c)
 set(TG_LAYER_SOURCES_kernels kernels/cpu/*.c)
 if(TG_HAVE_CUDA)
   list(APPEND TG_LAYER_SOURCES_kernels kernels/cuda/*.cu kernels/cuda/*.c)
 endif()
 set(TG_LAYER_SOURCES_codelets codelets/*.c)
-set(TG_LAYER_SOURCES_dist dist/*.c)
+set(TG_LAYER_SOURCES_parallel parallel/*.c)
 set(TG_LAYER_SOURCES_graphs graphs/*.c)
 set(TG_LAYER_SOURCES_plugins plugins/*.c)
 

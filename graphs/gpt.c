@@ -38,7 +38,7 @@
 #include "graph_common.h"
 #include "reduce.h"
 #include "gpt_internal.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
   return (tg_gpt_run_config){.B = B, .T = T, .nmicro = 1, .attention = TG_ATTN_CHUNKED,

@@ -16,7 +16,7 @@
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/optim.h"
 
 tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {

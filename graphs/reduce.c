@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "reduce.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 
 static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                         int allreduce, int ordered, int lazy) {

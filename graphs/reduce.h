@@ -18,7 +18,7 @@
  *    itself; the leaves are summed by a fixed midpoint tree of accumulate
  *    tasks, leaf[lo] += leaf[mid], whatever the workers or the scheduler;
  *  - distributed (more than one rank): the step's local sum is then summed
- *    over the ranks by tg_dist_allreduce (dist.h), whose recursive doubling
+ *    over the ranks by tg_dist_allreduce (parallel.h), whose recursive doubling
  *    continues the same midpoint tree when every rank holds the same number
  *    of consecutive micro-batches.  Running totals use leaves here too, so
  *    that only the step's sum crosses the network.

@@ -2,7 +2,7 @@
  * Starting and stopping StarPU through StarPU-MPI, and the rank queries.
  *
  * Design note: this is runtime start and stop (the base layer), kept apart
- * from the collectives of dist/ (all-reduce, broadcast, all_ok), which
+ * from the collectives of parallel/ (all-reduce, broadcast, all_ok), which
  * submit codelets and so sit above the codelet layer.  Everything here
  * needs only StarPU-MPI and MPI, no codelet: src/runtime.c starts StarPU
  * through tg_mpi_start when tg_runtime_config.mpi asks for it, and the

@@ -1,5 +1,5 @@
 /*
- * What the runtime (src/runtime.c) and the collectives (dist/) need from
+ * What the runtime (src/runtime.c) and the collectives (parallel/) need from
  * src/mpi_runtime.c: starting and stopping StarPU through StarPU-MPI.  The
  * rank queries are public (taskgrad/runtime.h).
  */

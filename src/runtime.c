@@ -10,7 +10,7 @@
  * scheduling policy of taskgrad's own (plugins/) comes in from above,
  * through tg_runtime_config.sched_policy; the configuration tg_init was
  * given is kept (tg_runtime_current) for the layers above to read, e.g. the
- * deterministic setting that dist/ reports.
+ * deterministic setting that parallel/ reports.
  */
 #include <cblas.h>
 #include <stdlib.h>

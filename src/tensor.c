@@ -7,7 +7,7 @@
  *
  * Base layer: no codelet here.  The REDUX setup of a tensor
  * (tg_tensor_enable_reduction) needs the accumulate and fill codelets, so
- * it lives in the dist layer (dist/reduction.c).
+ * it lives in the parallel layer (parallel/reduction.c).
  */
 #include <errno.h>
 #include <string.h>

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "codelet_common.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
 #include "testutil.h"

@@ -33,7 +33,7 @@
 
 #include <starpu.h>
 
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"

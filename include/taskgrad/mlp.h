@@ -25,7 +25,7 @@
  * only the data gradient adds its terms in a different order, so a tiled
  * step agrees with the untiled one to rounding, not bitwise.  The gradient
  * blocks always merge over the micro-batches in the deterministic mode's
- * fixed order (dist.h; StarPU 1.3 cannot STARPU_REDUX the blocks of a
+ * fixed order (parallel.h; StarPU 1.3 cannot STARPU_REDUX the blocks of a
  * partition), so tiled steps are bitwise reproducible.
  */
 #ifndef TASKGRAD_MLP_H

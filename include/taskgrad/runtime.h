@@ -36,9 +36,9 @@ typedef struct tg_runtime_config {
   int no_priorities;   /* 1: graph builders give every task priority 0 */
   int deterministic;   /* 1: graph builders reduce gradients in a fixed order
                           (explicit tree instead of STARPU_REDUX), for
-                          bitwise-reproducible runs; see dist.h */
+                          bitwise-reproducible runs; see parallel.h */
   int mpi;             /* 1: start through StarPU-MPI (MPI_COMM_WORLD) for
-                          data-parallel training over ranks; see dist.h */
+                          data-parallel training over ranks; see parallel.h */
   int emulated_devices; /* N > 0: N emulated accelerators, PoCL's CPU OpenCL
                           devices, each a memory node of its own that
                           StarPU copies data to and from (taskgrad's
@@ -67,11 +67,11 @@ const tg_runtime_config *tg_runtime_current(void);
 /* Sets tg_runtime_current()->deterministic: on, or TG_DETERMINISTIC set
  * (not "0") in the environment (as tg_init does with the config's field);
  * e.g. to compare both modes in one process.  Read it with
- * tg_deterministic() (dist.h). */
+ * tg_deterministic() (parallel.h). */
 void tg_set_deterministic(int on);
 
 /* MPI ranks (src/mpi_runtime.c).  tg_runtime_config.mpi starts StarPU
- * through StarPU-MPI; the collectives are in dist.h.
+ * through StarPU-MPI; the collectives are in parallel.h.
  * tg_dist_available: 1 when this build has StarPU-MPI.
  * tg_dist_launched: 1 when the environment says an MPI launcher (mpirun/
  * mpiexec of Open MPI, MPICH, Slurm's PMI) started this process: the CLI

@@ -32,8 +32,8 @@
 #include "taskgrad/precision_codelets.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/sim.h"
-/* dist */
-#include "taskgrad/dist.h"
+/* parallel */
+#include "taskgrad/parallel.h"
 /* graphs */
 #include "taskgrad/optim.h"
 #include "taskgrad/mlp.h"

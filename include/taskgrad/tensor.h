@@ -49,11 +49,8 @@ void tg_tensor_free(tg_tensor *t);
  * on t, so never call them inside a step you want to stay asynchronous). */
 int tg_tensor_read(const tg_tensor *t, void *dst);
 int tg_tensor_write(tg_tensor *t, const void *src);
-/* Enable StarPU reductions (STARPU_REDUX) on a float tensor: contributions
- * start from zero (fill codelet) and are merged by the accumulate codelet.
- * Defined in the dist layer (dist/reduction.c), which may name codelets;
- * declared here, next to the tensors, where callers have always found it. */
-void tg_tensor_enable_reduction(tg_tensor *t);
+/* tg_tensor_enable_reduction (STARPU_REDUX on a tensor) names codelets:
+ * it belongs to the parallel layer and is declared in parallel.h. */
 
 /* ---- splitting a tensor into row (or column) blocks ---------------------------
  * Static: a permanent, synchronous partition made before any task touches

@@ -27,6 +27,7 @@
 
 #include "ops_harness.h"
 #include "taskgrad/codelets.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
 

@@ -12,7 +12,7 @@
 #include <starpu.h>
 
 #include "taskgrad/codelets.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/starpu_version.h"
 #include "taskgrad/tensor.h"

@@ -1,8 +1,8 @@
 /*
  * Distributed training over MPI ranks with StarPU-MPI (see
- * include/taskgrad/dist.h for the reduction scheme): the collectives.
+ * include/taskgrad/parallel.h for the reduction scheme): the collectives.
  *
- * Design note: this is the dist layer, above the codelets (the all-reduce
+ * Design note: this is the parallel layer, above the codelets (the all-reduce
  * adds partial sums with the accumulate codelet) and below the graphs.
  * StarPU-MPI itself is started and stopped by the base (src/mpi_runtime.c),
  * which also answers the rank queries used here.
@@ -30,7 +30,7 @@
 #include "hooks.h"
 #include "mpi_runtime.h"
 #include "taskgrad/codelets.h"
-#include "taskgrad/dist.h"
+#include "taskgrad/parallel.h"
 
 #ifdef TG_HAVE_MPI
 #include <starpu_mpi.h>

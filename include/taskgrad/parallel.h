@@ -22,13 +22,13 @@
  * Built without MPI (no starpumpi-1.3 or MPI found), every rank query says
  * "one process" and tg_init refuses tg_runtime_config.mpi.
  *
- * Layer: dist (dist/), above the codelets (the all-reduce submits
+ * Layer: parallel (parallel/), above the codelets (the all-reduce submits
  * accumulate tasks, the REDUX setup names the codelets) and below the
  * graphs.  Starting StarPU-MPI and the rank queries belong to the base
  * (runtime.h, included here).
  */
-#ifndef TASKGRAD_DIST_H
-#define TASKGRAD_DIST_H
+#ifndef TASKGRAD_PARALLEL_H
+#define TASKGRAD_PARALLEL_H
 
 #include <starpu.h>
 
@@ -59,7 +59,10 @@ void tg_dist_abort(int status) __attribute__((__noreturn__));
  * tg_set_deterministic, runtime.h). */
 int tg_deterministic(void);
 
-/* tg_tensor_enable_reduction (dist/reduction.c) is declared in tensor.h. */
+/* Enable StarPU reductions (STARPU_REDUX) on a float tensor: contributions
+ * start from zero (fill codelet) and are merged by the accumulate codelet
+ * (parallel/reduction.c). */
+void tg_tensor_enable_reduction(tg_tensor *t);
 
 #ifdef __cplusplus
 }
