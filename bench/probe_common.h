@@ -1,12 +1,12 @@
 /*
  * What the bench probes (ceiling.c, cpu-kernels.c, cpu-kernels-ab.c) share:
- * the clock in seconds (taskgrad's one time helper, src/clock.h) and the
+ * the clock in seconds (taskgrad's one time helper, taskgrad/clock.h) and the
  * comparator that sorts timings for medians and best calls.
  */
 #ifndef TASKGRAD_BENCH_PROBE_COMMON_H
 #define TASKGRAD_BENCH_PROBE_COMMON_H
 
-#include "clock.h"
+#include "taskgrad/clock.h"
 
 static inline double probe_now_s(void) { return tg_monotonic_us() * 1e-6; }
 

@@ -13,7 +13,7 @@
 #include <starpu.h>
 
 #include "cli.h"
-#include "clock.h"
+#include "taskgrad/clock.h"
 #include "taskgrad/parallel.h"
 #include "taskgrad/sched.h"
 

@@ -13,8 +13,8 @@
 
 #include "cli.h"
 #include "micro_batches.h"
-#include "rng.h"
 #include "taskgrad/gpt.h"
+#include "taskgrad/rng.h"
 #include "taskgrad/stats.h"
 
 static void bench_gpt_usage(void) {

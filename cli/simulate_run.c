@@ -16,9 +16,9 @@
 
 #include "cli.h"
 #include "simulate.h"
-#include "taskgrad/parallel.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/mlp.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/sim.h"
 #include "taskgrad/stats.h"
 

@@ -22,8 +22,8 @@
 #include "cli.h"
 #include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
-#include "taskgrad/parallel.h"
 #include "taskgrad/gpt.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/safetensors.h"
 #include "train_gpt.h"
 

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "micro_batches.h"
-#include "taskgrad/parallel.h"
 #include "taskgrad/llmc.h"
+#include "taskgrad/parallel.h"
 #include "train_gpt.h"
 
 /* An existing file we can read, checked before any work. */

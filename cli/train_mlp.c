@@ -24,8 +24,8 @@
 #include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/data.h"
-#include "taskgrad/parallel.h"
 #include "taskgrad/mlp.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/safetensors.h"
 
 typedef struct train_opts {

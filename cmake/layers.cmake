@@ -18,7 +18,16 @@
 #   kernels call no other layer and no StarPU.  The checks are never
 #   installed nor used by any program.
 # - tg_deps (INTERFACE, not installed) carries what every layer compiles and
-#   links with: include directories, definitions, external libraries.
+#   links with: the public headers (include/), definitions, external
+#   libraries.
+# - Includes obey the same rule as links: each layer's include path is its
+#   own folder and those of the layers below it (TG_LAYER_INCLUDES_<L>),
+#   never a folder above, so a private header of an upper layer is "No such
+#   file" below it.  The kernels see only their own folders and include/,
+#   not the base's src/ (they are pure, see below).  The codelets see the
+#   kernel folders too (kernels/cuda/gemm_lowp_pad.h, plain C, in every
+#   build).  TG_LAYER_INCLUDE_DIRS_<L> holds the resulting path for targets
+#   outside the library that need a layer's private headers (the tests).
 # - Under TG_SANITIZE with clang, shared libraries do not link the
 #   sanitizer runtime, so every object has undefined __asan_* symbols: the
 #   checks are left out there (a plain build runs them).
@@ -34,10 +43,17 @@ set(TG_LAYER_SOURCES_codelets codelets/*.c)
 set(TG_LAYER_SOURCES_parallel parallel/*.c)
 set(TG_LAYER_SOURCES_graphs graphs/*.c)
 set(TG_LAYER_SOURCES_plugins plugins/*.c)
+# each layer's own folders of private headers
+set(TG_LAYER_INCLUDES_base src)
+set(TG_LAYER_INCLUDES_kernels kernels/cpu kernels/cuda)
+set(TG_LAYER_INCLUDES_codelets codelets)
+set(TG_LAYER_INCLUDES_parallel parallel)
+set(TG_LAYER_INCLUDES_graphs graphs)
+set(TG_LAYER_INCLUDES_plugins plugins)
 
 add_library(tg_deps INTERFACE)
 target_include_directories(tg_deps INTERFACE ${CMAKE_SOURCE_DIR}/include
-  ${CMAKE_SOURCE_DIR}/src ${CBLAS_INCLUDE_DIR})
+  ${CBLAS_INCLUDE_DIR})
 target_link_libraries(tg_deps INTERFACE PkgConfig::STARPU ${OPENBLAS_LIB} ZLIB::ZLIB
   Threads::Threads PkgConfig::JANSSON m)
 if(TG_STARPU_HAS_OPENCL)
@@ -68,11 +84,23 @@ if(TG_SANITIZE AND CMAKE_C_COMPILER_ID MATCHES "Clang")
 endif()
 
 set(TG_LAYER_OBJECTS "")
+set(_tg_below "") # include folders of the layers below the current one
 foreach(layer IN LISTS TG_LAYERS)
   file(GLOB srcs CONFIGURE_DEPENDS ${TG_LAYER_SOURCES_${layer}})
   add_library(tg_${layer} OBJECT ${srcs})
   set_target_properties(tg_${layer} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_link_libraries(tg_${layer} PRIVATE tg_deps)
+  set(_own "")
+  foreach(dir IN LISTS TG_LAYER_INCLUDES_${layer})
+    list(APPEND _own ${CMAKE_SOURCE_DIR}/${dir})
+  endforeach()
+  if(layer STREQUAL "kernels")
+    set(TG_LAYER_INCLUDE_DIRS_${layer} ${_own}) # pure: not the base's src/
+  else()
+    set(TG_LAYER_INCLUDE_DIRS_${layer} ${_own} ${_tg_below})
+  endif()
+  target_include_directories(tg_${layer} PRIVATE ${TG_LAYER_INCLUDE_DIRS_${layer}})
+  list(APPEND _tg_below ${_own})
   list(APPEND TG_LAYER_OBJECTS $<TARGET_OBJECTS:tg_${layer}>)
   if(TG_LAYER_CHECKS)
     # this layer and all below it, nothing above: an upward call fails here

@@ -1,6 +1,6 @@
 /*
  * Shared codelet machinery: the perfmodel footprint, task submission, shape
- * checks.  See src/codelet_common.h.
+ * checks.  See codelets/codelet_common.h.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * Perfmodels of the SimGrid build (issue 13; include/taskgrad/sim.h).
  *
  * Each codelet's model there is STARPU_PER_ARCH with an arch cost function
- * (TG_PERFMODEL in src/codelet_common.h) that calls tg_sim_cost.  It looks
+ * (TG_PERFMODEL in codelets/codelet_common.h) that calls tg_sim_cost.  It looks
  * first in the codelet's calibrated history (the taskgrad_<op> file a real
  * run wrote for the simulated host name, STARPU_HOSTNAME): a calibrated
  * entry for the task's footprint on that arch wins.  Otherwise a roofline:

@@ -25,8 +25,8 @@
 #include "check.h"
 #include "graph_common.h"
 #include "mlp_internal.h"
-#include "rng.h"
 #include "taskgrad/parallel.h"
+#include "taskgrad/rng.h"
 
 static void tg_fill_uniform(float *x, size_t n, float bound, uint64_t *s) {
   for (size_t i = 0; i < n; i++) {

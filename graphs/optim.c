@@ -16,8 +16,8 @@
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
-#include "taskgrad/parallel.h"
 #include "taskgrad/optim.h"
+#include "taskgrad/parallel.h"
 
 tg_optimizer_config tg_optimizer_default(tg_optimizer_kind kind) {
   tg_optimizer_config o = {.kind = kind, .lr = 1e-3f, .momentum = 0.9f, .beta1 = 0.9f,

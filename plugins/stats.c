@@ -35,8 +35,8 @@
 #include <starpu.h>
 
 #include "check.h"
-#include "clock.h"
 #include "hooks.h"
+#include "taskgrad/clock.h"
 #include "taskgrad/data.h"
 #include "taskgrad/stats.h"
 

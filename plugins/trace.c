@@ -16,7 +16,7 @@
 #include <starpu.h>
 
 #include "check.h"
-#include "clock.h"
+#include "taskgrad/clock.h"
 #include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/stats.h"

@@ -23,7 +23,7 @@
 #include <stdio.h>
 
 #include "gpt_model_internal.h"
-#include "rng.h"
+#include "taskgrad/rng.h"
 #include "taskgrad/runtime.h"
 
 #define MAX_DIM (1 << 20)

@@ -86,8 +86,8 @@
 
 #include <starpu.h>
 
-#include "rng.h"
 #include "taskgrad/data.h"
+#include "taskgrad/rng.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
 

@@ -33,8 +33,8 @@
 
 #include <starpu.h>
 
-#include "taskgrad/parallel.h"
 #include "taskgrad/mlp.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
 #include "testutil.h"

@@ -20,6 +20,8 @@
 #include "taskgrad/llmc.h"
 #include "taskgrad/safetensors.h"
 #include "taskgrad/checkpoint.h"
+#include "taskgrad/clock.h"
+#include "taskgrad/rng.h"
 /* kernels */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision_kernels.h"

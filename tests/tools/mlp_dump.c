@@ -38,8 +38,8 @@
 #include <starpu.h>
 
 /* the library's one generator (private: the tools see no src/ path) */
-#include "../../src/rng.h"
 #include "taskgrad/mlp.h"
+#include "taskgrad/rng.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
 

@@ -2,6 +2,8 @@
  * The zero padding of the CUDA 16-bit GEMM (kernels/cuda/gemm_lowp.c):
  * private to taskgrad (the codelet sizes the GEMM's scratch with it, the
  * emulated-CUDA test checks it), not part of the installed headers.
+ * Kernel layer, plain C: the codelets include it in every build, with or
+ * without CUDA (kernels/cuda is on their include path).
  */
 #ifndef TASKGRAD_GEMM_LOWP_PAD_H
 #define TASKGRAD_GEMM_LOWP_PAD_H

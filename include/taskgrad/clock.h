@@ -2,10 +2,13 @@
  * taskgrad's one time helper: timespec to microseconds, and the monotonic
  * clock now.  StarPU's profiling records (struct timespec) and the host's
  * monotonic clock meet in the statistics and trace plugins and in the CLI's
- * timings.  Private to the library and CLI (base layer).
+ * timings.  Base layer, header only; public so that the CLI, the tools and
+ * the bench probes use the same clock without the library's private
+ * headers.  clock_gettime is POSIX: compile with POSIX (or GNU) extensions,
+ * as StarPU's headers need too.
  */
-#ifndef TASKGRAD_SRC_CLOCK_H
-#define TASKGRAD_SRC_CLOCK_H
+#ifndef TASKGRAD_CLOCK_H
+#define TASKGRAD_CLOCK_H
 
 #include <time.h>
 

@@ -1,12 +1,14 @@
 /*
  * taskgrad's one pseudo-random generator: splitmix64 (Steele, Lea and Flood),
  * small, well mixed and reproducible from a 64-bit state.  Data order
- * (src/loader.c), GPT initialisation (src/llmc.c) and MLP initialisation
- * (graphs/mlp.c) all draw from it, so that a seed means the same thing
- * everywhere.  Private to the library (base layer).
+ * (src/loader.c), GPT initialisation (src/gpt_model.c) and MLP
+ * initialisation (graphs/mlp.c) all draw from it, so that a seed means the
+ * same thing everywhere.  Base layer, header only; public so that the CLI
+ * and the tools draw the same sequences (cli/bench_gpt.c,
+ * tests/tools/mlp_dump.c) without the library's private headers.
  */
-#ifndef TASKGRAD_SRC_RNG_H
-#define TASKGRAD_SRC_RNG_H
+#ifndef TASKGRAD_RNG_H
+#define TASKGRAD_RNG_H
 
 #include <stdint.h>
 
