@@ -15,7 +15,9 @@
  * wrappers and tensor functions (layer 3 of taskgrad).
  *
  * The tiled graph (cfg.tiles > 1) is in mlp_tiled.c; this file holds the
- * untiled one and the entry points both share.
+ * untiled one and the entry points, which dispatch to either (mlp.c ->
+ * mlp_tiled.c through mlp_tiled.h, never back; mlp_internal.h holds what
+ * both graphs share).
  */
 #include <errno.h>
 #include <math.h>
@@ -25,6 +27,7 @@
 #include "check.h"
 #include "graph_common.h"
 #include "mlp_internal.h"
+#include "mlp_tiled.h"
 #include "taskgrad/parallel.h"
 #include "taskgrad/rng.h"
 
@@ -293,12 +296,12 @@ static int tg_mlp_run(tg_mlp *m, const tg_batch *batch, int backward) {
   int M = batch->nmicro, ranks = backward ? tg_dist_size() : 1;
   tg_mlp_sums *S = calloc(1, sizeof *S);
   if (!S) return tg_fail(ENOMEM, "MLP: out of memory");
-  int rc = 0, N = m->tiling ? m->tiling->n : 1;
+  int rc = 0, N = m->tiling ? tg_mlp_tiled_n(m) : 1;
   if (m->tiling) tg_mlp_tiled_params(m, backward, 0);
   for (int l = 0; l < c->nlayers && backward && rc == 0; l++)
     for (int j = 0; j < N && rc == 0; j++) {
-      tg_tensor *dw = m->tiling ? &m->tiling->dwv[l][j] : &m->dw[l];
-      tg_tensor *db = m->tiling ? &m->tiling->dbv[l][j] : &m->db[l];
+      tg_tensor *dw = m->tiling ? tg_mlp_tiled_dw(m, l, j) : &m->dw[l];
+      tg_tensor *db = m->tiling ? tg_mlp_tiled_db(m, l, j) : &m->db[l];
       /* blocks of a plan cannot be STARPU_REDUX targets (reduce.h) */
       int (*begin)(tg_sum *, tg_tensor *, int, int, int) =
           m->tiling ? tg_sum_begin_ordered : tg_sum_begin;

@@ -18,15 +18,15 @@
  * ordinary temporary.  The gradient blocks are summed over the micro-batches
  * with reduce.h's fixed-order leaves, never STARPU_REDUX (StarPU 1.3 cannot
  * reduce the blocks of a partition plan), so a tiled step is always
- * bitwise reproducible.  The untiled graph and the shared entry points are
- * in mlp.c.
+ * bitwise reproducible.  The untiled graph and the entry points, which
+ * dispatch here (mlp_tiled.h), are in mlp.c; this file calls nothing of it.
  */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "graph_common.h"
-#include "mlp_internal.h"
+#include "mlp_tiled.h"
 
 /* Activation buffers of one micro-batch slot in tiled mode: host tensors
  * (temporaries cannot be partitioned) with column-block plans. */
@@ -38,6 +38,23 @@ typedef struct tg_mlp_acts {
   tg_tensor dZ[TG_MLP_MAX_LAYERS];       /* (rows, widths[l+1]) gradients of Z */
   tg_split Zs[TG_MLP_MAX_LAYERS], Hs[TG_MLP_MAX_LAYERS], dZs[TG_MLP_MAX_LAYERS];
 } tg_mlp_acts;
+
+/* m->tiling: the partition plans and the activation buffers */
+struct tg_mlp_tiling {
+  int n;                                 /* tiles */
+  /* parameters, gradients and optimizer state: W-shaped tensors by rows,
+   * b-shaped by columns */
+  tg_split w[TG_MLP_MAX_LAYERS], b[TG_MLP_MAX_LAYERS];
+  tg_split dw[TG_MLP_MAX_LAYERS], db[TG_MLP_MAX_LAYERS];
+  tg_split s1w[TG_MLP_MAX_LAYERS], s1b[TG_MLP_MAX_LAYERS];
+  tg_split s2w[TG_MLP_MAX_LAYERS], s2b[TG_MLP_MAX_LAYERS];
+  /* the gradient blocks as tensors (views: never released), for tg_sum */
+  tg_tensor dwv[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT]; /* (out_j, in) */
+  tg_tensor dbv[TG_MLP_MAX_LAYERS][TG_MAX_SPLIT]; /* (1, out_j) */
+  tg_mlp_acts **acts;                    /* [nacts] */
+  int nacts, cap;
+  unsigned long uses;
+};
 
 /* Buffer sets kept per micro-batch index (a training batch, its epoch's
  * last partial batch and the evaluation batches differ in rows); beyond it
@@ -309,3 +326,7 @@ int tg_mlp_update_tiled(tg_mlp *m) {
   }
   return rc;
 }
+
+int tg_mlp_tiled_n(const tg_mlp *m) { return m->tiling->n; }
+tg_tensor *tg_mlp_tiled_dw(tg_mlp *m, int l, int j) { return &m->tiling->dwv[l][j]; }
+tg_tensor *tg_mlp_tiled_db(tg_mlp *m, int l, int j) { return &m->tiling->dbv[l][j]; }
