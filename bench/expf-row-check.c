@@ -4,7 +4,7 @@
  * row function, in rows of 2^20 - 3 elements (so the vector loop, its
  * scalar fallback for |x| >= 88 and the row tail all run), and each result
  * is compared bit for bit with expf, each row's double sum with the left to
- * right sum of the expf values.  About 35 s on one core.
+ * right sum of the expf values.  Slow: 2^32 calls of each function.
  *   expf_row_check            exit 0: no difference; 1: differences (listed)
  * Run it after a glibc upgrade: the row function's self-check samples 8192
  * inputs only, this one all of them.  It first times both on softmax-like

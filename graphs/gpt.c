@@ -20,13 +20,14 @@
  *
  * The classifier is split in two tasks when gradients add in place
  * (tg_gpt_classifier_split): the fused task would hold dwte (TG_COMMUTE)
- * for all of its run, so the micro-batches' classifiers, 23% of a GPT-2
- * 124M step, ran one at a time while the other worker idled (975 -> 810 ms
- * per step at B=4 T=64 on 2 cores; bench/results/2026-11-24-cpu-perf.md).
+ * for all of its run, so the micro-batches' classifiers, a large share of a
+ * GPT-2 124M step, ran one at a time while the other worker idled (the
+ * step before and after: bench/results/2026-11-24-cpu-perf.md, issue 16's
+ * classifier split).
  * For the same reason the loss is summed in leaves (reduce.h), never in
  * place.
  *
- * This file calls only insert wrappers and tensor functions (layer 3).
+ * This file calls only insert wrappers and tensor functions (layer 4).
  */
 #include <errno.h>
 #include <math.h>
@@ -465,8 +466,8 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
  * into its own buffer and the fused task is kept (bit for bit as before).
  * The price: each micro-batch's whole (n, Vp) dlogits at once, 206 MB at
  * GPT-2 124M, B=8 T=256 with 2 micro-batches (1024 rows), where the fused
- * task's chunk of logits is 51 MB per worker; there the split takes the
- * workers' idle time from 22% to 4% of the step. */
+ * task's chunk of logits is 51 MB per worker; there too the split cuts the
+ * workers' idle time. */
 static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
   /* the gradients' sums add in place (TG_COMMUTE; reduce.c), known outside
    * a step too */
@@ -521,7 +522,7 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
  * classifier and one block at a time is enough while the workers are few;
  * with many micro-batches on many workers, the increments of one dwte, one
  * at a time, became the whole step's tail (GPT-2 124M, 64 micro-batches on
- * 64 simulated cores: 2.3 s of a 2.8 s step on one core;
+ * 64 simulated cores: most of the step, on one core;
  * bench/results/2026-11-24-many-core.md).  So by default a block per 4
  * workers, at most 16. */
 static int tg_gpt_dwte_blocks(const tg_gpt *g) {

@@ -12,7 +12,7 @@
  * asynchronously) right after the last task that reads them is submitted,
  * so StarPU frees them as soon as that task has run.  The update is the
  * shared training-step core's (optim.h).  This file calls only insert
- * wrappers and tensor functions (layer 3 of taskgrad).
+ * wrappers and tensor functions (layer 4 of taskgrad).
  *
  * The tiled graph (cfg.tiles > 1) is in mlp_tiled.c; this file holds the
  * untiled one and the entry points, which dispatch to either (mlp.c ->

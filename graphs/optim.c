@@ -7,7 +7,7 @@
  * must see step k's checks.  So the checks all go first, then the optimizer
  * tasks, both in registration order, and only then does the host wait for
  * the overflow flag.  This file calls only insert wrappers and tensor
- * functions (layer 3).
+ * functions (layer 4).
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * Summing a step's micro-batch contributions (graph builders, layer 3).
+ * Summing a step's micro-batch contributions (graph builders, layer 4).
  *
  * A tg_sum stands for one accumulated tensor of a step: a parameter
  * gradient (zeroed at the start of the step) or a running total such as the
@@ -31,10 +31,10 @@
  * gradient GEMM with beta 0, a bias gradient) and writes zeros only before
  * a first contribution that can only add (LayerNorm, embedding).  GPT-2
  * 124M zeroed 0.5 GB of gradients in 150 fill tasks at the start of every
- * step (3.4% of the workers' time); OpenBLAS's beta-0 path zeroes C itself,
- * so the bytes written stay about the same.  The step still got faster
- * (0.82-0.84 -> 0.72-0.81 s at B=4 T=64 on 2 cores,
- * bench/results/2026-11-24-cpu-perf.md), presumably because it no longer
+ * step; OpenBLAS's beta-0 path zeroes C itself, so the bytes written stay
+ * about the same.  The step still got faster (before and after, and the
+ * fills' share of the workers' time: bench/results/2026-11-24-cpu-perf.md,
+ * issue 16's lazy zeros), presumably because it no longer
  * begins with that burst of tasks (not measured).  The bits are the same:
  * beta 0 and beta 1 over zeros differ at most in the sign of a zero sum, which
  * neither OpenBLAS's beta-0 path (zero, then add) nor the bias gradient

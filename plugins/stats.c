@@ -269,9 +269,9 @@ int tg_stats_end(tg_stats *out) {
     ws->executing_us = tg_timespec_us(&info.executing_time);
     ws->sleeping_us = tg_timespec_us(&info.sleeping_time);
     /* StarPU 1.3's OpenCL driver counts as sleeping the time its worker
-     * spends waiting in its own loop, tasks in flight included (measured:
-     * 17% busy + 99.5% sleeping on emulated devices): idle is at most what
-     * is not executing */
+     * spends waiting in its own loop, tasks in flight included (measured on
+     * emulated devices: busy and sleeping together came to more than the
+     * whole): idle is at most what is not executing */
     if (ws->sleeping_us > ws->total_us - ws->executing_us)
       ws->sleeping_us = ws->total_us - ws->executing_us;
     ws->overhead_us = ws->total_us - ws->executing_us - ws->sleeping_us;

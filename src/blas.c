@@ -4,11 +4,12 @@
  * Debian's OpenBLAS is built with DYNAMIC_ARCH: it picks its kernels at load
  * time from the CPU model.  On CPUs it does not know (virtual machines often
  * report a generic "Intel Xeon Processor"), 0.3.21 falls back to the SSE3
- * "Prescott" kernels, which run sgemm about 4x slower than the AVX-512 ones
- * on the same core.  The choice is made in a load-time constructor, so it can
- * only be corrected through OPENBLAS_CORETYPE before the process starts: the
- * CLI re-executes itself once with it set; applications can do the same with
- * tg_blas_better_coretype().
+ * "Prescott" kernels, which run sgemm several times slower than the AVX-512
+ * ones on the same core (bench/results/2026-11-22-mlp-cpu.md,
+ * 2026-11-22-gpt-cpu.md).  The choice is made in a load-time constructor, so
+ * it can only be corrected through OPENBLAS_CORETYPE before the process
+ * starts: the CLI re-executes itself once with it set; applications can do
+ * the same with tg_blas_better_coretype().
  */
 #include <cblas.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * taskgrad layer 3: GPT-2 training step as a task graph (the model exactly
+ * taskgrad layer 4: GPT-2 training step as a task graph (the model exactly
  * as llm.c defines it; see gpt_model.h for the parameters).
  *
  * tg_gpt_step() submits forward, backward and AdamW for a batch of B

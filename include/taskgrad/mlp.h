@@ -1,5 +1,5 @@
 /*
- * taskgrad layer 3: the multi-layer perceptron training step as a task graph.
+ * taskgrad layer 4: the multi-layer perceptron training step as a task graph.
  *
  * Layer l maps widths[l] features to widths[l+1] (PyTorch's nn.Linear
  * convention: y = x W^T + b with W (out, in)), followed by the activation on

@@ -1,5 +1,5 @@
 /*
- * taskgrad layer 3: the training-step core that every model shares.
+ * taskgrad layer 4: the training-step core that every model shares.
  *
  * A model owns its tensors (parameters, gradients, optimizer state, 16-bit
  * weight copies) and lays them out as its graph needs; it registers each

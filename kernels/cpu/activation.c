@@ -24,8 +24,10 @@
  * instead of expf, so it vectorises too (no vector libm at -O2).
  *
  * GELU is about 40 operations per element with a division: in SSE2 it cost
- * 2 ms of the 4.8 ms d4 fc layer (1024 x 1024 outputs, one core), as much as
- * 70% of its GEMM.  Its row loops are therefore cloned for AVX-512 and AVX2
+ * the d4 fc layer (1024 x 1024 outputs, one core) a large fraction of its
+ * GEMM's time (before and after the clones:
+ * bench/results/2026-11-24-cpu-perf.md, issue 16's cloned kernels).  Its row
+ * loops are therefore cloned for AVX-512 and AVX2
  * (simd_clones.h), and this file is compiled without contraction
  * (CMakeLists.txt), so every variant gives the baseline's bits.
  */

@@ -26,9 +26,9 @@
  *             dS = P * (dP - D) with D = rowsum(dO * O) once per row,
  *             dQ += scale dS K, dK += scale dS^T Q, accumulated in dqkv.
  * Operand layout, measured on OpenBLAS 0.3.21 (SkylakeX small-matrix
- * kernels, 64^3 products): A B^T is ~1.7x slower than A B, and a B operand
- * read in place from qkv (row stride 3C floats, a multiple of 1 KiB for
- * C = 256) ~1.7x slower than a packed one.  So each head's operands are
+ * kernels, 64^3 products): A B^T is clearly slower than A B, and a B
+ * operand read in place from qkv (row stride 3C floats, a multiple of 1 KiB
+ * for C = 256) clearly slower than a packed one.  So each head's operands are
  * copied once: K^T and V^T (per chunk, leading dimension c) make
  * Q K^T and dO V^T plain products, and V, K, Q, dO are packed rows; the
  * forward accumulates a query chunk's output in a packed (c, hs) block.  Q as
@@ -56,7 +56,8 @@
  * they are the reference.
  *
  * Measured (one core, OPENBLAS_CORETYPE=SkylakeX, b 8, T 256, C 256, NH 4,
- * chunk 64): forward ~3.5 ms, backward ~6 ms; the products are ~65% of it.
+ * chunk 64): the products are most of the forward's and backward's time
+ * (`bin/cpu-kernels` measures these kernels).
  *
  * Single-threaded, like every CPU kernel (StarPU runs one per core and
  * OpenBLAS is pinned to one thread).

@@ -47,8 +47,9 @@ static inline void scale_row(int n, float *restrict x, float alpha) {
 void tg_cpu_fill(int rows, int cols,
                  float *X, int ldx, // (rows, ldx)
                  float value) {
-  /* +0.0f is all zero bits: glibc's memset (rep stosb) writes a 154 MB
-   * gradient at 10.3 GB/s where the loop reaches 7.9 (one core) */
+  /* +0.0f is all zero bits: glibc's memset (rep stosb) writes a large
+   * gradient faster than the loop (one core;
+   * bench/results/2026-11-24-cpu-perf.md, "Fill with zeros by memset") */
   if (value == 0.0f && !signbit(value) && rows > 0 && cols > 0) {
     if (ldx == cols) {
       memset(X, 0, (size_t)rows * cols * sizeof(float));

@@ -23,25 +23,26 @@
  * cancellation, and an out-of-range target never used as an index (NaN loss,
  * zero gradient row).  Without backward its dlogits pass is wasted work, but
  * it is O(V) per row against 2 C V flops per row in the GEMM (under 1%).
- * Likewise glibc's scalar expf: measured at about 4% of the forward GEMM's
- * time per row (C = 768, V = 50257, one core of the 2-core development VM),
- * so a vectorised exp (1.6x on that pass alone) was not worth its code.
+ * Likewise glibc's scalar expf: measured at a small share of the forward
+ * GEMM's time per row (C = 768, V = 50257, one core of the 2-core
+ * development VM), so a vectorised exp was not worth its code.
  * Each chunk's loss comes back as a float (one rounding, relative 6e-8), the
  * chunks are summed in double and added to *loss_acc once per call.
  *
  * Chunk size.  The dwte GEMM reads and writes all of dwte[:V] (V * C floats,
  * 154 MB for GPT-2 small) once per chunk for 2 * rows_c * V * C flops, so
- * small chunks make it memory-bound (same VM: 6 GFLOP/s at 16 rows, 12 at
- * 64, 18 at 256, where the other two GEMMs run at about 20 at any size);
+ * small chunks make it memory-bound (same VM: its GFLOP/s fall with the
+ * chunk's rows, where the other two GEMMs' stay the same at any size);
  * chunks of a few hundred rows keep it compute-bound, at a scratch of
  * rows_c * V floats (51 MB for 256 rows).  The caller picks the trade-off.
  *
  * Split form (tg_cpu_classifier_dlogits).  The fused kernel holds dwte for
  * its whole run, so two micro-batches' classifier tasks that add into the
  * same dwte in place (StarPU's commute access on one memory node) run one
- * after the other: at GPT-2 124M, B=4 T=64, one worker waited 220 ms of a
- * 975 ms step.  The split form does steps 1, 2 and the dlnf GEMM, keeps the
- * whole (n, Vd) dlogits for the caller (chunk r0 at row r0, the padding
+ * after the other: at GPT-2 124M, B=4 T=64, one worker waited out the other's
+ * classifier in every step (bench/results/2026-11-24-cpu-perf.md, issue 16's
+ * classifier split).  The split form does steps 1, 2 and the dlnf GEMM, keeps
+ * the whole (n, Vd) dlogits for the caller (chunk r0 at row r0, the padding
  * columns V..Vd-1 zeroed) and leaves dwte += grad_scale dlogits^T lnf to a
  * separate GEMM task, a third of the flops, which holds dwte alone.  The
  * price is n * Vd floats per micro-batch instead of a chunk's scratch.

@@ -20,8 +20,8 @@
  * lanes (a max does not depend on the order), the exp through
  * tg_cpu_expf_row (libm's expf, evaluated four at a time, with the double
  * sum still left to right), the normalise sweep blocked for the vectoriser.
- * On the 124M classifier (128 x 50257 logits) the max sweep alone had taken
- * 16 ms, scalar, and the exp sweep 33 ms.
+ * The scalar sweeps' times on the 124M classifier (128 x 50257 logits) are
+ * in bench/results/2026-11-24-cpu-perf.md (the classifier's softmax).
  *
  * Labels are validated upstream.  Still, a label outside [0, cols) is never
  * used as an index: that row gets a zero gradient and makes the loss NaN, so
