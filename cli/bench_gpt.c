@@ -12,34 +12,26 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gpt_run_options.h"
 #include "micro_batches.h"
 #include "rng.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/stats.h"
 
 static void bench_gpt_usage(void) {
-  puts("usage: taskgrad bench gpt [flags]\n"
-       "\n"
-       "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
-       "                       shape below)\n"
-       "  --layers L --channels C --heads NH --vocab V --padded-vocab Vp --max-seq T\n"
-       "                       random model shape (default 4, 256, 4, 256, 256, 256;\n"
-       "                       Vp: V rounded up to a multiple of 64 unless given)\n"
-       "  --batch B            sequences per step (default 8)\n"
-       "  --seq T              tokens per sequence (default 256)\n"
-       "  --micro-batches M    micro-batches per step, dividing B, or auto: one\n"
-       "                       per worker, within what B allows (default auto)\n"
-       "  --attention NAME     naive or chunked (default chunked)\n"
-       "  --chunk K            attention chunk (default 64)\n"
-       "  --attn-splits S      attention tasks per micro-batch (default: auto)\n"
-       "  --classifier-blocks R  row blocks of dwte for the classifier's increments\n"
-       "                       (default: auto, one per 4 workers up to 16)\n"
-       "  --steps N            measured steps (default 10)\n"
-       "  --warmup N           unmeasured steps first (default 2)\n"
-       "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
-       "                       model and batch\n"
-       "  --quiet              no per-codelet table\n" TG_CLI_PRECISION_HELP
-       TG_CLI_RUNTIME_HELP);
+  fputs("usage: taskgrad bench gpt [flags]\n"
+        "\n"
+        "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
+        "                       shape of --layers ... --max-seq below)\n"
+        "  --steps N            measured steps (default 10)\n"
+        "  --warmup N           unmeasured steps first (default 2)\n"
+        "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
+        "                       model and batch\n"
+        "  --quiet              no per-codelet table\n"
+        "\n"
+        "GPT run options (as in train gpt and simulate gpt):\n",
+        stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_BENCH_GPT, 0);
 }
 
 /* Runs the PyTorch reference; returns its median step time in ms or -1. */
@@ -70,53 +62,28 @@ static double torch_step_ms(const char *model, const char *tokens, int B, int T,
 
 int tg_cmd_bench_gpt(int argc, char **argv) {
   const char *init_from = NULL;
-  tg_gpt_config cfg = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
-                       .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
-  int B = 8, T = 256, micro = 0 /* auto */, chunk = 64, splits = 0, cblocks = 0, steps = 10, warmup = 2;
-  int torch = 0, quiet = 0, vp_given = 0;
-  tg_cli_precision prec;
-  tg_cli_precision_default(&prec);
-  tg_attention_kind attention = TG_ATTN_CHUNKED;
-  tg_runtime_config rt = tg_runtime_config_default();
+  int steps = 10, warmup = 2, torch = 0, quiet = 0;
+  tg_cli_gpt_run ro;
+  tg_cli_gpt_run_default(&ro, TG_RUN_BENCH_GPT);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
 #define VAL tg_cli_value(argc, argv, &i)
-#define INT(lo, hi) (int)tg_cli_int(a, VAL, lo, hi)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       bench_gpt_usage();
       return 0;
-    } else if (!strcmp(a, "--init-from")) init_from = VAL;
-    else if (!strcmp(a, "--layers")) cfg.num_layers = INT(1, TG_GPT_MAX_LAYERS);
-    else if (!strcmp(a, "--channels")) cfg.channels = INT(1, 1 << 16);
-    else if (!strcmp(a, "--heads")) cfg.num_heads = INT(1, 1 << 12);
-    else if (!strcmp(a, "--vocab")) cfg.vocab_size = INT(1, 65536);
-    else if (!strcmp(a, "--padded-vocab")) cfg.padded_vocab_size = INT(1, 65536), vp_given = 1;
-    else if (!strcmp(a, "--max-seq")) cfg.max_seq_len = INT(1, 1 << 20);
-    else if (!strcmp(a, "--batch")) B = INT(1, 1 << 16);
-    else if (!strcmp(a, "--seq")) T = INT(1, 1 << 20);
-    else if (!strcmp(a, "--micro-batches")) micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
-    else if (!strcmp(a, "--chunk")) chunk = INT(1, 1 << 16);
-    else if (!strcmp(a, "--attn-splits")) splits = INT(1, TG_MAX_SPLIT);
-    else if (!strcmp(a, "--classifier-blocks")) cblocks = INT(1, TG_MAX_SPLIT);
-    else if (!strcmp(a, "--steps")) steps = INT(1, 1 << 20);
-    else if (!strcmp(a, "--warmup")) warmup = INT(0, 1 << 20);
-    else if (!strcmp(a, "--attention")) {
-      const char *v = VAL;
-      if (!strcmp(v, "naive")) attention = TG_ATTN_NAIVE;
-      else if (!strcmp(v, "chunked")) attention = TG_ATTN_CHUNKED;
-      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
-    } else if (!strcmp(a, "--torch")) torch = 1;
+    } else if (tg_cli_gpt_run_flag(argc, argv, &i, TG_RUN_BENCH_GPT, &ro)) continue;
+    else if (!strcmp(a, "--init-from")) init_from = VAL;
+    else if (!strcmp(a, "--steps")) steps = (int)tg_cli_int(a, VAL, 1, 1 << 20);
+    else if (!strcmp(a, "--warmup")) warmup = (int)tg_cli_int(a, VAL, 0, 1 << 20);
+    else if (!strcmp(a, "--torch")) torch = 1;
     else if (!strcmp(a, "--quiet")) quiet = 1;
-    else if (tg_cli_precision_flag(argc, argv, &i, &prec)) continue;
-    else if (!tg_cli_runtime_flag(argc, argv, &i, &rt))
-      tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
-#undef INT
+    else tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
 #undef VAL
   }
-  if (micro) tg_cli_check_gpt_micro(B, micro, splits); /* auto: once the workers are known */
-  tg_cli_precision_finish(&prec);
-  /* tensor-core alignment: the tied classifier's rows a multiple of 64 */
-  if (!vp_given) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+  tg_cli_gpt_run_finish(&ro, TG_RUN_BENCH_GPT);
+  tg_gpt_config cfg = ro.model;
+  int B = ro.cfg.B, T = ro.cfg.T, micro = ro.cfg.nmicro;
+  tg_runtime_config rt = ro.rt;
   if (cfg.padded_vocab_size < cfg.vocab_size)
     tg_cli_die("--padded-vocab %d is below --vocab %d", cfg.padded_vocab_size, cfg.vocab_size);
   tg_cli_instrument_check(&rt);
@@ -148,19 +115,10 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   int threads = tg_ncpu_workers();
   if (!micro) {
     micro = tg_cli_auto_micro_batches(B, 1, 1, 1);
-    tg_cli_check_gpt_micro(B, micro, splits);
+    tg_cli_check_gpt_micro(B, micro, ro.cfg.attn_splits);
   }
-  tg_gpt_run_config run = tg_gpt_run_default(B, T);
-  run.nmicro = micro;
-  run.attention = attention;
-  run.chunk = chunk;
-  run.attn_splits = splits;
-  run.classifier_blocks = cblocks;
-  run.amp.precision = prec.precision;
-  run.amp.loss_scaling = prec.dynamic;
-  run.amp.loss_scale = (float)prec.scale;
-  run.amp.loss_scale_window = prec.window;
-  tg_cli_precision_start(&prec);
+  tg_gpt_run_config run = tg_cli_gpt_run_config(&ro, B, T, micro);
+  tg_cli_precision_start(&ro.prec);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   opt.lr = 1e-4f;
   tg_gpt g;
@@ -217,8 +175,8 @@ int tg_cmd_bench_gpt(int argc, char **argv) {
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
          "%s attention (chunk %d, %d tasks), classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-         nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
-         g.run.attn_splits, cls, tg_precision_name(prec.precision), tg_ncpu_workers(),
+         nparams, B, T, micro, run.attention == TG_ATTN_NAIVE ? "naive" : "chunked", run.chunk,
+         g.run.attn_splits, cls, tg_precision_name(ro.prec.precision), tg_ncpu_workers(),
          tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);

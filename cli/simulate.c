@@ -34,7 +34,7 @@
 #define MAX_PASS 96
 
 static void simulate_usage(void) {
-  puts("usage: taskgrad simulate gpt|mlp --platform NAME [flags]\n"
+  fputs("usage: taskgrad simulate gpt|mlp --platform NAME [flags]\n"
        "\n"
        "Runs the training step on a simulated machine (StarPU + SimGrid; needs a\n"
        "build configured with -DTG_SIMGRID=ON).  Task times come from calibrated\n"
@@ -57,12 +57,17 @@ static void simulate_usage(void) {
        "  --csv FILE           the sweep's or comparison's rows\n"
        "  --trace FILE.json    Chrome trace in simulated time (single run)\n"
        "  --no-priorities      every task at priority 0\n"
-       "gpt: --layers L --channels C --heads NH --vocab V --max-seq T (default 4,\n"
-       "     256, 4, 256, 256), --batch B (default 8 per GPU), --seq T (256),\n"
-       "     --micro-batches M (default 2 per GPU), --attention naive|chunked,\n"
-       "     --chunk K, --attn-splits S, --classifier-blocks R\n"
-       "mlp: --batch N (default 2048 per GPU), --micro-batches M (2 per GPU),\n"
-       "     --hidden LIST (512,256), --activation relu|gelu\n" TG_CLI_PRECISION_HELP);
+       "\n"
+       "gpt (the GPT run options of train gpt and bench gpt):\n",
+       stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_GPT, TG_RUN_SIMULATE_MLP);
+  fputs("mlp:\n", stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_MLP, TG_RUN_SIMULATE_GPT);
+  fputs("  --hidden LIST        hidden widths (default 512,256)\n"
+        "  --activation NAME    relu or gelu (default relu)\n"
+        "both:\n",
+        stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_GPT | TG_RUN_SIMULATE_MLP, 0);
 }
 
 /* ---- platform files ------------------------------------------------------- */
@@ -390,17 +395,14 @@ int tg_cmd_simulate(int argc, char **argv) {
     tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
   tg_sim_options o = {
       .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
-      .gpt = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4, .num_heads = 4,
-              .channels = 256, .padded_vocab_size = 256},
-      .seq = 256, .attention = TG_ATTN_CHUNKED,
-      .chunk = 64, .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
-                           .tiles = 1}};
-  tg_cli_precision_default(&o.prec);
+      .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU, .tiles = 1}};
+  unsigned cmd = o.is_gpt ? TG_RUN_SIMULATE_GPT : TG_RUN_SIMULATE_MLP;
+  tg_cli_gpt_run_default(&o.run, cmd);
   tg_runtime_config rt = tg_runtime_config_default();
   const char *gpus_text = "1", *sched_text = NULL, *chart = NULL, *csv = NULL,
              *perfmodels = NULL;
   char *pass[MAX_PASS];
-  int npass = 0, vp_given = 0;
+  int npass = 0;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     int start = i, keep = 1;
@@ -409,6 +411,7 @@ int tg_cmd_simulate(int argc, char **argv) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       simulate_usage();
       return 0;
+    } else if (tg_cli_gpt_run_flag(argc, argv, &i, cmd, &o.run)) {
     } else if (!strcmp(a, "--platform")) o.platform = VAL;
     else if (!strcmp(a, "--gpus")) gpus_text = VAL, keep = 0;
     else if (!strcmp(a, "--sched")) sched_text = VAL, keep = 0;
@@ -420,25 +423,7 @@ int tg_cmd_simulate(int argc, char **argv) {
     else if (!strcmp(a, "--steps")) o.steps = INT(1, 1 << 20);
     else if (!strcmp(a, "--warmup")) o.warmup = INT(0, 1 << 20);
     else if (!strcmp(a, "--no-priorities")) rt.no_priorities = 1;
-    else if (!strcmp(a, "--batch")) o.batch = INT(1, 1 << 20);
-    else if (!strcmp(a, "--micro-batches")) o.micro = INT(1, TG_SIM_MAX_MICRO);
-    else if (o.is_gpt && !strcmp(a, "--layers")) o.gpt.num_layers = INT(1, TG_GPT_MAX_LAYERS);
-    else if (o.is_gpt && !strcmp(a, "--channels")) o.gpt.channels = INT(1, 1 << 16);
-    else if (o.is_gpt && !strcmp(a, "--heads")) o.gpt.num_heads = INT(1, 1 << 12);
-    else if (o.is_gpt && !strcmp(a, "--vocab")) o.gpt.vocab_size = INT(1, 65536);
-    else if (o.is_gpt && !strcmp(a, "--padded-vocab")) o.gpt.padded_vocab_size = INT(1, 65536), vp_given = 1;
-    else if (o.is_gpt && !strcmp(a, "--max-seq")) o.gpt.max_seq_len = INT(1, 1 << 20);
-    else if (o.is_gpt && !strcmp(a, "--seq")) o.seq = INT(1, 1 << 20);
-    else if (o.is_gpt && !strcmp(a, "--chunk")) o.chunk = INT(1, 1 << 16);
-    else if (o.is_gpt && !strcmp(a, "--attn-splits")) o.attn_splits = INT(1, TG_MAX_SPLIT);
-    else if (o.is_gpt && !strcmp(a, "--classifier-blocks"))
-      o.classifier_blocks = INT(1, TG_MAX_SPLIT);
-    else if (o.is_gpt && !strcmp(a, "--attention")) {
-      const char *v = VAL;
-      if (!strcmp(v, "naive")) o.attention = TG_ATTN_NAIVE;
-      else if (!strcmp(v, "chunked")) o.attention = TG_ATTN_CHUNKED;
-      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
-    } else if (!o.is_gpt && !strcmp(a, "--hidden")) {
+    else if (!o.is_gpt && !strcmp(a, "--hidden")) {
       o.mlp.nlayers = 1 + tg_cli_int_list(a, VAL, o.mlp.widths + 1, TG_MLP_MAX_LAYERS - 1, 1,
                                           1 << 16);
     } else if (!o.is_gpt && !strcmp(a, "--activation")) {
@@ -446,7 +431,6 @@ int tg_cmd_simulate(int argc, char **argv) {
       if (!strcmp(v, "relu")) o.mlp.act = TG_ACT_RELU;
       else if (!strcmp(v, "gelu")) o.mlp.act = TG_ACT_GELU;
       else tg_cli_die("--activation: '%s' is not relu or gelu", v);
-    } else if (tg_cli_precision_flag(argc, argv, &i, &o.prec)) {
     } else {
       tg_cli_die("unknown flag '%s' for 'simulate %s' (see --help)", a, argv[1]);
     }
@@ -455,8 +439,8 @@ int tg_cmd_simulate(int argc, char **argv) {
     for (int k = start; keep && k <= i && npass < MAX_PASS; k++) pass[npass++] = argv[k];
   }
   if (npass >= MAX_PASS) tg_cli_die("simulate: too many flags");
-  tg_cli_precision_finish(&o.prec);
-  if (o.prec.dynamic)
+  tg_cli_gpt_run_finish(&o.run, cmd);
+  if (o.run.prec.dynamic)
     tg_cli_die("simulate: loss scaling reads computed values, which a simulation does not "
                "have; use --precision bf16 without loss-scale flags");
   if (!o.platform) tg_cli_die("simulate: --platform NAME is required (see --help)");
@@ -511,19 +495,19 @@ int tg_cmd_simulate(int argc, char **argv) {
   }
   o.gpus = gpus[0];
   int per = o.gpus > 0 ? o.gpus : 1;
-  if (!o.batch) o.batch = (o.is_gpt ? 8 : 2048) * per;
-  if (!o.micro) o.micro = 2 * per;
-  if (o.micro > o.batch || o.batch % o.micro)
-    tg_cli_die("--micro-batches %d does not divide --batch %d", o.micro, o.batch);
+  tg_gpt_run_config *rc = &o.run.cfg;
+  if (!rc->B) rc->B = (o.is_gpt ? 8 : 2048) * per;
+  if (!rc->nmicro) rc->nmicro = 2 * per;
+  if (rc->nmicro > rc->B || rc->B % rc->nmicro)
+    tg_cli_die("--micro-batches %d does not divide --batch %d", rc->nmicro, rc->B);
   if (o.is_gpt) {
-    if (!vp_given) o.gpt.padded_vocab_size = (o.gpt.vocab_size + 63) / 64 * 64;
-    if (tg_gpt_config_check(&o.gpt) < 0) tg_cli_die_last("model shape");
-    if (o.seq > o.gpt.max_seq_len)
-      tg_cli_die("--seq %d exceeds the model's maximum %d", o.seq, o.gpt.max_seq_len);
+    if (tg_gpt_config_check(&o.run.model) < 0) tg_cli_die_last("model shape");
+    if (rc->T > o.run.model.max_seq_len)
+      tg_cli_die("--seq %d exceeds the model's maximum %d", rc->T, o.run.model.max_seq_len);
   } else {
     o.mlp.widths[o.mlp.nlayers] = 10;
     tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
-    tg_cli_precision_mlp(&o.prec, &o.mlp, &opt);
+    tg_cli_precision_mlp(&o.run.prec, &o.mlp, &opt);
   }
   if (sched_text) rt.sched = sched[0];
   rt.ncpus = o.ncpus;
