@@ -74,6 +74,8 @@ static const run_option options[] = {
      "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
     {"--classifier-blocks", "R", K_INT, F(cfg.classifier_blocks), 1, TG_MAX_SPLIT, -1, GPT,
      "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
+    {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
+     "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
     {"--precision", NULL, K_PRECISION, 0, 0, 0, -1, GPT | SIM_MLP, TG_CLI_PRECISION_HELP},
     {"--sched", NULL, K_RUNTIME, 0, 0, 0, -1, TRAIN | BENCH, TG_CLI_RUNTIME_HELP},
 };
