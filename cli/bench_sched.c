@@ -10,12 +10,12 @@
  * <build>/sched-perfmodels), calibrated first by one dmda run with
  * STARPU_CALIBRATE=1 so that the dm* policies have models to work with.
  *
- * Step times:
- *  - gpt: one run of 'bench gpt --steps N', which times each step itself and
- *    prints "taskgrad median step ms: M (min A, max B)"; those are the row.
- *  - mlp: 'bench mlp --per-step' waits for each step and prints the same
- *    line (by default bench mlp pipelines its steps and prints the mean).
- *    The median is the element n/2 of the sorted times in both.
+ * Step times: 'bench gpt --steps N' and 'bench mlp --per-step --steps N'
+ * time each step from its submission until its last task has ended (so
+ * that no interval holds part of the next step) and print "taskgrad median
+ * step ms: M (min A, max B)"; the median is the element n/2 of the sorted
+ * times.  A row's median is the median of its rounds' medians, its min and
+ * max (the chart's bars) the fastest and slowest single step of all rounds.
  * Idle % is the mean over the workers of the per-worker idle column (for mlp,
  * the mean over the workers); tasks and bytes moved are totals over the N
  * measured steps.
@@ -63,8 +63,9 @@ static void bench_sched_usage(void) {
          "--hidden 512,256, --layers 4, --ncpus 2); not --sched, --quiet,\n"
          "--stats, --trace, --calibrate or --torch.\n"
          "\n"
-         "Step times: gpt: median, min and max of the N steps of one run; mlp\n"
-         "(bench mlp --per-step): the median, min and max of the N steps.\n"
+         "Step times: each step timed until its last task ended (bench gpt,\n"
+         "bench mlp --per-step); the chart's bars go from the fastest to the\n"
+         "slowest single step of all rounds.\n"
          "A scheduler whose run fails is reported as failed; the others go on.\n"
          "Exit status: 0; 1 if every scheduler failed; 2 on bad flags or when\n"
          "gnuplot is missing (after writing the CSV).\n",

@@ -114,7 +114,7 @@ int sched_write_chart(const char *path, const char *model, int steps, const sche
   fprintf(f,
           "\n"
           "set title 'taskgrad bench sched: %s training step by scheduling policy "
-          "(median of per-run medians of %d steps; bars: min to max)'\n"
+          "(median of per-run medians of %d steps; bars: fastest to slowest step)'\n"
           "set ylabel 'step time (ms)'\n"
           "set style fill solid 0.6 border -1\n"
           "set boxwidth 0.6\n"

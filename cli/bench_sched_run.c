@@ -171,7 +171,7 @@ int sched_run_child(char *const argv[], const char *home, int calibrate, int tim
 
 typedef struct run_parse {
   int have_step;
-  double step_ms, min_ms, max_ms; /* min/max only from bench gpt */
+  double step_ms, min_ms, max_ms; /* min/max: bench gpt, bench mlp --per-step */
   int have_minmax;
   double idle_pct; /* mean over workers, -1 if no worker table */
   long tasks;      /* -1 if unknown */
