@@ -4,9 +4,9 @@
  *
  * A row names the flag, its argument (help's metavariable), its kind, the
  * field of tg_cli_gpt_run it sets (an offset; most are fields of the
- * graph's tg_gpt_run_config), the range of an integer
- * (part of the "out of range [min, max]" message), a second field set to 1
- * when the flag is given, the commands that accept it and its help text.
+ * graph's tg_gpt_run_config), the range of an integer (part of the "out of
+ * range [min, max]" message), a second field set to 1 when the flag is
+ * given, the commands that accept it and its help text.
  * The help's "%d" is the command's default (tg_cli_gpt_run_default); a
  * "\n" in it starts a continuation line.  One flag may have one row per
  * range or help text (--batch: 1..65536 for train and bench, 1..2^20 and
