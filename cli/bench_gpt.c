@@ -12,34 +12,26 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gpt_run_options.h"
 #include "micro_batches.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/rng.h"
 #include "taskgrad/stats.h"
 
 static void bench_gpt_usage(void) {
-  puts("usage: taskgrad bench gpt [flags]\n"
-       "\n"
-       "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
-       "                       shape below)\n"
-       "  --layers L --channels C --heads NH --vocab V --padded-vocab Vp --max-seq T\n"
-       "                       random model shape (default 4, 256, 4, 256, 256, 256;\n"
-       "                       Vp: V rounded up to a multiple of 64 unless given)\n"
-       "  --batch B            sequences per step (default 8)\n"
-       "  --seq T              tokens per sequence (default 256)\n"
-       "  --micro-batches M    micro-batches per step, dividing B, or auto: one\n"
-       "                       per worker, within what B allows (default auto)\n"
-       "  --attention NAME     naive or chunked (default chunked)\n"
-       "  --chunk K            attention chunk (default 64)\n"
-       "  --attn-splits S      attention tasks per micro-batch (default: auto)\n"
-       "  --classifier-blocks R  row blocks of dwte for the classifier's increments\n"
-       "                       (default: auto, one per 4 workers up to 16)\n"
-       "  --steps N            measured steps (default 10)\n"
-       "  --warmup N           unmeasured steps first (default 2)\n"
-       "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
-       "                       model and batch\n"
-       "  --quiet              no per-codelet table\n" TG_CLI_PRECISION_HELP
-       TG_CLI_RUNTIME_HELP);
+  fputs("usage: taskgrad bench gpt [flags]\n"
+        "\n"
+        "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
+        "                       shape of --layers ... --max-seq below)\n"
+        "  --steps N            measured steps (default 10)\n"
+        "  --warmup N           unmeasured steps first (default 2)\n"
+        "  --torch              also time PyTorch (/usr/bin/python3) on the same\n"
+        "                       model and batch\n"
+        "  --quiet              no per-codelet table\n"
+        "\n"
+        "GPT run options (as in train gpt and simulate gpt):\n",
+        stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_BENCH_GPT, 0);
 }
 
 /* Runs the PyTorch reference; returns its median step time in ms or -1. */
@@ -68,185 +60,202 @@ static double torch_step_ms(const char *model, const char *tokens, int B, int T,
   return ms;
 }
 
-int tg_cmd_bench_gpt(int argc, char **argv) {
-  const char *init_from = NULL;
-  tg_gpt_config cfg = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
-                       .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
-  int B = 8, T = 256, micro = 0 /* auto */, chunk = 64, splits = 0, cblocks = 0, steps = 10, warmup = 2;
-  int torch = 0, quiet = 0, vp_given = 0;
-  tg_cli_precision prec;
-  tg_cli_precision_default(&prec);
-  tg_attention_kind attention = TG_ATTN_CHUNKED;
-  tg_runtime_config rt = tg_runtime_config_default();
+/* One run of the command. */
+typedef struct bench_gpt {
+  tg_cli_gpt_run ro;             /* the GPT run options */
+  const char *init_from;
+  int steps, warmup, torch, quiet;
+  tg_gpt_config cfg;
+  float *params;                 /* the initial parameters (freed once built) */
+  size_t nparams;
+  uint16_t *tokens;              /* one random batch, reused every step */
+  size_t ntok;
+  int micro, threads;
+  tg_gpt_run_config run;
+  tg_gpt g;
+  char dir[32], model[256], tokfile[256]; /* PyTorch's inputs (--torch) */
+} bench_gpt;
+
+/* The flags; returns 1 after printing the help. */
+static int parse_flags(int argc, char **argv, bench_gpt *r) {
+  tg_cli_gpt_run_default(&r->ro, TG_RUN_BENCH_GPT);
+  r->steps = 10;
+  r->warmup = 2;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
 #define VAL tg_cli_value(argc, argv, &i)
-#define INT(lo, hi) (int)tg_cli_int(a, VAL, lo, hi)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       bench_gpt_usage();
-      return 0;
-    } else if (!strcmp(a, "--init-from")) init_from = VAL;
-    else if (!strcmp(a, "--layers")) cfg.num_layers = INT(1, TG_GPT_MAX_LAYERS);
-    else if (!strcmp(a, "--channels")) cfg.channels = INT(1, 1 << 16);
-    else if (!strcmp(a, "--heads")) cfg.num_heads = INT(1, 1 << 12);
-    else if (!strcmp(a, "--vocab")) cfg.vocab_size = INT(1, 65536);
-    else if (!strcmp(a, "--padded-vocab")) cfg.padded_vocab_size = INT(1, 65536), vp_given = 1;
-    else if (!strcmp(a, "--max-seq")) cfg.max_seq_len = INT(1, 1 << 20);
-    else if (!strcmp(a, "--batch")) B = INT(1, 1 << 16);
-    else if (!strcmp(a, "--seq")) T = INT(1, 1 << 20);
-    else if (!strcmp(a, "--micro-batches")) micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
-    else if (!strcmp(a, "--chunk")) chunk = INT(1, 1 << 16);
-    else if (!strcmp(a, "--attn-splits")) splits = INT(1, TG_MAX_SPLIT);
-    else if (!strcmp(a, "--classifier-blocks")) cblocks = INT(1, TG_MAX_SPLIT);
-    else if (!strcmp(a, "--steps")) steps = INT(1, 1 << 20);
-    else if (!strcmp(a, "--warmup")) warmup = INT(0, 1 << 20);
-    else if (!strcmp(a, "--attention")) {
-      const char *v = VAL;
-      if (!strcmp(v, "naive")) attention = TG_ATTN_NAIVE;
-      else if (!strcmp(v, "chunked")) attention = TG_ATTN_CHUNKED;
-      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
-    } else if (!strcmp(a, "--torch")) torch = 1;
-    else if (!strcmp(a, "--quiet")) quiet = 1;
-    else if (tg_cli_precision_flag(argc, argv, &i, &prec)) continue;
-    else if (!tg_cli_runtime_flag(argc, argv, &i, &rt))
-      tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
-#undef INT
+      return 1;
+    } else if (tg_cli_gpt_run_flag(argc, argv, &i, TG_RUN_BENCH_GPT, &r->ro)) continue;
+    else if (!strcmp(a, "--init-from")) r->init_from = VAL;
+    else if (!strcmp(a, "--steps")) r->steps = (int)tg_cli_int(a, VAL, 1, 1 << 20);
+    else if (!strcmp(a, "--warmup")) r->warmup = (int)tg_cli_int(a, VAL, 0, 1 << 20);
+    else if (!strcmp(a, "--torch")) r->torch = 1;
+    else if (!strcmp(a, "--quiet")) r->quiet = 1;
+    else tg_cli_die("unknown flag '%s' for 'bench gpt' (see --help)", a);
 #undef VAL
   }
-  if (micro) tg_cli_check_gpt_micro(B, micro, splits); /* auto: once the workers are known */
-  tg_cli_precision_finish(&prec);
-  /* tensor-core alignment: the tied classifier's rows a multiple of 64 */
-  if (!vp_given) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
-  if (cfg.padded_vocab_size < cfg.vocab_size)
-    tg_cli_die("--padded-vocab %d is below --vocab %d", cfg.padded_vocab_size, cfg.vocab_size);
-  tg_cli_instrument_check(&rt);
-  float *params = NULL;
-  size_t sizes[TG_GPT_NPARAMS], nparams;
-  if (init_from) {
-    if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
-    nparams = tg_gpt_param_sizes(&cfg, sizes);
+  tg_cli_gpt_run_finish(&r->ro, TG_RUN_BENCH_GPT);
+  r->cfg = r->ro.model;
+  if (r->cfg.padded_vocab_size < r->cfg.vocab_size)
+    tg_cli_die("--padded-vocab %d is below --vocab %d", r->cfg.padded_vocab_size,
+               r->cfg.vocab_size);
+  tg_cli_instrument_check(&r->ro.rt);
+  return 0;
+}
+
+/* The model (--init-from's or a random one) and a batch of random tokens. */
+static void make_inputs(bench_gpt *r) {
+  tg_gpt_config *cfg = &r->cfg;
+  size_t sizes[TG_GPT_NPARAMS];
+  int B = r->ro.cfg.B, T = r->ro.cfg.T;
+  if (r->init_from) {
+    if (tg_llmc_model_read(r->init_from, cfg, &r->params) < 0) tg_cli_die_last("--init-from");
+    r->nparams = tg_gpt_param_sizes(cfg, sizes);
   } else {
-    if (tg_gpt_config_check(&cfg) < 0) tg_cli_die_last("model shape");
-    nparams = tg_gpt_param_sizes(&cfg, sizes);
-    params = malloc(sizeof(float) * nparams);
-    if (!params) tg_cli_die("out of memory");
-    tg_gpt_init_params(&cfg, 1, params);
+    if (tg_gpt_config_check(cfg) < 0) tg_cli_die_last("model shape");
+    r->nparams = tg_gpt_param_sizes(cfg, sizes);
+    r->params = malloc(sizeof(float) * r->nparams);
+    if (!r->params) tg_cli_die("out of memory");
+    tg_gpt_init_params(cfg, 1, r->params);
   }
-  if (T > cfg.max_seq_len) tg_cli_die("--seq %d exceeds the model's maximum %d", T, cfg.max_seq_len);
-
-  /* random tokens: one batch, reused every step */
-  size_t ntok = (size_t)B * T + 1;
-  uint16_t *tokens = malloc(sizeof(uint16_t) * ntok);
-  if (!tokens) tg_cli_die("out of memory");
+  if (T > cfg->max_seq_len)
+    tg_cli_die("--seq %d exceeds the model's maximum %d", T, cfg->max_seq_len);
+  r->ntok = (size_t)B * T + 1;
+  r->tokens = malloc(sizeof(uint16_t) * r->ntok);
+  if (!r->tokens) tg_cli_die("out of memory");
   uint64_t s = 7;
-  for (size_t i = 0; i < ntok; i++)
-    tokens[i] = (uint16_t)(tg_splitmix64(&s) % (uint64_t)cfg.vocab_size);
+  for (size_t i = 0; i < r->ntok; i++)
+    r->tokens[i] = (uint16_t)(tg_splitmix64(&s) % (uint64_t)cfg->vocab_size);
+}
 
-  rt.profiling = 1;
-  if (tg_init(&rt) < 0) tg_cli_die_last("starting StarPU");
-  tg_cli_instrument_begin_bench(&rt);
-  int threads = tg_ncpu_workers();
-  if (!micro) {
-    micro = tg_cli_auto_micro_batches(B, 1, 1, 1);
-    tg_cli_check_gpt_micro(B, micro, splits);
+/* StarPU and the graph's model; with --torch, PyTorch's inputs first, so
+ * that the host copy of the parameters is gone during the measured steps
+ * (peak memory). */
+static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
+  int B = r->ro.cfg.B, T = r->ro.cfg.T;
+  r->ro.rt.profiling = 1;
+  if (tg_init(&r->ro.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_instrument_begin_bench(&r->ro.rt);
+  r->threads = tg_ncpu_workers();
+  r->micro = r->ro.cfg.nmicro;
+  if (!r->micro) {
+    r->micro = tg_cli_auto_micro_batches(B, 1, 1, 1);
+    tg_cli_check_gpt_micro(B, r->micro, r->ro.cfg.attn_splits);
   }
-  tg_gpt_run_config run = tg_gpt_run_default(B, T);
-  run.nmicro = micro;
-  run.attention = attention;
-  run.chunk = chunk;
-  run.attn_splits = splits;
-  run.classifier_blocks = cblocks;
-  run.amp.precision = prec.precision;
-  run.amp.loss_scaling = prec.dynamic;
-  run.amp.loss_scale = (float)prec.scale;
-  run.amp.loss_scale_window = prec.window;
-  tg_cli_precision_start(&prec);
-  tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
-  opt.lr = 1e-4f;
-  tg_gpt g;
-  tg_cli_check_memory_limit(tg_gpt_managed_bytes(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
-                            "this GPT model and batch");
-  /* PyTorch's inputs are written now, so that the host copy of the
-   * parameters is gone during the measured steps (peak memory) */
-  char dir[] = "/tmp/taskgrad-bench-XXXXXX", model[256], tokfile[256];
-  if (torch) {
-    if (!mkdtemp(dir)) tg_cli_die("cannot create a temporary directory");
-    snprintf(model, sizeof model, "%s/model.bin", dir);
-    snprintf(tokfile, sizeof tokfile, "%s/tokens.bin", dir);
-    if (tg_llmc_model_write(model, &cfg, params) < 0 ||
-        tg_llmc_tokens_write(tokfile, tokens, ntok) < 0)
+  r->run = tg_cli_gpt_run_config(&r->ro, B, T, r->micro);
+  tg_cli_precision_start(&r->ro.prec);
+  *opt = tg_optimizer_default(TG_OPT_ADAMW);
+  opt->lr = 1e-4f;
+  tg_cli_check_memory_limit(
+      tg_gpt_managed_bytes(&r->cfg, &r->run, tg_ncpu_workers() + tg_ncuda_workers()),
+      "this GPT model and batch");
+  if (r->torch) {
+    snprintf(r->dir, sizeof r->dir, "/tmp/taskgrad-bench-XXXXXX");
+    if (!mkdtemp(r->dir)) tg_cli_die("cannot create a temporary directory");
+    snprintf(r->model, sizeof r->model, "%s/model.bin", r->dir);
+    snprintf(r->tokfile, sizeof r->tokfile, "%s/tokens.bin", r->dir);
+    if (tg_llmc_model_write(r->model, &r->cfg, r->params) < 0 ||
+        tg_llmc_tokens_write(r->tokfile, r->tokens, r->ntok) < 0)
       tg_cli_die_last("writing the PyTorch inputs");
   }
-  if (tg_gpt_create(&g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
-  free(params);
-  tg_token_loader_config lc = {.B = B, .T = T, .nmicro = micro, .prefetch = 1, .shuffled = 0,
-                               .seed = 0, .start_batch = 0, .shard = 0, .nshards = 1};
-  tg_loader *ld = tg_token_loader_create(tokens, ntok, &lc);
-  if (!ld) tg_cli_die_last("batch");
-  tg_batch b;
-  if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("batch");
+  if (tg_gpt_create(&r->g, &r->cfg, r->params, &r->run, opt) < 0)
+    tg_cli_die_last("building the model");
+  free(r->params);
+  r->params = NULL;
+}
 
-  for (int k = 0; k < warmup; k++) {
-    if (tg_gpt_step(&g, &b, opt.lr) < 0) tg_cli_die_last("warm-up step");
-    if (tg_gpt_loss(&g, NULL, 1) < 0) tg_cli_die_last("loss");
+/* The warm-up, then the measured steps' times in ms[] and statistics. */
+static void time_steps(bench_gpt *r, const tg_batch *b, float lr, double *ms, tg_stats *st) {
+  for (int k = 0; k < r->warmup; k++) {
+    if (tg_gpt_step(&r->g, b, lr) < 0) tg_cli_die_last("warm-up step");
+    if (tg_gpt_loss(&r->g, NULL, 1) < 0) tg_cli_die_last("loss");
   }
-  double *ms = malloc(sizeof(double) * steps);
-  if (!ms) tg_cli_die("out of memory");
+  starpu_task_wait_for_all(); /* the first interval starts with no warm-up task left */
   if (tg_stats_begin() < 0) tg_cli_die_last("statistics");
-  double t_all = tg_cli_now();
-  for (int k = 0; k < steps; k++) {
+  for (int k = 0; k < r->steps; k++) {
     double t0 = tg_cli_now();
-    if (tg_gpt_step(&g, &b, opt.lr) < 0) tg_cli_die_last("training step");
-    if (tg_gpt_loss(&g, NULL, 1) < 0) tg_cli_die_last("loss");
+    if (tg_gpt_step(&r->g, b, lr) < 0) tg_cli_die_last("training step");
+    if (tg_gpt_loss(&r->g, NULL, 1) < 0) tg_cli_die_last("loss");
+    /* the loss is known after the forward; the interval ends when the
+     * step's backward and update have ended too, so that it holds one
+     * whole step and nothing of the next (bench/results/2026-11-25-per-step.md) */
+    starpu_task_wait_for_all();
     ms[k] = (tg_cli_now() - t0) * 1e3;
   }
-  t_all = tg_cli_now() - t_all;
-  tg_stats st;
-  if (tg_stats_end(&st) < 0) tg_cli_die_last("statistics");
+  if (tg_stats_end(st) < 0) tg_cli_die_last("statistics");
+}
+
+/* The figures; returns the median step time in ms (ms[] gets sorted). */
+static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
+  const tg_gpt_config *cfg = &r->cfg;
+  int B = r->ro.cfg.B, T = r->ro.cfg.T, steps = r->steps;
   qsort(ms, steps, sizeof *ms, tg_cli_cmp_double);
   double med = ms[steps / 2];
-  double flops = tg_gpt_flops_per_token(&cfg, T) * B * T;
+  double flops = tg_gpt_flops_per_token(cfg, T) * B * T;
   char cls[48] = "fused";
-  if (tg_gpt_classifier_blocks(&g))
-    snprintf(cls, sizeof cls, "split, dwte in %d block(s)", tg_gpt_classifier_blocks(&g));
+  if (tg_gpt_classifier_blocks(&r->g))
+    snprintf(cls, sizeof cls, "split, dwte in %d block(s)", tg_gpt_classifier_blocks(&r->g));
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
          "%s attention (chunk %d, %d tasks), classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
-         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-         nparams, B, T, micro, attention == TG_ATTN_NAIVE ? "naive" : "chunked", chunk,
-         g.run.attn_splits, cls, tg_precision_name(prec.precision), tg_ncpu_workers(),
-         tg_ncuda_workers(), tg_nopencl_workers(),
+         cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
+         r->nparams, B, T, r->micro, r->run.attention == TG_ATTN_NAIVE ? "naive" : "chunked",
+         r->run.chunk, r->g.run.attn_splits, cls, tg_precision_name(r->ro.prec.precision),
+         tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);
-  /* a step's interval ends when its loss is known, while its backward and
-   * update still run into the next one's: on long steps single intervals
-   * scatter, and the mean over the whole window (until every task ended)
-   * is the steadier figure */
+  /* each interval is one whole step (see above), so the mean over the
+   * window agrees with the median up to the machine's noise */
   printf("taskgrad mean step ms: %.1f (%d steps in %.2f s, until the last task ended)\n",
-         st.wall_us * 1e-3 / steps, steps, st.wall_us * 1e-6);
+         st->wall_us * 1e-3 / steps, steps, st->wall_us * 1e-6);
   printf("taskgrad tokens/s: %.0f\n", B * T / (med * 1e-3));
   printf("taskgrad GFLOP/s: %.1f (llm.c count, %.2f GFLOP per step)\n", flops / (med * 1e6),
          flops * 1e-9);
-  if (g.optim.scaler.enabled)
-    printf("taskgrad loss scale %g, skipped steps: %ld\n", g.optim.scaler.scale, g.optim.scaler.skipped);
-  if (!quiet) tg_stats_print(&st, stdout);
+  if (r->g.optim.scaler.enabled)
+    printf("taskgrad loss scale %g, skipped steps: %ld\n", r->g.optim.scaler.scale,
+           r->g.optim.scaler.skipped);
+  if (!r->quiet) tg_stats_print(st, stdout);
+  return med;
+}
+
+/* --torch: PyTorch on the same inputs; returns the exit status. */
+static int compare_torch(bench_gpt *r, double med) {
+  double tms = torch_step_ms(r->model, r->tokfile, r->ro.cfg.B, r->ro.cfg.T, r->steps,
+                             r->warmup, r->threads);
+  unlink(r->model);
+  unlink(r->tokfile);
+  rmdir(r->dir);
+  if (tms <= 0) return 1;
+  printf("speed-up over PyTorch: %.2fx (PyTorch %.1f ms, taskgrad %.1f ms per step)\n",
+         tms / med, tms, med);
+  return 0;
+}
+
+int tg_cmd_bench_gpt(int argc, char **argv) {
+  static bench_gpt r; /* zeroed */
+  if (parse_flags(argc, argv, &r)) return 0;
+  make_inputs(&r);
+  tg_optimizer_config opt;
+  build_model(&r, &opt);
+  tg_token_loader_config lc = {.B = r.ro.cfg.B, .T = r.ro.cfg.T, .nmicro = r.micro,
+                               .prefetch = 1, .shuffled = 0, .seed = 0, .start_batch = 0,
+                               .shard = 0, .nshards = 1};
+  tg_loader *ld = tg_token_loader_create(r.tokens, r.ntok, &lc);
+  if (!ld) tg_cli_die_last("batch");
+  tg_batch b;
+  if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("batch");
+  double *ms = malloc(sizeof(double) * r.steps);
+  if (!ms) tg_cli_die("out of memory");
+  tg_stats st;
+  time_steps(&r, &b, opt.lr, ms, &st);
+  double med = print_results(&r, ms, &st);
   free(ms);
   tg_loader_destroy(ld);
-  tg_gpt_destroy(&g);
-  tg_cli_instrument_end(&rt);
+  tg_gpt_destroy(&r.g);
+  tg_cli_instrument_end(&r.ro.rt);
   tg_shutdown();
-
-  int rc = 0;
-  if (torch) {
-    double tms = torch_step_ms(model, tokfile, B, T, steps, warmup, threads);
-    unlink(model);
-    unlink(tokfile);
-    rmdir(dir);
-    if (tms > 0)
-      printf("speed-up over PyTorch: %.2fx (PyTorch %.1f ms, taskgrad %.1f ms per step)\n",
-             tms / med, tms, med);
-    else
-      rc = 1;
-  }
-  free(tokens);
+  int rc = r.torch ? compare_torch(&r, med) : 0;
+  free(r.tokens);
   return rc;
 }

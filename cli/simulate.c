@@ -34,7 +34,7 @@
 #define MAX_PASS 96
 
 static void simulate_usage(void) {
-  puts("usage: taskgrad simulate gpt|mlp --platform NAME [flags]\n"
+  fputs("usage: taskgrad simulate gpt|mlp --platform NAME [flags]\n"
        "\n"
        "Runs the training step on a simulated machine (StarPU + SimGrid; needs a\n"
        "build configured with -DTG_SIMGRID=ON).  Task times come from calibrated\n"
@@ -57,12 +57,17 @@ static void simulate_usage(void) {
        "  --csv FILE           the sweep's or comparison's rows\n"
        "  --trace FILE.json    Chrome trace in simulated time (single run)\n"
        "  --no-priorities      every task at priority 0\n"
-       "gpt: --layers L --channels C --heads NH --vocab V --max-seq T (default 4,\n"
-       "     256, 4, 256, 256), --batch B (default 8 per GPU), --seq T (256),\n"
-       "     --micro-batches M (default 2 per GPU), --attention naive|chunked,\n"
-       "     --chunk K, --attn-splits S, --classifier-blocks R\n"
-       "mlp: --batch N (default 2048 per GPU), --micro-batches M (2 per GPU),\n"
-       "     --hidden LIST (512,256), --activation relu|gelu\n" TG_CLI_PRECISION_HELP);
+       "\n"
+       "gpt (the GPT run options of train gpt and bench gpt):\n",
+       stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_GPT, TG_RUN_SIMULATE_MLP);
+  fputs("mlp:\n", stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_MLP, TG_RUN_SIMULATE_GPT);
+  fputs("  --hidden LIST        hidden widths (default 512,256)\n"
+        "  --activation NAME    relu or gelu (default relu)\n"
+        "both:\n",
+        stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_SIMULATE_GPT | TG_RUN_SIMULATE_MLP, 0);
 }
 
 /* ---- platform files ------------------------------------------------------- */
@@ -381,26 +386,23 @@ static int run_in_sim_process(int argc, char **argv) {
 
 /* ---- flags ------------------------------------------------------------------- */
 
-int tg_cmd_simulate(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-    simulate_usage();
-    return 0;
-  }
-  if (argc < 2 || (strcmp(argv[1], "gpt") && strcmp(argv[1], "mlp")))
-    tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
-  tg_sim_options o = {
-      .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
-      .gpt = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 4, .num_heads = 4,
-              .channels = 256, .padded_vocab_size = 256},
-      .seq = 256, .attention = TG_ATTN_CHUNKED,
-      .chunk = 64, .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU,
-                           .tiles = 1}};
-  tg_cli_precision_default(&o.prec);
-  tg_runtime_config rt = tg_runtime_config_default();
-  const char *gpus_text = "1", *sched_text = NULL, *chart = NULL, *csv = NULL,
-             *perfmodels = NULL;
-  char *pass[MAX_PASS];
-  int npass = 0, vp_given = 0;
+/* What one command line asks for, beyond the run's options. */
+typedef struct sim_cmd {
+  tg_sim_options o;
+  unsigned cmd;                  /* TG_RUN_SIMULATE_GPT or _MLP */
+  tg_runtime_config rt;
+  const char *gpus_text, *sched_text, *chart, *csv, *perfmodels;
+  char *pass[MAX_PASS];          /* the flags a child of a sweep gets */
+  int npass;
+  char dir[4096];                /* the platform files' directory */
+  int gpus[MAX_LIST], ngpus;
+  char sched[MAX_LIST][64];
+  int nsched;
+} sim_cmd;
+
+/* The flags after the model; returns 1 after printing the help. */
+static int parse_flags(int argc, char **argv, sim_cmd *c) {
+  tg_sim_options *o = &c->o;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     int start = i, keep = 1;
@@ -408,128 +410,141 @@ int tg_cmd_simulate(int argc, char **argv) {
 #define INT(lo, hi) (int)tg_cli_int(a, VAL, lo, hi)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       simulate_usage();
-      return 0;
-    } else if (!strcmp(a, "--platform")) o.platform = VAL;
-    else if (!strcmp(a, "--gpus")) gpus_text = VAL, keep = 0;
-    else if (!strcmp(a, "--sched")) sched_text = VAL, keep = 0;
-    else if (!strcmp(a, "--chart")) chart = VAL, keep = 0;
-    else if (!strcmp(a, "--csv")) csv = VAL, keep = 0;
+      return 1;
+    } else if (tg_cli_gpt_run_flag(argc, argv, &i, c->cmd, &o->run)) {
+    } else if (!strcmp(a, "--platform")) o->platform = VAL;
+    else if (!strcmp(a, "--gpus")) c->gpus_text = VAL, keep = 0;
+    else if (!strcmp(a, "--sched")) c->sched_text = VAL, keep = 0;
+    else if (!strcmp(a, "--chart")) c->chart = VAL, keep = 0;
+    else if (!strcmp(a, "--csv")) c->csv = VAL, keep = 0;
     else if (!strcmp(a, "--trace")) tg_cli_instr.trace = VAL, keep = 0;
-    else if (!strcmp(a, "--perfmodels")) perfmodels = VAL;
-    else if (!strcmp(a, "--ncpus")) o.ncpus = INT(0, 4096);
-    else if (!strcmp(a, "--steps")) o.steps = INT(1, 1 << 20);
-    else if (!strcmp(a, "--warmup")) o.warmup = INT(0, 1 << 20);
-    else if (!strcmp(a, "--no-priorities")) rt.no_priorities = 1;
-    else if (!strcmp(a, "--batch")) o.batch = INT(1, 1 << 20);
-    else if (!strcmp(a, "--micro-batches")) o.micro = INT(1, TG_SIM_MAX_MICRO);
-    else if (o.is_gpt && !strcmp(a, "--layers")) o.gpt.num_layers = INT(1, TG_GPT_MAX_LAYERS);
-    else if (o.is_gpt && !strcmp(a, "--channels")) o.gpt.channels = INT(1, 1 << 16);
-    else if (o.is_gpt && !strcmp(a, "--heads")) o.gpt.num_heads = INT(1, 1 << 12);
-    else if (o.is_gpt && !strcmp(a, "--vocab")) o.gpt.vocab_size = INT(1, 65536);
-    else if (o.is_gpt && !strcmp(a, "--padded-vocab")) o.gpt.padded_vocab_size = INT(1, 65536), vp_given = 1;
-    else if (o.is_gpt && !strcmp(a, "--max-seq")) o.gpt.max_seq_len = INT(1, 1 << 20);
-    else if (o.is_gpt && !strcmp(a, "--seq")) o.seq = INT(1, 1 << 20);
-    else if (o.is_gpt && !strcmp(a, "--chunk")) o.chunk = INT(1, 1 << 16);
-    else if (o.is_gpt && !strcmp(a, "--attn-splits")) o.attn_splits = INT(1, TG_MAX_SPLIT);
-    else if (o.is_gpt && !strcmp(a, "--classifier-blocks"))
-      o.classifier_blocks = INT(1, TG_MAX_SPLIT);
-    else if (o.is_gpt && !strcmp(a, "--attention")) {
+    else if (!strcmp(a, "--perfmodels")) c->perfmodels = VAL;
+    else if (!strcmp(a, "--ncpus")) o->ncpus = INT(0, 4096);
+    else if (!strcmp(a, "--steps")) o->steps = INT(1, 1 << 20);
+    else if (!strcmp(a, "--warmup")) o->warmup = INT(0, 1 << 20);
+    else if (!strcmp(a, "--no-priorities")) c->rt.no_priorities = 1;
+    else if (!o->is_gpt && !strcmp(a, "--hidden")) {
+      o->mlp.nlayers = 1 + tg_cli_int_list(a, VAL, o->mlp.widths + 1, TG_MLP_MAX_LAYERS - 1, 1,
+                                           1 << 16);
+    } else if (!o->is_gpt && !strcmp(a, "--activation")) {
       const char *v = VAL;
-      if (!strcmp(v, "naive")) o.attention = TG_ATTN_NAIVE;
-      else if (!strcmp(v, "chunked")) o.attention = TG_ATTN_CHUNKED;
-      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
-    } else if (!o.is_gpt && !strcmp(a, "--hidden")) {
-      o.mlp.nlayers = 1 + tg_cli_int_list(a, VAL, o.mlp.widths + 1, TG_MLP_MAX_LAYERS - 1, 1,
-                                          1 << 16);
-    } else if (!o.is_gpt && !strcmp(a, "--activation")) {
-      const char *v = VAL;
-      if (!strcmp(v, "relu")) o.mlp.act = TG_ACT_RELU;
-      else if (!strcmp(v, "gelu")) o.mlp.act = TG_ACT_GELU;
+      if (!strcmp(v, "relu")) o->mlp.act = TG_ACT_RELU;
+      else if (!strcmp(v, "gelu")) o->mlp.act = TG_ACT_GELU;
       else tg_cli_die("--activation: '%s' is not relu or gelu", v);
-    } else if (tg_cli_precision_flag(argc, argv, &i, &o.prec)) {
     } else {
       tg_cli_die("unknown flag '%s' for 'simulate %s' (see --help)", a, argv[1]);
     }
 #undef INT
 #undef VAL
-    for (int k = start; keep && k <= i && npass < MAX_PASS; k++) pass[npass++] = argv[k];
+    for (int k = start; keep && k <= i && c->npass < MAX_PASS; k++) c->pass[c->npass++] = argv[k];
   }
-  if (npass >= MAX_PASS) tg_cli_die("simulate: too many flags");
-  tg_cli_precision_finish(&o.prec);
-  if (o.prec.dynamic)
+  if (c->npass >= MAX_PASS) tg_cli_die("simulate: too many flags");
+  tg_cli_gpt_run_finish(&o->run, c->cmd);
+  if (o->run.prec.dynamic)
     tg_cli_die("simulate: loss scaling reads computed values, which a simulation does not "
                "have; use --precision bf16 without loss-scale flags");
-  if (!o.platform) tg_cli_die("simulate: --platform NAME is required (see --help)");
-  char dir[4096];
-  platform_dir(dir, sizeof dir);
-  int have_cpus = 0, have = platform_hosts(dir, o.platform, &have_cpus);
-  if (o.ncpus > have_cpus)
-    tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o.ncpus, o.platform, have_cpus);
-  read_roofline(dir, o.platform, &o.roofline);
-  int gpus[MAX_LIST];
-  int ngpus = tg_cli_int_list("--gpus", gpus_text, gpus, MAX_LIST, 0, 64);
-  for (int g = 0; g < ngpus; g++) {
-    if (gpus[g] > have)
-      tg_cli_die("--gpus %d: platform %s has %d GPU(s)", gpus[g], o.platform, have);
+  if (!o->platform) tg_cli_die("simulate: --platform NAME is required (see --help)");
+  return 0;
+}
+
+/* The platform's files and hosts against --ncpus and --gpus, the --sched
+ * list and --perfmodels. */
+static void check_machine(sim_cmd *c) {
+  tg_sim_options *o = &c->o;
+  platform_dir(c->dir, sizeof c->dir);
+  int have_cpus = 0, have = platform_hosts(c->dir, o->platform, &have_cpus);
+  if (o->ncpus > have_cpus)
+    tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o->ncpus, o->platform, have_cpus);
+  read_roofline(c->dir, o->platform, &o->roofline);
+  c->ngpus = tg_cli_int_list("--gpus", c->gpus_text, c->gpus, MAX_LIST, 0, 64);
+  for (int g = 0; g < c->ngpus; g++) {
+    if (c->gpus[g] > have)
+      tg_cli_die("--gpus %d: platform %s has %d GPU(s)", c->gpus[g], o->platform, have);
     /* --gpus 0 simulates a CPU machine (bench/sim-validate.sh) */
-    if (gpus[g] == 0 && o.ncpus == 0)
+    if (c->gpus[g] == 0 && o->ncpus == 0)
       tg_cli_die("--gpus 0 with --ncpus 0: no worker would run the tasks");
   }
-  char sched[MAX_LIST][64] = {""};
-  int nsched = 1;
-  if (sched_text) {
-    nsched = 0;
-    for (const char *p = sched_text; *p && nsched < MAX_LIST;) {
+  c->nsched = 1;
+  if (c->sched_text) {
+    c->nsched = 0;
+    for (const char *p = c->sched_text; *p && c->nsched < MAX_LIST;) {
       size_t len = strcspn(p, ",");
-      if (len == 0 || len >= sizeof sched[0]) tg_cli_die("--sched: bad list '%s'", sched_text);
-      memcpy(sched[nsched], p, len);
-      sched[nsched][len] = 0;
-      tg_cli_check_sched(sched[nsched++]);
+      if (len == 0 || len >= sizeof c->sched[0])
+        tg_cli_die("--sched: bad list '%s'", c->sched_text);
+      memcpy(c->sched[c->nsched], p, len);
+      c->sched[c->nsched][len] = 0;
+      tg_cli_check_sched(c->sched[c->nsched++]);
       p += len + (p[len] == ',');
     }
   }
-  if (perfmodels) {
+  if (c->perfmodels) {
     char sub[4096];
     struct stat sb;
-    snprintf(sub, sizeof sub, "%s/codelets", perfmodels);
+    snprintf(sub, sizeof sub, "%s/codelets", c->perfmodels);
     if (stat(sub, &sb) != 0 || !S_ISDIR(sb.st_mode))
       tg_cli_die("--perfmodels %s: no codelets/ directory there (a StarPU sampling "
-                 "directory, e.g. $STARPU_HOME/.starpu/sampling)", perfmodels);
+                 "directory, e.g. $STARPU_HOME/.starpu/sampling)", c->perfmodels);
   }
-  int many = ngpus > 1 || nsched > 1;
+}
+
+/* One run's batch, micro-batches and model, with their per-GPU defaults. */
+static void check_single_run(sim_cmd *c) {
+  tg_sim_options *o = &c->o;
+  o->gpus = c->gpus[0];
+  int per = o->gpus > 0 ? o->gpus : 1;
+  tg_gpt_run_config *rc = &o->run.cfg;
+  if (!rc->B) rc->B = (o->is_gpt ? 8 : 2048) * per;
+  if (!rc->nmicro) rc->nmicro = 2 * per;
+  if (rc->nmicro > rc->B || rc->B % rc->nmicro)
+    tg_cli_die("--micro-batches %d does not divide --batch %d", rc->nmicro, rc->B);
+  if (o->is_gpt) {
+    if (tg_gpt_config_check(&o->run.model) < 0) tg_cli_die_last("model shape");
+    if (rc->T > o->run.model.max_seq_len)
+      tg_cli_die("--seq %d exceeds the model's maximum %d", rc->T, o->run.model.max_seq_len);
+  } else {
+    o->mlp.widths[o->mlp.nlayers] = 10;
+    tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+    tg_cli_precision_mlp(&o->run.prec, &o->mlp, &opt);
+  }
+}
+
+int tg_cmd_simulate(int argc, char **argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+    simulate_usage();
+    return 0;
+  }
+  if (argc < 2 || (strcmp(argv[1], "gpt") && strcmp(argv[1], "mlp")))
+    tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
+  static sim_cmd c; /* zeroed */
+  tg_sim_options *o = &c.o;
+  *o = (tg_sim_options){
+      .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
+      .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU, .tiles = 1}};
+  c.cmd = o->is_gpt ? TG_RUN_SIMULATE_GPT : TG_RUN_SIMULATE_MLP;
+  tg_cli_gpt_run_default(&o->run, c.cmd);
+  c.rt = tg_runtime_config_default();
+  c.gpus_text = "1";
+  if (parse_flags(argc, argv, &c)) return 0;
+  check_machine(&c);
+  int many = c.ngpus > 1 || c.nsched > 1;
   if (many && tg_cli_instr.trace) tg_cli_die("--trace records one run: give one --gpus and one --sched");
   if (!tg_sim_available())
     tg_cli_die("this taskgrad was built without SimGrid: run scripts/build-starpu-simgrid, "
                "then configure with -DTG_SIMGRID=ON -DCMAKE_PREFIX_PATH=<its prefix>");
   if (many) {
     char def[64];
-    snprintf(def, sizeof def, "simulate-%s.png", o.is_gpt ? "gpt" : "mlp");
-    if (!chart) chart = def;
+    snprintf(def, sizeof def, "simulate-%s.png", o->is_gpt ? "gpt" : "mlp");
+    const char *chart = c.chart ? c.chart : def;
     tg_cli_check_output("--chart", chart);
-    if (csv) tg_cli_check_output("--csv", csv);
-    return run_many(&o, pass, npass, gpus, ngpus, sched, nsched, chart, csv);
+    if (c.csv) tg_cli_check_output("--csv", c.csv);
+    return run_many(o, c.pass, c.npass, c.gpus, c.ngpus, c.sched, c.nsched, chart, c.csv);
   }
-  o.gpus = gpus[0];
-  int per = o.gpus > 0 ? o.gpus : 1;
-  if (!o.batch) o.batch = (o.is_gpt ? 8 : 2048) * per;
-  if (!o.micro) o.micro = 2 * per;
-  if (o.micro > o.batch || o.batch % o.micro)
-    tg_cli_die("--micro-batches %d does not divide --batch %d", o.micro, o.batch);
-  if (o.is_gpt) {
-    if (!vp_given) o.gpt.padded_vocab_size = (o.gpt.vocab_size + 63) / 64 * 64;
-    if (tg_gpt_config_check(&o.gpt) < 0) tg_cli_die_last("model shape");
-    if (o.seq > o.gpt.max_seq_len)
-      tg_cli_die("--seq %d exceeds the model's maximum %d", o.seq, o.gpt.max_seq_len);
-  } else {
-    o.mlp.widths[o.mlp.nlayers] = 10;
-    tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
-    tg_cli_precision_mlp(&o.prec, &o.mlp, &opt);
-  }
-  if (sched_text) rt.sched = sched[0];
-  rt.ncpus = o.ncpus;
-  rt.ncuda = o.gpus;
-  tg_cli_instrument_check(&rt);
-  if (getenv("TG_SIM_PREPARED")) return tg_sim_run(&o, &rt); /* in taskgrad-sim */
-  prepare_model_dir(dir, o.platform, perfmodels);
+  check_single_run(&c);
+  if (c.sched_text) c.rt.sched = c.sched[0];
+  c.rt.ncpus = o->ncpus;
+  c.rt.ncuda = o->gpus;
+  tg_cli_instrument_check(&c.rt);
+  if (getenv("TG_SIM_PREPARED")) return tg_sim_run(o, &c.rt); /* in taskgrad-sim */
+  prepare_model_dir(c.dir, o->platform, c.perfmodels);
   return run_in_sim_process(argc, argv);
 }

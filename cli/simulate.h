@@ -7,6 +7,7 @@
 #define TASKGRAD_CLI_SIMULATE_H
 
 #include "cli.h"
+#include "gpt_run_options.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/sim.h"
@@ -18,12 +19,10 @@ typedef struct tg_sim_options {
   int is_gpt;
   const char *platform; /* host name of the platform files */
   int gpus, ncpus, steps, warmup;
-  int batch, seq, micro; /* seq: GPT only */
-  tg_gpt_config gpt;
-  tg_attention_kind attention;
-  int chunk, attn_splits, classifier_blocks;
+  /* the run options (gpt_run_options.h): the GPT's model and run.cfg;
+   * the MLP uses run.cfg.B, run.cfg.nmicro and run.prec */
+  tg_cli_gpt_run run;
   tg_mlp_config mlp;
-  tg_cli_precision prec;
   tg_sim_roofline roofline; /* from platforms/<platform>.roofline */
 } tg_sim_options;
 

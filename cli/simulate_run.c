@@ -97,18 +97,14 @@ static int gpt_step(void *p) {
 }
 
 static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
-  tg_gpt_config cfg = o->gpt;
+  tg_gpt_config cfg = o->run.model;
   size_t sizes[TG_GPT_NPARAMS], nparams = tg_gpt_param_sizes(&cfg, sizes);
   /* zeros: simulation runs no kernel, so values do not matter */
   float *params = calloc(nparams, sizeof(float));
   if (!params) tg_cli_die("out of memory for the model's host copy");
-  tg_gpt_run_config run = tg_gpt_run_default(o->batch, o->seq);
-  run.nmicro = o->micro;
-  run.attention = o->attention;
-  run.chunk = o->chunk;
-  run.attn_splits = o->attn_splits;
-  run.classifier_blocks = o->classifier_blocks;
-  run.amp.precision = o->prec.precision;
+  /* simulate refuses loss scaling, so amp is the precision alone */
+  tg_gpt_run_config run =
+      tg_cli_gpt_run_config(&o->run, o->run.cfg.B, o->run.cfg.T, o->run.cfg.nmicro);
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   gpt_ctx c = {.lr = 1e-4f};
   if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
@@ -117,10 +113,10 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg.num_layers : 1); l++)
       if (tg_dist_broadcast(c.g.w[p][l].handle) < 0) tg_cli_die_last("broadcasting the parameters");
-  batch_create(&c.s, o->batch * o->seq, 1, TG_I32, o->micro); /* (B*T, 1) tokens, targets */
+  batch_create(&c.s, o->run.cfg.B * o->run.cfg.T, 1, TG_I32, o->run.cfg.nmicro); /* (B*T, 1) tokens, targets */
   timed_steps(o, gpt_step, &c, r, st);
-  r->items = (double)o->batch * o->seq;
-  r->flops = tg_gpt_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
+  r->items = (double)o->run.cfg.B * o->run.cfg.T;
+  r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
   batch_destroy(&c.s);
   tg_gpt_destroy(&c.g);
   free(params);
@@ -137,14 +133,14 @@ static int mlp_step(void *p) {
 
 static void run_mlp(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   tg_mlp_config cfg = o->mlp;
-  cfg.amp.precision = o->prec.precision;
+  cfg.amp.precision = o->run.prec.precision;
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   mlp_ctx c;
   if (tg_mlp_create(&c.m, &cfg, &opt, 1) < 0) tg_cli_die_last("creating the model");
-  batch_create(&c.s, o->batch, cfg.widths[0], TG_F32, o->micro); /* (batch, in) inputs */
+  batch_create(&c.s, o->run.cfg.B, cfg.widths[0], TG_F32, o->run.cfg.nmicro); /* (batch, in) inputs */
   timed_steps(o, mlp_step, &c, r, st);
-  r->items = o->batch;
-  r->flops = tg_mlp_step_flops(&cfg, o->batch);
+  r->items = o->run.cfg.B;
+  r->flops = tg_mlp_step_flops(&cfg, o->run.cfg.B);
   batch_destroy(&c.s);
   tg_mlp_destroy(&c.m);
 }
@@ -155,7 +151,7 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
          "batch %d, %d micro-batches, %d steps after %d warm-up\n",
          o->is_gpt ? "gpt" : "mlp", o->platform, o->gpus, o->ncpus,
          starpu_sched_ctx_get_sched_policy(0)->policy_name,
-         tg_precision_name(o->prec.precision), o->batch, o->micro, o->steps, o->warmup);
+         tg_precision_name(o->run.prec.precision), o->run.cfg.B, o->run.cfg.nmicro, o->steps, o->warmup);
   printf("simulated step ms: %.3f\n", r->step_ms);
   printf("simulated %s: %.0f\n", unit, r->items / (r->step_ms * 1e-3));
   printf("simulated TFLOP/s: %.1f (%s count)\n", r->flops / (r->step_ms * 1e9),
@@ -214,17 +210,17 @@ int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
     tg_cli_die("the simulation started %d CUDA workers, not the %d asked for", got, o->gpus);
   }
   tg_sim_roofline roof = o->roofline;
-  roof.tensor_f32 = o->prec.precision != TG_PREC_FP32;
+  roof.tensor_f32 = o->run.prec.precision != TG_PREC_FP32;
   if (tg_sim_set_roofline(&roof) < 0) tg_cli_die_last("--platform roofline");
   tg_cli_instrument_begin_bench(rt);
   /* --batch and --micro-batches are global; each rank takes its share */
   int ranks = tg_dist_size();
-  if (o->batch % ranks || o->micro % ranks)
+  if (o->run.cfg.B % ranks || o->run.cfg.nmicro % ranks)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
-               o->batch, o->micro, ranks);
+               o->run.cfg.B, o->run.cfg.nmicro, ranks);
   tg_sim_options mine = *o;
-  mine.batch /= ranks;
-  mine.micro /= ranks;
+  mine.run.cfg.B /= ranks;
+  mine.run.cfg.nmicro /= ranks;
   tg_sim_result r = {0};
   tg_stats st;
   if (o->is_gpt) run_gpt(&mine, &r, &st);

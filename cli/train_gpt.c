@@ -20,15 +20,15 @@
 #include <string.h>
 
 #include "cli.h"
-#include "micro_batches.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/gpt.h"
 #include "taskgrad/parallel.h"
 #include "taskgrad/safetensors.h"
+#include "gpt_run_options.h"
 #include "train_gpt.h"
 
 static void gpt_usage(void) {
-  puts("usage: taskgrad train gpt [flags]\n"
+  fputs("usage: taskgrad train gpt [flags]\n"
        "\n"
        "Trains a GPT-2 model (llm.c formats) and prints 'step N loss X' per step.\n"
        "With neither --init-from nor --data: prepares the KJV data (Debian's\n"
@@ -38,24 +38,12 @@ static void gpt_usage(void) {
        "  --init-from FILE     llm.c GPT-2 checkpoint (version 3, fp32)\n"
        "  --data FILE          llm.c token file for training\n"
        "  --val FILE           token file for validation\n"
-       "  --batch B            sequences per step (default 8)\n"
-       "  --seq T              tokens per sequence (default 64, at most the\n"
-       "                       model's maxT)\n"
        "  --steps N            optimizer steps (default 20)\n"
-       "  --micro-batches M    micro-batches per step, dividing B, or auto: one\n"
-       "                       per worker, within what B allows (default auto;\n"
-       "                       the choice is printed)\n"
        "  --lr X               learning rate (default 3e-4)\n"
        "  --lr-schedule NAME   constant or cosine (default constant)\n"
        "  --warmup N           linear warm-up steps for cosine (default 0)\n"
        "  --beta1 X, --beta2 X, --eps X, --weight-decay X\n"
        "                       AdamW (defaults 0.9, 0.999, 1e-8, 0.0)\n"
-       "  --attention NAME     naive or chunked (default chunked)\n"
-       "  --chunk K            attention chunk (default 64)\n"
-       "  --attn-splits S      attention tasks per micro-batch (default: one per\n"
-       "                       worker, dividing B/M)\n"
-       "  --classifier-blocks R  row blocks of dwte for the classifier's gradient\n"
-       "                       (default: one per 4 workers, at most 16)\n"
        "  --data-order NAME    sequential or shuffled (default sequential)\n"
        "  --seed S             shuffling and sampling seed (default 1)\n"
        "  --save FILE          write the trained model (llm.c format; a name\n"
@@ -78,9 +66,12 @@ static void gpt_usage(void) {
        "  --val-every N        validation loss every N steps (default: at the end\n"
        "                       when --val is given)\n"
        "  --val-batches N      batches per validation (default 10)\n"
-       "  --log-every N        print every N-th step line (default 1)\n" TG_CLI_PRECISION_HELP
-       TG_CLI_RUNTIME_HELP
-       "  -h, --help           this text\n"
+       "  --log-every N        print every N-th step line (default 1)\n"
+       "\n"
+       "GPT run options (as in bench gpt and simulate gpt):\n",
+        stdout);
+  tg_cli_gpt_run_help(stdout, TG_RUN_TRAIN_GPT, 0);
+  puts("  -h, --help           this text\n"
        "\n"
        "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
        "--checkpoint is given, and the exit status is 130/143.  A non-finite loss\n"
@@ -96,29 +87,24 @@ static void gpt_usage(void) {
 
 static void parse(int argc, char **argv, gpt_opts *o) {
   memset(o, 0, sizeof *o);
-  o->B = 8;
-  o->T = 64;
+  tg_cli_gpt_run_default(&o->run, TG_RUN_TRAIN_GPT);
   o->steps = 20;
-  o->micro = 0; /* auto */
-  o->chunk = 64;
   o->val_batches = 10;
   o->log_every = 1;
   o->temperature = -1;
-  o->attention = TG_ATTN_CHUNKED;
   o->opt = tg_optimizer_default(TG_OPT_ADAMW);
   o->opt.lr = 3e-4f;
   o->opt.weight_decay = 0.0f;
   o->seed = 1;
-  o->rt = tg_runtime_config_default();
-  tg_cli_precision_default(&o->prec);
-  int given_shape = 0;
+  int steps_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
 #define VAL tg_cli_value(argc, argv, &i)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       gpt_usage();
       exit(0);
-    } else if (!strcmp(a, "--init-from")) o->init_from = VAL;
+    } else if (tg_cli_gpt_run_flag(argc, argv, &i, TG_RUN_TRAIN_GPT, &o->run)) continue;
+    else if (!strcmp(a, "--init-from")) o->init_from = VAL;
     else if (!strcmp(a, "--data")) o->data = VAL;
     else if (!strcmp(a, "--val")) o->val = VAL;
     else if (!strcmp(a, "--save")) o->save = VAL;
@@ -126,12 +112,7 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--checkpoint-every"))
       o->checkpoint_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
     else if (!strcmp(a, "--resume")) o->resume = VAL;
-    else if (!strcmp(a, "--batch"))
-      o->B = (int)tg_cli_int(a, VAL, 1, 1 << 16), given_shape = 1, o->shape_given[0] = 1;
-    else if (!strcmp(a, "--seq"))
-      o->T = (int)tg_cli_int(a, VAL, 1, 1 << 20), given_shape = 1, o->shape_given[1] = 1;
-    else if (!strcmp(a, "--steps")) o->steps = (int)tg_cli_int(a, VAL, 0, 1 << 30), given_shape = 1;
-    else if (!strcmp(a, "--micro-batches")) o->micro = tg_cli_micro_batches_arg(a, VAL, 1 << 16);
+    else if (!strcmp(a, "--steps")) o->steps = (int)tg_cli_int(a, VAL, 0, 1 << 30), steps_given = 1;
     else if (!strcmp(a, "--lr")) o->opt.lr = (float)tg_cli_double(a, VAL, 0, 10);
     else if (!strcmp(a, "--lr-schedule")) {
       const char *v = VAL;
@@ -142,15 +123,6 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--beta2")) o->opt.beta2 = (float)tg_cli_double(a, VAL, 0, 0.999999);
     else if (!strcmp(a, "--eps")) o->opt.eps = (float)tg_cli_double(a, VAL, 0, 1);
     else if (!strcmp(a, "--weight-decay")) o->opt.weight_decay = (float)tg_cli_double(a, VAL, 0, 10);
-    else if (!strcmp(a, "--attention")) {
-      const char *v = VAL;
-      if (!strcmp(v, "naive")) o->attention = TG_ATTN_NAIVE;
-      else if (!strcmp(v, "chunked")) o->attention = TG_ATTN_CHUNKED;
-      else tg_cli_die("--attention: '%s' is not naive or chunked", v);
-    } else if (!strcmp(a, "--chunk")) o->chunk = (int)tg_cli_int(a, VAL, 1, 1 << 16);
-    else if (!strcmp(a, "--attn-splits")) o->attn_splits = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
-    else if (!strcmp(a, "--classifier-blocks"))
-      o->classifier_blocks = (int)tg_cli_int(a, VAL, 1, TG_MAX_SPLIT);
     else if (!strcmp(a, "--data-order")) {
       const char *v = VAL;
       o->order_given = 1;
@@ -162,14 +134,11 @@ static void parse(int argc, char **argv, gpt_opts *o) {
     else if (!strcmp(a, "--val-every")) o->val_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
     else if (!strcmp(a, "--val-batches")) o->val_batches = (int)tg_cli_int(a, VAL, 1, 1 << 20);
     else if (!strcmp(a, "--log-every")) o->log_every = (int)tg_cli_int(a, VAL, 1, 1 << 30);
-    else if (tg_cli_precision_flag(argc, argv, &i, &o->prec)) continue;
-    else if (!tg_cli_runtime_flag(argc, argv, &i, &o->rt))
-      tg_cli_die("unknown flag '%s' for 'train gpt' (see --help)", a);
+    else tg_cli_die("unknown flag '%s' for 'train gpt' (see --help)", a);
 #undef VAL
   }
-  tg_cli_precision_finish(&o->prec);
-  if (o->micro) /* auto: checked once the workers are known */
-    tg_cli_check_gpt_micro(o->B, o->micro, o->attn_splits);
+  tg_cli_gpt_run_finish(&o->run, TG_RUN_TRAIN_GPT);
+  int given_shape = o->run.batch_given || o->run.seq_given || steps_given;
   if (!(o->init_from || o->resume) != !o->data)
     tg_cli_die("give both --init-from and --data (or --resume and --data, or neither, for the "
                "KJV demonstration)");
@@ -178,8 +147,8 @@ static void parse(int argc, char **argv, gpt_opts *o) {
   o->demo = !o->init_from && !o->resume;
   if (o->demo && !given_shape) {
     /* a small byte-level model that learns English-looking words in minutes */
-    o->B = 16;
-    o->T = 128;
+    o->run.cfg.B = 16;
+    o->run.cfg.T = 128;
     o->steps = 1500;
     o->opt.lr = 1e-3f;
     o->cosine = 1;
@@ -214,8 +183,8 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   /* the run's steps: AdamW's count plus the steps an overflow skipped */
   c.step = step + g->optim.scaler.skipped;
   c.batches = batches;
-  c.B = o->B;
-  c.T = o->T;
+  c.B = o->run.cfg.B;
+  c.T = o->run.cfg.T;
   c.data_order = o->shuffled;
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
@@ -293,7 +262,7 @@ static int train_loop(gpt_session *s, tg_progress *bar, int *step, long long *ba
   const gpt_opts *o = &s->o;
   tg_gpt *g = &s->g;
   int root = s->root;
-  double tokens_per_step = (double)o->B * o->T, last_loss = 0;
+  double tokens_per_step = (double)o->run.cfg.B * o->run.cfg.T, last_loss = 0;
   for (*step = s->start; *step < o->steps; (*step)++) {
     int k = *step; /* 0-based index of this step */
     double t0 = tg_cli_now();
@@ -363,19 +332,19 @@ static void finish_run(gpt_session *s, double t_train) {
     double v = validate(g, s->vl, o->val_batches);
     if (root) printf("val loss %.6f\n", v);
   }
-  double tokens_per_step = (double)o->B * o->T;
+  double tokens_per_step = (double)o->run.cfg.B * o->run.cfg.T;
   if (root)
     fprintf(stderr, "taskgrad: %d steps in %.1f s (%.0f tokens/s)\n", o->steps - s->start,
             t_train, (o->steps - s->start) * tokens_per_step / (t_train > 0 ? t_train : 1));
   if (root && g->optim.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
-            tg_precision_name(o->prec.precision), g->optim.scaler.scale,
+            tg_precision_name(o->run.prec.precision), g->optim.scaler.scale,
             g->optim.scaler.skipped);
   if (s->R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)params_checksum(g, &s->cfg));
   if (o->save && root) save_model(s);
-  if (o->sample && root) sample(g, o->sample, o->T, o->temperature, o->seed);
+  if (o->sample && root) sample(g, o->sample, o->run.cfg.T, o->temperature, o->seed);
 }
 
 int tg_cmd_train_gpt(int argc, char **argv) {
@@ -384,8 +353,8 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   memset(s, 0, sizeof *s);
   gpt_opts *o = &s->o;
   parse(argc, argv, o);
-  s->distributed = tg_cli_mpi_check(&o->rt);
-  tg_cli_instrument_check(&o->rt);
+  s->distributed = tg_cli_mpi_check(&o->run.rt);
+  tg_cli_instrument_check(&o->run.rt);
   gpt_setup_model(s);
   gpt_setup_data(s);
   gpt_build_model(s);

@@ -11,20 +11,21 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "gpt_run_options.h"
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/gpt.h"
 
 typedef struct gpt_opts {
+  /* the GPT run options (gpt_run_options.h): run.cfg.B, .T, .nmicro, the
+   * attention and classifier settings, run.prec, run.rt */
+  tg_cli_gpt_run run;
   const char *init_from, *data, *val, *save, *checkpoint, *resume;
-  int B, T, steps, micro, warmup, chunk, attn_splits, classifier_blocks, sample, val_every, val_batches;
+  int steps, warmup, sample, val_every, val_batches;
   int log_every, cosine, shuffled, checkpoint_every;
-  int order_given, seed_given, shape_given[2];
+  int order_given, seed_given;
   double temperature;
-  tg_attention_kind attention;
   tg_optimizer_config opt;
   uint64_t seed;
-  tg_runtime_config rt;
-  tg_cli_precision prec;
   int demo;
 } gpt_opts;
 

@@ -81,10 +81,10 @@ static void setup_from_checkpoint(gpt_session *s) {
   s->cfg = ck->cfg;
   if (o->init_from) check_same_model(o->init_from, &s->cfg);
   /* the data sequence continues only with the same shape, order and seed */
-  if (o->shape_given[0] && o->B != ck->B)
-    tg_cli_die("--batch %d disagrees with the checkpoint's %d", o->B, ck->B);
-  if (o->shape_given[1] && o->T != ck->T)
-    tg_cli_die("--seq %d disagrees with the checkpoint's %d", o->T, ck->T);
+  if (o->run.batch_given && o->run.cfg.B != ck->B)
+    tg_cli_die("--batch %d disagrees with the checkpoint's %d", o->run.cfg.B, ck->B);
+  if (o->run.seq_given && o->run.cfg.T != ck->T)
+    tg_cli_die("--seq %d disagrees with the checkpoint's %d", o->run.cfg.T, ck->T);
   if (o->order_given && o->shuffled != ck->data_order)
     tg_cli_die("--data-order %s disagrees with the checkpoint's %s",
                o->shuffled ? "shuffled" : "sequential",
@@ -94,12 +94,12 @@ static void setup_from_checkpoint(gpt_session *s) {
                (unsigned long long)ck->data_seed);
   if (ck->step > o->steps)
     tg_cli_die("--steps %d: the checkpoint is already at step %lld", o->steps, ck->step);
-  o->B = ck->B;
-  o->T = ck->T;
+  o->run.cfg.B = ck->B;
+  o->run.cfg.T = ck->T;
   o->shuffled = ck->data_order;
   o->seed = ck->data_seed;
-  if (o->micro && o->B % o->micro)
-    tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o->micro, o->B);
+  if (o->run.cfg.nmicro && o->run.cfg.B % o->run.cfg.nmicro)
+    tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o->run.cfg.nmicro, o->run.cfg.B);
   s->params = ck->params;
 }
 
@@ -123,7 +123,7 @@ void gpt_setup_model(gpt_session *s) {
     tg_gpt_init_params(&s->cfg, o->seed, s->params);
     fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
             "of %d x %d tokens\n", s->cfg.num_layers, s->cfg.channels, s->cfg.num_heads,
-            o->steps, o->B, o->T);
+            o->steps, o->run.cfg.B, o->run.cfg.T);
   } else if (o->resume) {
     setup_from_checkpoint(s);
   } else {
@@ -140,14 +140,14 @@ void gpt_setup_data(gpt_session *s) {
   const gpt_opts *o = &s->o;
   if (o->save) tg_cli_check_output("--save", o->save);
   if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
-  if (o->T > s->cfg.max_seq_len)
-    tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o->T,
+  if (o->run.cfg.T > s->cfg.max_seq_len)
+    tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o->run.cfg.T,
                s->cfg.max_seq_len);
   if (tg_llmc_tokens_read(o->data, s->cfg.vocab_size, &s->tokens, &s->ntok) < 0)
     tg_cli_die_last("--data");
   if (o->val && tg_llmc_tokens_read(o->val, s->cfg.vocab_size, &s->vtokens, &s->nvtok) < 0)
     tg_cli_die_last("--val");
-  size_t need = (size_t)o->B * o->T + 1;
+  size_t need = (size_t)o->run.cfg.B * o->run.cfg.T + 1;
   if (s->ntok < need)
     tg_cli_die("--data: %zu tokens, fewer than one batch needs (%zu)", s->ntok, need);
   if (o->val && s->nvtok < need)
@@ -158,7 +158,7 @@ void gpt_setup_data(gpt_session *s) {
  * parameters, continuing the checkpoint's optimizer state when resuming. */
 void gpt_build_model(gpt_session *s) {
   gpt_opts *o = &s->o;
-  if (tg_init(&o->rt) < 0) tg_cli_die_last("starting StarPU");
+  if (tg_init(&o->run.rt) < 0) tg_cli_die_last("starting StarPU");
   /* data parallelism: each rank B / R sequences and micro / R micro-batches
    * of every global batch */
   s->R = tg_dist_size();
@@ -166,24 +166,17 @@ void gpt_build_model(gpt_session *s) {
   int R = s->R;
   if (s->distributed && (R & (R - 1)))
     tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
-  if (!o->micro && o->B % R == 0) {
-    o->micro = tg_cli_auto_micro_batches(o->B, R, 1, 1);
-    tg_cli_check_gpt_micro(o->B, o->micro, o->attn_splits);
+  if (!o->run.cfg.nmicro && o->run.cfg.B % R == 0) {
+    o->run.cfg.nmicro = tg_cli_auto_micro_batches(o->run.cfg.B, R, 1, 1);
+    tg_cli_check_gpt_micro(o->run.cfg.B, o->run.cfg.nmicro, o->run.cfg.attn_splits);
   }
-  if (o->B % R || o->micro % R)
+  if (o->run.cfg.B % R || o->run.cfg.nmicro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
-               o->B, o->micro, R);
-  tg_cli_instrument_begin(&o->rt);
-  tg_gpt_run_config run = tg_gpt_run_default(o->B / R, o->T);
-  run.nmicro = o->micro / R;
-  run.attention = o->attention;
-  run.chunk = o->chunk;
-  run.attn_splits = o->attn_splits;
-  run.classifier_blocks = o->classifier_blocks;
-  run.amp = (tg_amp_config){.precision = o->prec.precision, .loss_scaling = o->prec.dynamic,
-                            .loss_scale = (float)o->prec.scale,
-                            .loss_scale_window = o->prec.window};
-  tg_cli_precision_start(&o->prec);
+               o->run.cfg.B, o->run.cfg.nmicro, R);
+  tg_cli_instrument_begin(&o->run.rt);
+  tg_gpt_run_config run =
+      tg_cli_gpt_run_config(&o->run, o->run.cfg.B / R, o->run.cfg.T, o->run.cfg.nmicro / R);
+  tg_cli_precision_start(&o->run.prec);
   tg_cli_check_memory_limit(
       tg_gpt_managed_bytes(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
       "this GPT model and batch");
@@ -217,13 +210,13 @@ void gpt_build_model(gpt_session *s) {
 void gpt_open_loaders(gpt_session *s) {
   const gpt_opts *o = &s->o;
   int R = s->R;
-  tg_token_loader_config lc = {.B = o->B, .T = o->T, .nmicro = o->micro / R, .prefetch = 2,
+  tg_token_loader_config lc = {.B = o->run.cfg.B, .T = o->run.cfg.T, .nmicro = o->run.cfg.nmicro / R, .prefetch = 2,
                                .shuffled = o->shuffled, .seed = o->seed,
                                .start_batch = s->start_batch, .shard = tg_dist_rank(),
                                .nshards = R};
   s->ld = tg_token_loader_create(s->tokens, s->ntok, &lc);
   if (!s->ld) tg_cli_die_last("training data");
-  tg_token_loader_config vc = {.B = o->B / R, .T = o->T, .nmicro = o->micro / R,
+  tg_token_loader_config vc = {.B = o->run.cfg.B / R, .T = o->run.cfg.T, .nmicro = o->run.cfg.nmicro / R,
                                .prefetch = 2, .shuffled = 0, .seed = 0, .start_batch = 0,
                                .shard = 0, .nshards = 1};
   s->vl = o->val ? tg_token_loader_create(s->vtokens, s->nvtok, &vc) : NULL;
@@ -234,12 +227,12 @@ void gpt_open_loaders(gpt_session *s) {
             "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg->num_layers,
             cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
             tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
-            o->attention == TG_ATTN_NAIVE ? "naive" : "chunked", s->g.run.attn_splits,
-            tg_precision_name(o->prec.precision),
+            o->run.cfg.attention == TG_ATTN_NAIVE ? "naive" : "chunked", s->g.run.attn_splits,
+            tg_precision_name(o->run.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");
   if (s->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
-            R, o->B / R, o->micro / R);
+            R, o->run.cfg.B / R, o->run.cfg.nmicro / R);
 }
 
 /* Frees what the run holds and stops StarPU. */
@@ -247,7 +240,7 @@ void gpt_teardown(gpt_session *s) {
   tg_loader_destroy(s->ld);
   if (s->vl) tg_loader_destroy(s->vl);
   tg_gpt_destroy(&s->g);
-  tg_cli_instrument_end(&s->o.rt);
+  tg_cli_instrument_end(&s->o.run.rt);
   tg_shutdown();
   free(s->tokens);
   free(s->vtokens);

@@ -232,8 +232,8 @@ static uint64_t param_checksum(tg_mlp *m) {
 static void save_params(tg_mlp *m, const char *path) {
   int L = m->cfg.nlayers;
   char names[2 * TG_MLP_MAX_LAYERS][32];
-  const char *np[2 * TG_MLP_MAX_LAYERS];
-  const float *data[2 * TG_MLP_MAX_LAYERS];
+  const char *np[2 * TG_MLP_MAX_LAYERS] = {0};
+  const float *data[2 * TG_MLP_MAX_LAYERS] = {0};
   int shapes[2 * TG_MLP_MAX_LAYERS][2];
   float *bufs[2 * TG_MLP_MAX_LAYERS] = {0};
   for (int l = 0; l < L; l++)
@@ -371,111 +371,159 @@ static int resume_checkpoint(const train_opts *o, const tg_mlp_checkpoint *run,
   return 1;
 }
 
-int tg_cmd_train_mlp(int argc, char **argv) {
+/* One run of the command: what its steps share. */
+typedef struct mlp_run {
   train_opts o;
-  parse(argc, argv, &o);
-  int distributed = tg_cli_mpi_check(&o.rt);
-  tg_cli_instrument_check(&o.rt);
-  if (o.save) tg_cli_check_output("--save", o.save);
-  struct stat st;
-  if (stat(o.data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-    tg_cli_die("--data-dir: directory '%s' does not exist (install Debian's "
-               "dataset-fashion-mnist or pass --data-dir)", o.data_dir);
-  tg_dataset train = {0}, test = {0};
-  if (tg_fashion_mnist_load(o.data_dir, 1, &train) < 0) tg_cli_die_last("training data");
-  if (tg_fashion_mnist_load(o.data_dir, 0, &test) < 0) tg_cli_die_last("test data");
-  if (o.batch > train.n)
-    tg_cli_die("--batch %d is larger than the %d training samples", o.batch, train.n);
-  o.model.widths[0] = train.features;
-  if (o.checkpoint) tg_cli_checkpoint_dir(o.checkpoint);
-  /* the checkpoint, and whether it continues this run, before any work */
-  tg_mlp_checkpoint shape = run_shape(&o, train.n), ck = {0};
-  int have_ck = o.resume && resume_checkpoint(&o, &shape, &ck);
+  int distributed;                /* launched under MPI */
+  tg_dataset train, test;
+  tg_mlp_checkpoint shape, ck;    /* this run's shape; --resume's checkpoint */
+  int have_ck;
+  int R, root;                    /* MPI ranks; this is rank 0 */
+  tg_loader *ld;
+  int bpe;                        /* batches per epoch */
+  long long total, start;         /* the run's last step and its first */
+  tg_mlp m;
+  double test_acc, test_loss, t_train; /* t_train: evaluations excluded */
+} mlp_run;
 
-  if (tg_init(&o.rt) < 0) tg_cli_die_last("starting StarPU");
-  int R = tg_dist_size(), root = tg_cli_is_root();
-  if (distributed && (R & (R - 1)))
+/* The outputs' places, the data and the checkpoint to resume from, all
+ * checked before any work. */
+static void load_inputs(mlp_run *r) {
+  train_opts *o = &r->o;
+  if (o->save) tg_cli_check_output("--save", o->save);
+  struct stat st;
+  if (stat(o->data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    tg_cli_die("--data-dir: directory '%s' does not exist (install Debian's "
+               "dataset-fashion-mnist or pass --data-dir)", o->data_dir);
+  if (tg_fashion_mnist_load(o->data_dir, 1, &r->train) < 0) tg_cli_die_last("training data");
+  if (tg_fashion_mnist_load(o->data_dir, 0, &r->test) < 0) tg_cli_die_last("test data");
+  if (o->batch > r->train.n)
+    tg_cli_die("--batch %d is larger than the %d training samples", o->batch, r->train.n);
+  o->model.widths[0] = r->train.features;
+  if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
+  /* the checkpoint, and whether it continues this run, before any work */
+  r->shape = run_shape(o, r->train.n);
+  r->have_ck = o->resume && resume_checkpoint(o, &r->shape, &r->ck);
+}
+
+/* StarPU, the ranks' shares of the batch, the loader (from the
+ * checkpoint's place) and the run's steps; prints the banner. */
+static void start_run(mlp_run *r) {
+  train_opts *o = &r->o;
+  if (tg_init(&o->rt) < 0) tg_cli_die_last("starting StarPU");
+  int R = r->R = tg_dist_size();
+  r->root = tg_cli_is_root();
+  if (r->distributed && (R & (R - 1)))
     tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
-  if (!o.micro && o.batch % R == 0)
-    o.micro = tg_cli_auto_micro_batches(o.batch, R, 0, TG_MLP_AUTO_MIN_SAMPLES);
-  if (o.batch % R || o.micro % R)
+  if (!o->micro && o->batch % R == 0)
+    o->micro = tg_cli_auto_micro_batches(o->batch, R, 0, TG_MLP_AUTO_MIN_SAMPLES);
+  if (o->batch % R || o->micro % R)
     tg_cli_die("--batch %d and --micro-batches %d must be multiples of the %d MPI ranks",
-               o.batch, o.micro, R);
+               o->batch, o->micro, R);
   /* the loader starts at the checkpoint's batch of its epoch's permutation */
-  tg_loader_config lc = {.batch = o.batch, .nmicro = o.micro / R, .prefetch = o.prefetch,
-                         .shuffle = 1, .seed = o.seed, .shard = tg_dist_rank(), .nshards = R,
-                         .start_batch = have_ck ? ck.batches : 0};
-  tg_loader *ld = tg_loader_create(&train, &lc);
-  if (!ld) tg_cli_die_last("training data loader");
-  const int bpe = tg_loader_batches_per_epoch(ld);
-  shape.batches_per_epoch = bpe;
+  tg_loader_config lc = {.batch = o->batch, .nmicro = o->micro / R, .prefetch = o->prefetch,
+                         .shuffle = 1, .seed = o->seed, .shard = tg_dist_rank(), .nshards = R,
+                         .start_batch = r->have_ck ? r->ck.batches : 0};
+  r->ld = tg_loader_create(&r->train, &lc);
+  if (!r->ld) tg_cli_die_last("training data loader");
+  const int bpe = r->bpe = tg_loader_batches_per_epoch(r->ld);
+  r->shape.batches_per_epoch = bpe;
   /* with the same data and batch, only the number of MPI ranks can change
    * the epoch's length (a last partial batch they cannot share is dropped) */
-  if (have_ck && ck.batches_per_epoch != bpe)
+  if (r->have_ck && r->ck.batches_per_epoch != bpe)
     tg_cli_die("--resume %s: %d batches per epoch with %d MPI ranks, the checkpoint's run had "
-               "%d", o.resume, bpe, R, ck.batches_per_epoch);
-  long long total = (long long)o.epochs * bpe, start = have_ck ? ck.batches : 0;
-  if (o.steps > 0 && o.steps < total) total = o.steps;
-  if (start > total)
+               "%d", o->resume, bpe, R, r->ck.batches_per_epoch);
+  r->total = (long long)o->epochs * bpe;
+  r->start = r->have_ck ? r->ck.batches : 0;
+  if (o->steps > 0 && o->steps < r->total) r->total = o->steps;
+  if (r->start > r->total)
     tg_cli_die("--resume %s: the checkpoint is at step %lld, past this run's %lld (--epochs, "
-               "--steps)", o.resume, start, total);
-  tg_cli_instrument_begin(&o.rt);
-  if (root)
+               "--steps)", o->resume, r->start, r->total);
+  tg_cli_instrument_begin(&o->rt);
+  if (r->root)
     fprintf(stderr, "taskgrad: %d training / %d test samples, %d CPU + %d CUDA + %d emulated workers%s, "
-            "scheduler %s, %s%s\n", train.n, test.n, tg_ncpu_workers(), tg_ncuda_workers(),
+            "scheduler %s, %s%s\n", r->train.n, r->test.n, tg_ncpu_workers(), tg_ncuda_workers(),
             tg_nopencl_workers(), R > 1 ? " per rank" : "",
-            o.rt.sched ? o.rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"),
-            tg_precision_name(o.model.amp.precision), tg_deterministic() ? ", deterministic reductions" : "");
-  if (root && R > 1)
+            o->rt.sched ? o->rt.sched : (getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : "default"),
+            tg_precision_name(o->model.amp.precision), tg_deterministic() ? ", deterministic reductions" : "");
+  if (r->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d samples and %d micro-batches each per step\n",
-            R, o.batch / R, o.micro / R);
+            R, o->batch / R, o->micro / R);
+}
+
+/* The model on every rank, from rank 0's parameters or the checkpoint. */
+static void build_model(mlp_run *r) {
+  train_opts *o = &r->o;
   tg_cli_check_memory_limit(
-      tg_mlp_managed_bytes(&o.model, o.batch / R, tg_ncpu_workers() + tg_ncuda_workers()),
+      tg_mlp_managed_bytes(&o->model, o->batch / r->R, tg_ncpu_workers() + tg_ncuda_workers()),
       "this MLP and batch");
-  tg_cli_precision_start(&o.prec);
-  tg_mlp m;
-  if (tg_mlp_create(&m, &o.model, &o.opt, o.seed) < 0) tg_cli_die_last("creating the model");
+  tg_cli_precision_start(&o->prec);
+  tg_mlp *m = &r->m;
+  if (tg_mlp_create(m, &o->model, &o->opt, o->seed) < 0) tg_cli_die_last("creating the model");
   /* every replica starts from rank 0's parameters */
-  for (int l = 0; l < o.model.nlayers; l++)
-    if (tg_dist_broadcast(m.w[l].handle) < 0 || tg_dist_broadcast(m.b[l].handle) < 0)
+  for (int l = 0; l < o->model.nlayers; l++)
+    if (tg_dist_broadcast(m->w[l].handle) < 0 || tg_dist_broadcast(m->b[l].handle) < 0)
       tg_cli_die_last("broadcasting the parameters");
-  if (have_ck) {
-    restore(&m, &ck); /* every rank reads the same file */
-    tg_mlp_checkpoint_free(&ck);
-    if (root)
-      fprintf(stderr, "taskgrad: resuming %s at step %lld (epoch %lld, batch %lld)\n", o.resume,
-              start, start / bpe + 1, start % bpe);
-  } else if (tg_mlp_metrics(&m, NULL, NULL, 1) < 0) {
+  if (r->have_ck) {
+    restore(m, &r->ck); /* every rank reads the same file */
+    tg_mlp_checkpoint_free(&r->ck);
+    if (r->root)
+      fprintf(stderr, "taskgrad: resuming %s at step %lld (epoch %lld, batch %lld)\n", o->resume,
+              r->start, r->start / r->bpe + 1, r->start % r->bpe);
+  } else if (tg_mlp_metrics(m, NULL, NULL, 1) < 0) {
     tg_cli_die_last("resetting the metrics");
   }
-  /* after StarPU's own handlers (tg_init), which would end the process */
-  tg_cli_catch_signals();
-  double test_acc = -1, test_loss = 0, t_train = 0; /* evaluations excluded */
+}
+
+/* The end of epoch e (or of the run, at step s): its training figures,
+ * stopping on a non-finite loss, and the test set's. */
+static void end_epoch(mlp_run *r, long long e, long long s, double t_epoch, long samples) {
+  double tl, ta, dt = tg_cli_now() - t_epoch;
+  if (tg_mlp_metrics(&r->m, &tl, &ta, 1) < 0) tg_cli_die_last("reading the loss");
+  if (!isfinite(tl)) {
+    if (r->root)
+      fprintf(stderr, "taskgrad: error: the training loss is not finite in epoch %lld "
+              "(step %lld)\n", e + 1, s + 1);
+    tg_dist_abort(TG_EXIT_USAGE);
+  }
+  evaluate(&r->m, &r->test, &r->o, &r->test_loss, &r->test_acc);
+  if (r->root)
+    fprintf(stderr, "epoch %lld/%d: train loss %.9g acc %.4f | test loss %.4f acc %.4f | "
+            "%.1f s, %.0f samples/s\n", e + 1, r->o.epochs, tl, ta, r->test_loss, r->test_acc,
+            dt, samples / dt);
+}
+
+/* The steps from r->start to r->total, or until a signal; returns the
+ * signal (0: none) and the steps taken in *done. */
+static int train_loop(mlp_run *r, long long *done) {
+  const train_opts *o = &r->o;
+  const int bpe = r->bpe, R = r->R, root = r->root;
+  tg_mlp *m = &r->m;
   double t_epoch = tg_cli_now();
   tg_progress bar;
   char label[32];
   long samples = 0;
   int stopped = 0, every = 1;
-  long long s = start;
+  long long s = r->start, total = r->total;
   for (; s < total && !stopped; s++) {
     long long e = s / bpe;
     int k = (int)(s % bpe), nb = (int)(total - e * bpe < bpe ? total - e * bpe : bpe);
-    if (k == 0 || s == start) {
-      snprintf(label, sizeof label, "epoch %lld/%d", e + 1, o.epochs);
+    if (k == 0 || s == r->start) {
+      snprintf(label, sizeof label, "epoch %lld/%d", e + 1, o->epochs);
       tg_progress_begin(&bar, label, nb);
       every = nb / 40 > 1 ? nb / 40 : 1;
       t_epoch = tg_cli_now();
       samples = 0;
     }
     tg_batch b;
-    if (tg_loader_next(ld, &b) < 0) tg_cli_die_last("data loader");
-    if (tg_mlp_step(&m, &b) < 0) tg_cli_die_last("training step");
+    if (tg_loader_next(r->ld, &b) < 0) tg_cli_die_last("data loader");
+    if (tg_mlp_step(m, &b) < 0) tg_cli_die_last("training step");
     samples += (long)b.rows * R;
     if (root && ((k + 1) % every == 0 || k + 1 == nb)) {
       double l, a;
-      if (tg_mlp_metrics(&m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
+      if (tg_mlp_metrics(m, &l, &a, 0) < 0) tg_cli_die_last("reading the loss");
       char scale[64];
-      tg_cli_precision_status(scale, sizeof scale, &m.optim.scaler);
+      tg_cli_precision_status(scale, sizeof scale, &m->optim.scaler);
       bar.extra = scale;
       tg_progress_update(&bar, k + 1, l, a, samples / (tg_cli_now() - t_epoch));
       bar.extra = NULL;
@@ -484,65 +532,79 @@ int tg_cmd_train_mlp(int argc, char **argv) {
     if (R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
     stopped = tg_cli_signal;
     int epoch_end = k + 1 == bpe, last = s + 1 == total;
-    int periodic = o.checkpoint_every && (s + 1) % o.checkpoint_every == 0;
-    int save = o.checkpoint && root && (periodic || last || stopped);
+    int periodic = o->checkpoint_every && (s + 1) % o->checkpoint_every == 0;
+    int save = o->checkpoint && root && (periodic || last || stopped);
     /* a checkpoint within an epoch keeps the epoch's running sums; one at
      * its end follows the epoch's figures, which restart them */
-    if (save && !epoch_end) save_checkpoint(&m, &o, &shape, s + 1);
+    if (save && !epoch_end) save_checkpoint(m, o, &r->shape, s + 1);
     if (epoch_end || last || stopped) {
-      t_train += tg_cli_now() - t_epoch;
+      r->t_train += tg_cli_now() - t_epoch;
       if (root) tg_progress_end(&bar);
     }
-    if (epoch_end || (last && !stopped)) {
-      double tl, ta, dt = tg_cli_now() - t_epoch;
-      if (tg_mlp_metrics(&m, &tl, &ta, 1) < 0) tg_cli_die_last("reading the loss");
-      if (!isfinite(tl)) {
-        if (root)
-          fprintf(stderr, "taskgrad: error: the training loss is not finite in epoch %lld "
-                  "(step %lld)\n", e + 1, s + 1);
-        tg_dist_abort(TG_EXIT_USAGE);
-      }
-      evaluate(&m, &test, &o, &test_loss, &test_acc);
-      if (root)
-        fprintf(stderr, "epoch %lld/%d: train loss %.9g acc %.4f | test loss %.4f acc %.4f | "
-                "%.1f s, %.0f samples/s\n", e + 1, o.epochs, tl, ta, test_loss, test_acc, dt,
-                samples / dt);
-    }
-    if (save && epoch_end) save_checkpoint(&m, &o, &shape, s + 1);
+    if (epoch_end || (last && !stopped)) end_epoch(r, e, s, t_epoch, samples);
+    if (save && epoch_end) save_checkpoint(m, o, &r->shape, s + 1);
   }
-  tg_loader_destroy(ld);
-  if (stopped) {
-    if (root)
-      fprintf(stderr, "taskgrad: %s: stopped after step %lld%s%s\n",
-              stopped == SIGINT ? "SIGINT" : "SIGTERM", s,
-              o.checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
-              o.checkpoint ? o.checkpoint : "");
-    tg_mlp_destroy(&m);
-    tg_cli_instrument_end(&o.rt);
-    tg_shutdown();
-    tg_dataset_free(&train);
-    tg_dataset_free(&test);
-    return 128 + stopped;
-  }
-  if (test_acc < 0) evaluate(&m, &test, &o, &test_loss, &test_acc); /* nothing left to run */
-  if (root && m.optim.scaler.enabled)
+  *done = s;
+  return stopped;
+}
+
+/* Frees what the run holds and stops StarPU. */
+static void teardown(mlp_run *r) {
+  tg_mlp_destroy(&r->m);
+  tg_cli_instrument_end(&r->o.rt);
+  tg_shutdown();
+  tg_dataset_free(&r->train);
+  tg_dataset_free(&r->test);
+}
+
+/* After the last step: the test figures, the checksum, --save, the summary. */
+static void finish(mlp_run *r) {
+  const train_opts *o = &r->o;
+  tg_mlp *m = &r->m;
+  if (r->test_acc < 0) /* nothing left to run */
+    evaluate(m, &r->test, o, &r->test_loss, &r->test_acc);
+  if (r->root && m->optim.scaler.enabled)
     fprintf(stderr, "taskgrad: %s, loss scale %g, skipped steps: %ld\n",
-            tg_precision_name(o.model.amp.precision), m.optim.scaler.scale, m.optim.scaler.skipped);
-  uint64_t sum = param_checksum(&m);
-  if (R > 1 || tg_deterministic())
+            tg_precision_name(o->model.amp.precision), m->optim.scaler.scale,
+            m->optim.scaler.skipped);
+  uint64_t sum = param_checksum(m);
+  if (r->R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)sum);
-  if (root && o.save) save_params(&m, o.save);
-  tg_mlp_destroy(&m);
-  tg_cli_instrument_end(&o.rt);
-  tg_shutdown();
-  tg_dataset_free(&train);
-  tg_dataset_free(&test);
-  if (root) {
-    long long ran = total - start;
-    fprintf(stderr, "taskgrad: trained %lld steps in %.2f s (%.0f samples/s)\n", ran, t_train,
-            t_train > 0 ? (double)ran * o.batch / t_train : 0.0);
-    printf("test accuracy: %.4f\n", test_acc);
+  if (r->root && o->save) save_params(m, o->save);
+  teardown(r);
+  if (r->root) {
+    long long ran = r->total - r->start;
+    fprintf(stderr, "taskgrad: trained %lld steps in %.2f s (%.0f samples/s)\n", ran, r->t_train,
+            r->t_train > 0 ? (double)ran * o->batch / r->t_train : 0.0);
+    printf("test accuracy: %.4f\n", r->test_acc);
   }
+}
+
+int tg_cmd_train_mlp(int argc, char **argv) {
+  static mlp_run r; /* zeroed */
+  train_opts *o = &r.o;
+  parse(argc, argv, o);
+  r.distributed = tg_cli_mpi_check(&o->rt);
+  tg_cli_instrument_check(&o->rt);
+  load_inputs(&r);
+  start_run(&r);
+  build_model(&r);
+  /* after StarPU's own handlers (tg_init), which would end the process */
+  tg_cli_catch_signals();
+  r.test_acc = -1;
+  long long s;
+  int stopped = train_loop(&r, &s);
+  tg_loader_destroy(r.ld);
+  if (stopped) {
+    if (r.root)
+      fprintf(stderr, "taskgrad: %s: stopped after step %lld%s%s\n",
+              stopped == SIGINT ? "SIGINT" : "SIGTERM", s,
+              o->checkpoint ? "; checkpoint written to " : " (no --checkpoint: state not saved)",
+              o->checkpoint ? o->checkpoint : "");
+    teardown(&r);
+    return 128 + stopped;
+  }
+  finish(&r);
   return 0;
 }

@@ -85,6 +85,28 @@ expect_fail "train gpt: --classifier-blocks 0" "--classifier-blocks: 0 is out of
 expect_fail "bench gpt: --classifier-blocks 65" "--classifier-blocks: 65 is out of range" \
   bench gpt --classifier-blocks 65
 
+# the GPT run options are one table (cli/gpt_run_options.c): train gpt,
+# bench gpt and simulate gpt accept, check and document them alike
+expect_fail "train gpt: --classifier-chunk 0" "--classifier-chunk: 0 is out of range" \
+  train gpt --classifier-chunk 0
+expect_fail "bench gpt: --classifier-chunk x" "--classifier-chunk: 'x' is not an integer" \
+  bench gpt --classifier-chunk x
+expect_fail "simulate gpt: --classifier-chunk 0" "--classifier-chunk: 0 is out of range" \
+  simulate gpt --platform h100x1 --classifier-chunk 0
+for f in --attention --chunk --attn-splits --classifier-blocks --classifier-chunk; do
+  n=$(for c in "train gpt" "bench gpt" simulate; do "$tg" $c --help | grep -- "^  $f "; done |
+      sort | uniq -c | awk '{print $1}')
+  [ "$n" = 3 ] && ok "$f: one help line, in train gpt, bench gpt and simulate --help" \
+    || bad "$f: help lines differ or are missing: $n"
+done
+if "$tg" bench gpt --layers 1 --channels 16 --heads 2 --max-seq 8 --seq 8 --batch 2 --steps 1 \
+     --warmup 0 --quiet --classifier-chunk 3 >"$work/cc.out" 2>/dev/null &&
+   grep -q "taskgrad median step ms" "$work/cc.out"; then
+  ok "bench gpt --classifier-chunk 3 runs"
+else
+  bad "bench gpt --classifier-chunk 3: $(head -3 "$work/cc.out")"
+fi
+
 # --micro-batches: a count or auto (the default: one per worker, within
 # what the batch allows, printed)
 expect_fail "bench gpt: --micro-batches x" "'x' is neither a count nor 'auto'" \

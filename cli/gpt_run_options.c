@@ -1,0 +1,178 @@
+/*
+ * The GPT run options (gpt_run_options.h): one table, parsed and printed
+ * for `train gpt`, `bench gpt` and `simulate gpt|mlp`.
+ *
+ * A row names the flag, its argument (help's metavariable), its kind, the
+ * field of tg_cli_gpt_run it sets (an offset; most are fields of the
+ * graph's tg_gpt_run_config), the range of an integer (part of the "out of
+ * range [min, max]" message), a second field set to 1 when the flag is
+ * given, the commands that accept it and its help text.
+ * The help's "%d" is the command's default (tg_cli_gpt_run_default); a
+ * "\n" in it starts a continuation line.  One flag may have one row per
+ * range or help text (--batch: 1..65536 for train and bench, 1..2^20 and
+ * "per GPU" for simulate).  The precision flags and the runtime flags are
+ * rows too, parsed by their own shared parsers (precision_flags.c,
+ * args.c), so that a command needs this one call for all of them.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "gpt_run_options.h"
+#include "micro_batches.h"
+#include "simulate.h"
+
+#define TRAIN TG_RUN_TRAIN_GPT
+#define BENCH TG_RUN_BENCH_GPT
+#define SIM TG_RUN_SIMULATE_GPT
+#define SIM_MLP TG_RUN_SIMULATE_MLP
+#define GPT (TRAIN | BENCH | SIM)
+
+typedef enum { K_INT, K_MICRO, K_ATTENTION, K_PRECISION, K_RUNTIME } opt_kind;
+
+typedef struct run_option {
+  const char *flag, *metavar;
+  opt_kind kind;
+  size_t field;   /* offset of the int (or tg_attention_kind) it sets */
+  long min, max;  /* K_INT: the range; K_MICRO: max */
+  long given;     /* offset of an int set to 1 when given, or -1 */
+  unsigned cmds;
+  const char *help;
+} run_option;
+
+#define F(name) offsetof(tg_cli_gpt_run, name)
+
+static const run_option options[] = {
+    {"--batch", "B", K_INT, F(cfg.B), 1, 1 << 16, F(batch_given), TRAIN | BENCH,
+     "sequences per step (default %d)"},
+    {"--batch", "B", K_INT, F(cfg.B), 1, 1 << 20, F(batch_given), SIM,
+     "sequences per step (default 8 per GPU)"},
+    {"--batch", "N", K_INT, F(cfg.B), 1, 1 << 20, F(batch_given), SIM_MLP,
+     "samples per step (default 2048 per GPU)"},
+    {"--seq", "T", K_INT, F(cfg.T), 1, 1 << 20, F(seq_given), GPT,
+     "tokens per sequence (default %d, at most the\nmodel's maximum)"},
+    {"--micro-batches", "M", K_MICRO, F(cfg.nmicro), 0, 1 << 16, -1, TRAIN | BENCH,
+     "micro-batches per step, dividing B, or auto: one\nper worker, within what B allows "
+     "(default auto;\nthe choice is printed)"},
+    {"--micro-batches", "M", K_INT, F(cfg.nmicro), 1, TG_SIM_MAX_MICRO, -1, SIM | SIM_MLP,
+     "micro-batches per step, dividing the batch\n(default 2 per GPU)"},
+    {"--layers", "L", K_INT, F(model.num_layers), 1, TG_GPT_MAX_LAYERS, -1, BENCH | SIM,
+     "transformer blocks of the random model (default %d)"},
+    {"--channels", "C", K_INT, F(model.channels), 1, 1 << 16, -1, BENCH | SIM,
+     "its channels (default %d)"},
+    {"--heads", "NH", K_INT, F(model.num_heads), 1, 1 << 12, -1, BENCH | SIM,
+     "its attention heads (default %d)"},
+    {"--vocab", "V", K_INT, F(model.vocab_size), 1, 65536, -1, BENCH | SIM,
+     "its vocabulary (default %d)"},
+    {"--padded-vocab", "Vp", K_INT, F(model.padded_vocab_size), 1, 65536, F(vp_given),
+     BENCH | SIM, "its classifier's rows (default: V rounded up to a\nmultiple of 64)"},
+    {"--max-seq", "T", K_INT, F(model.max_seq_len), 1, 1 << 20, -1, BENCH | SIM,
+     "its maximum sequence length (default %d)"},
+    {"--attention", "NAME", K_ATTENTION, F(cfg.attention), 0, 0, -1, GPT,
+     "naive or chunked (default chunked)"},
+    {"--chunk", "K", K_INT, F(cfg.chunk), 1, 1 << 16, -1, GPT, "attention chunk (default %d)"},
+    {"--attn-splits", "S", K_INT, F(cfg.attn_splits), 1, TG_MAX_SPLIT, -1, GPT,
+     "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
+    {"--classifier-blocks", "R", K_INT, F(cfg.classifier_blocks), 1, TG_MAX_SPLIT, -1, GPT,
+     "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
+    {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
+     "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
+    {"--precision", NULL, K_PRECISION, 0, 0, 0, -1, GPT | SIM_MLP, TG_CLI_PRECISION_HELP},
+    {"--sched", NULL, K_RUNTIME, 0, 0, 0, -1, TRAIN | BENCH, TG_CLI_RUNTIME_HELP},
+};
+
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+static int *field(tg_cli_gpt_run *r, size_t off) { return (int *)((char *)r + off); }
+
+void tg_cli_gpt_run_default(tg_cli_gpt_run *r, unsigned cmd) {
+  memset(r, 0, sizeof *r);
+  r->model = (tg_gpt_config){.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
+                             .num_heads = 4, .channels = 256, .padded_vocab_size = 256};
+  /* the graph's defaults (chunked attention, chunk 64, ...); simulate's B
+   * is per GPU, set once they are known */
+  r->cfg = tg_gpt_run_default(cmd & (TRAIN | BENCH) ? 8 : 0, cmd & TRAIN ? 64 : 256);
+  r->cfg.nmicro = 0; /* auto, or simulate's per-GPU default */
+  tg_cli_precision_default(&r->prec);
+  r->rt = tg_runtime_config_default();
+}
+
+static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_gpt_run *r) {
+  const char *a = argv[*i];
+  switch (o->kind) {
+  case K_PRECISION:
+    return tg_cli_precision_flag(argc, argv, i, &r->prec);
+  case K_RUNTIME:
+    return tg_cli_runtime_flag(argc, argv, i, &r->rt);
+  default:
+    break;
+  }
+  if (strcmp(a, o->flag)) return 0;
+  const char *v = tg_cli_value(argc, argv, i);
+  if (o->kind == K_INT) {
+    *field(r, o->field) = (int)tg_cli_int(a, v, o->min, o->max);
+  } else if (o->kind == K_MICRO) {
+    *field(r, o->field) = tg_cli_micro_batches_arg(a, v, (int)o->max);
+  } else if (!strcmp(v, "naive")) {
+    r->cfg.attention = TG_ATTN_NAIVE;
+  } else if (!strcmp(v, "chunked")) {
+    r->cfg.attention = TG_ATTN_CHUNKED;
+  } else {
+    tg_cli_die("%s: '%s' is not naive or chunked", a, v);
+  }
+  if (o->given >= 0) *field(r, (size_t)o->given) = 1;
+  return 1;
+}
+
+int tg_cli_gpt_run_flag(int argc, char **argv, int *i, unsigned cmd, tg_cli_gpt_run *r) {
+  for (size_t k = 0; k < NOPTIONS; k++)
+    if ((options[k].cmds & cmd) && parse_one(&options[k], argc, argv, i, r)) return 1;
+  return 0;
+}
+
+void tg_cli_gpt_run_finish(tg_cli_gpt_run *r, unsigned cmd) {
+  tg_cli_precision_finish(&r->prec);
+  /* tensor-core alignment: the tied classifier's rows a multiple of 64 */
+  if ((cmd & (BENCH | SIM)) && !r->vp_given)
+    r->model.padded_vocab_size = (r->model.vocab_size + 63) / 64 * 64;
+  if ((cmd & (TRAIN | BENCH)) && r->cfg.nmicro) /* auto: once the workers are known */
+    tg_cli_check_gpt_micro(r->cfg.B, r->cfg.nmicro, r->cfg.attn_splits);
+}
+
+static void print_help(FILE *f, const run_option *o, const tg_cli_gpt_run *def) {
+  if (o->kind == K_PRECISION || o->kind == K_RUNTIME) {
+    fputs(o->help, f);
+    return;
+  }
+  char head[64], text[512];
+  snprintf(head, sizeof head, "%s %s", o->flag, o->metavar);
+  if (strstr(o->help, "%d"))
+    snprintf(text, sizeof text, o->help, *field((tg_cli_gpt_run *)def, o->field));
+  else
+    snprintf(text, sizeof text, "%s", o->help);
+  /* "  --flag ARG           text", continuation lines under the text */
+  fprintf(f, "  %-*s%s", strlen(head) < 19 ? 21 : (int)strlen(head) + 2, head, "");
+  for (const char *p = text; *p; p++) {
+    fputc(*p, f);
+    if (*p == '\n') fprintf(f, "%23s", "");
+  }
+  fputc('\n', f);
+}
+
+void tg_cli_gpt_run_help(FILE *f, unsigned cmd, unsigned skip) {
+  tg_cli_gpt_run def;
+  tg_cli_gpt_run_default(&def, cmd);
+  for (size_t k = 0; k < NOPTIONS; k++)
+    if ((options[k].cmds & cmd) == cmd && !(options[k].cmds & skip))
+      print_help(f, &options[k], &def);
+}
+
+tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, int nmicro) {
+  tg_gpt_run_config run = r->cfg;
+  run.B = B;
+  run.T = T;
+  run.nmicro = nmicro;
+  run.amp = (tg_amp_config){.precision = r->prec.precision, .loss_scaling = r->prec.dynamic,
+                            .loss_scale = (float)r->prec.scale,
+                            .loss_scale_window = r->prec.window};
+  return run;
+}
