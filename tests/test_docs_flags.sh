@@ -10,6 +10,7 @@
 #      the few flags of other programs listed below, in a paragraph that
 #      names that program.
 set -u
+export LC_ALL=C
 tg="$TG_BIN/taskgrad"
 src="$TG_SOURCE_DIR"
 cli="$src/docs/cli.md"
@@ -111,25 +112,29 @@ report=$(awk -v begin="$BEGIN" -v end="$END" -v accepted="$work/accepted" -v ext
       extprog[flag] = prog
     }
   }
-  function flush(   text, rest, f, pos) {
-    text = para; rest = text
-    while (match(rest, /(^|[^[:alnum:]_-])--[a-z][a-z0-9-]*/)) {
-      f = substr(rest, RSTART, RLENGTH); sub(/^[^-]/, "", f); sub(/-+$/, "", f)
-      rest = substr(rest, RSTART + RLENGTH)
-      if (f in ok) continue
-      if (f in extprog) { if (text ~ extprog[f]) continue
-        printf "%s:%d: %s (a flag of %s) in a paragraph that does not name %s\n", file, start, f, extprog[f], extprog[f]
-        continue }
-      printf "%s:%d: %s is not a flag of any taskgrad command\n", file, start, f
+  function flush(   k, rest, f) {
+    for (k = 1; k <= nl; k++) {
+      rest = line[k]
+      while (match(rest, /(^|[^[:alnum:]_-])--[a-z][a-z0-9-]*/)) {
+        f = substr(rest, RSTART, RLENGTH); sub(/^[^-]/, "", f); sub(/-+$/, "", f)
+        rest = substr(rest, RSTART + RLENGTH)
+        if (f in ok) continue
+        if (f in extprog) {
+          if (para !~ extprog[f])
+            printf "%s:%d: %s (a flag of %s) in a paragraph that does not name %s\n", file, num[k], f, extprog[f], extprog[f]
+          continue
+        }
+        printf "%s:%d: %s is not a flag of any taskgrad command\n", file, num[k], f
+      }
     }
-    para = ""
+    para = ""; nl = 0
   }
   FNR == 1 { flush(); file = FILENAME; gen = 0 }
   $0 == begin { flush(); gen = 1; next }
   $0 == end { gen = 0; next }
   gen { next }
   /^[[:space:]]*$/ { flush(); next }
-  { if (para == "") start = FNR; para = para "\n" $0 }
+  { line[++nl] = $0; num[nl] = FNR; para = para "\n" $0 }
   END { flush() }' "${docs[@]}")
 if [ -n "$report" ]; then
   bad "(c) the docs name flags that no taskgrad command accepts:"
