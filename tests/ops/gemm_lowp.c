@@ -1,5 +1,5 @@
 /*
- * Op family gemm_lowp (codelets/gemm_lowp.c): the GEMM on bf16 / fp16
+ * Row gemm_lowp (codelets/gemm_lowp.c): the GEMM on bf16 / fp16
  * operands with fp32 accumulation, f32 or 16-bit C.
  *  ref       tg_cpu_gemm_lowp, all transposes, sizes 1, 37 x 53 x 29 and
  *            300 x 261 x 517 (several 256-tiles with remainders), padded
@@ -420,11 +420,15 @@ static void emu_gemm_lowp(void) {
 
 static const ops_row rows[] = {
     {.name = "gemm_lowp",
+     .doc = "GEMM with bf16 / fp16 A, B, fp32 accumulation, C f32 or 16-bit (OpenBLAS sgemm on "
+            "widened tiles; cublasGemmEx, COMPUTE_32F)",
+     .buffers = "A (R), B (R), C (W / RW / REDUX for f32), scratch",
      .covers = "tg_gemm_lowp_cl tg_gemm_lowp_insert tg_cuda_gemm_lowp tg_cuda_gemm_lowp_aligned",
+     .kernels = "tg_cpu_gemm_lowp tg_cpu_gemm_lowp_work_floats",
      .run = {[OPS_REF] = gemm_lowp_ref, [OPS_CPU] = gemm_lowp_cpu, [OPS_CUDA] = pair_gemm,
              [OPS_DEVICE] = pair_gemm, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm_lowp)},
      .why_not = {[OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(gemm_lowp, rows);
+OPS_ROWS(rows)

@@ -1,7 +1,7 @@
 /*
- * Op family precision (codelets/precision.c): f32 <-> bf16 / fp16
- * conversion, the non-finite gradient check, and the mixed-precision AdamW
- * (adamw_amp) with its overflow skip.
+ * Rows convert, nonfinite and adamw_amp (codelets/precision.c): f32 <->
+ * bf16 / fp16 conversion, the non-finite gradient check, and the
+ * mixed-precision AdamW (adamw_amp) with its overflow skip.
  *  ref       tg_cpu_nonfinite_check: NaN, +Inf, -Inf at the first, middle
  *            or last place raise the flag, finite data (FLT_MAX,
  *            subnormals) leaves it; tg_cpu_adamw_amp over several chunks:
@@ -9,7 +9,7 @@
  *            copy, flag 0 gives tg_cpu_adamw's result within 1e-6 and the
  *            16-bit copy equal to the conversion, bit for bit (the scalar
  *            conversions themselves: test_precision.c);
- *  cpu       the convert codelet with 1 and 2 CPU workers, specials
+ *  cpu       convert: the codelet with 1 and 2 CPU workers, specials
  *            included, bit for bit against the scalar conversions, once on
  *            the left half of a partitioned tensor; then the pair cases;
  *  pair      convert both ways, the flag for finite data, NaN, Inf and
@@ -22,6 +22,7 @@
 #include "pair.h"
 #include "precision_testlib.h"
 #include <float.h>
+
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -103,10 +104,6 @@ static void ref_adamw_amp(void) {
   }
 }
 
-static void precision_ref(void) {
-  ref_nonfinite();
-  ref_adamw_amp();
-}
 
 /* ---- cpu: the convert codelet with 1 and 2 CPU workers ----------------------- */
 
@@ -372,15 +369,9 @@ static void pair_adamw_amp(void) {
   tg_tensor_free(&G);
 }
 
-static void precision_pair(void) {
-  pair_convert();
-  pair_nonfinite();
-  pair_adamw_amp();
-}
-
-static void precision_cpu(void) {
+static void convert_cpu(void) {
   ops_run_worker_counts(cpu_convert);
-  precision_pair();
+  pair_convert();
 }
 
 #ifdef OPS_EMU
@@ -443,7 +434,7 @@ static void emu_conversions(void) {
   free(X);
 }
 
-static void emu_nonfinite_amp(void) {
+static void emu_nonfinite(void) {
   static const size_t sizes[] = {1, 300, 5000};
   for (int s = 0; s < 3; s++)
     for (int bad = 0; bad < 3; bad++) { /* none, Inf at the end, NaN at 256 */
@@ -460,6 +451,9 @@ static void emu_nonfinite_amp(void) {
       }
       free(g);
     }
+}
+
+static void emu_adamw_amp(void) {
   for (int t = 0; t < 2; t++)
     for (int skip = 0; skip < 2; skip++)
       for (int low = 0; low < 2; low++) {
@@ -489,22 +483,39 @@ static void emu_nonfinite_amp(void) {
       }
 }
 
-static void precision_emu(void) {
-  emu_conversions();
-  emu_nonfinite_amp();
-}
+
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "precision",
-     .covers = "tg_convert_cl tg_convert_insert tg_nonfinite_cl tg_nonfinite_insert "
-               "tg_adamw_amp_cl tg_adamw_amp_insert tg_cuda_to_lowp tg_cuda_from_lowp "
-               "tg_cuda_scale_lowp tg_cuda_nonfinite_check tg_cuda_adamw_amp",
-     .run = {[OPS_REF] = precision_ref, [OPS_CPU] = precision_cpu,
-             [OPS_CUDA] = precision_pair, [OPS_DEVICE] = precision_pair,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(precision_emu)},
-     .why_not = {[OPS_LOWP] = "these codelets take 16-bit buffers themselves (no adapter)",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+    {.name = "convert",
+     .doc = "convert f32 <-> bf16 / fp16 (round to nearest even)",
+     .buffers = "src (R), dst (W)",
+     .covers = "tg_convert_cl tg_convert_insert tg_cuda_to_lowp tg_cuda_from_lowp "
+               "tg_cuda_scale_lowp",
+     .run = {[OPS_CPU] = convert_cpu, [OPS_CUDA] = pair_convert,
+             [OPS_DEVICE] = pair_convert, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_conversions)},
+     .why_not = {[OPS_REF] = "the conversion kernels: tests/test_precision.c",
+                 [OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "nonfinite",
+     .doc = "non-finite check of a gradient (raises the overflow flag)",
+     .buffers = "grad (R), flag (RW)",
+     .covers = "tg_nonfinite_cl tg_nonfinite_insert tg_cuda_nonfinite_check",
+     .kernels = "tg_cpu_nonfinite_check",
+     .run = {[OPS_REF] = ref_nonfinite, [OPS_CPU] = pair_nonfinite, [OPS_CUDA] = pair_nonfinite,
+             [OPS_DEVICE] = pair_nonfinite, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_nonfinite)},
+     .why_not = {[OPS_LOWP] = "gradients are checked in f32 (16-bit gradients are refused)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "adamw_amp",
+     .doc = "AdamW on fp32 master weights, loss-scale unscaling, skipped when the overflow flag "
+            "is set, writes the bf16 / fp16 copy",
+     .buffers = "w (RW), grad (R), m (RW), v (RW), flag (R), w_low (W, optional)",
+     .covers = "tg_adamw_amp_cl tg_adamw_amp_insert tg_cuda_adamw_amp",
+     .kernels = "tg_cpu_adamw_amp",
+     .run = {[OPS_REF] = ref_adamw_amp, [OPS_CPU] = pair_adamw_amp, [OPS_CUDA] = pair_adamw_amp,
+             [OPS_DEVICE] = pair_adamw_amp, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_adamw_amp)},
+     .why_not = {[OPS_LOWP] = "the codelet takes its 16-bit copy itself (no adapter)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(precision, rows);
+OPS_ROWS(rows)
