@@ -1,8 +1,11 @@
 /*
  * Rows convert, nonfinite and adamw_amp (codelets/precision.c): f32 <->
  * bf16 / fp16 conversion, the non-finite gradient check, and the
- * mixed-precision AdamW (adamw_amp) with its overflow skip.
- *  ref       tg_cpu_nonfinite_check: NaN, +Inf, -Inf at the first, middle
+ * mixed-precision AdamW (adamw_amp) with its overflow skip.  Convert's
+ * ref case is test_precision.c, moved to convert_ref.c.
+ *  ref       convert: convert_ref.c (every 16-bit pattern, every tie,
+ *            random values, named cases, the array kernels);
+ *            tg_cpu_nonfinite_check: NaN, +Inf, -Inf at the first, middle
  *            or last place raise the flag, finite data (FLT_MAX,
  *            subnormals) leaves it; tg_cpu_adamw_amp over several chunks:
  *            flag 1 or NaN leaves w, m, v bit-identical and still writes the
@@ -18,11 +21,14 @@
  *            launchers, exact.
  */
 
+#include <float.h>
+
 #include "ref_util.h"
 #include "pair.h"
 #include "precision_testlib.h"
-#include <float.h>
 
+/* convert_ref.c (was test_precision.c) */
+void convert_ref(void);
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -492,10 +498,11 @@ static const ops_row rows[] = {
      .buffers = "src (R), dst (W)",
      .covers = "tg_convert_cl tg_convert_insert tg_cuda_to_lowp tg_cuda_from_lowp "
                "tg_cuda_scale_lowp",
-     .run = {[OPS_CPU] = convert_cpu, [OPS_CUDA] = pair_convert,
+     .kernels = "tg_cpu_to_lowp tg_cpu_from_lowp tg_f32_to_bf16 tg_bf16_to_f32 tg_f32_to_f16 "
+                "tg_f16_to_f32 tg_f32_to_bf16_n tg_bf16_to_f32_n tg_f32_to_f16_n tg_f16_to_f32_n",
+     .run = {[OPS_REF] = convert_ref, [OPS_CPU] = convert_cpu, [OPS_CUDA] = pair_convert,
              [OPS_DEVICE] = pair_convert, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_conversions)},
-     .why_not = {[OPS_REF] = "the conversion kernels: tests/test_precision.c",
-                 [OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
+     .why_not = {[OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
                  [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "nonfinite",
      .doc = "non-finite check of a gradient (raises the overflow flag)",
