@@ -6,11 +6,15 @@
  *  ref       against float64, sizes from {1, 7, 33, 257}, padding intact;
  *  pair      every shape of g_shapes, accumulate on the left halves of
  *            partitioned matrices;
- *  cuda-emu  the three launchers, exact.
+ *  cuda-emu  the three launchers, exact;
+ *  lowp      fill and scale refuse a bf16 tensor (no adapter for them).
  */
+
+#include <errno.h>
 
 #include "ref_util.h"
 #include "pair.h"
+#include "precision_testlib.h"
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -187,6 +191,22 @@ static void emu_elementwise(void) {
 }
 #endif /* OPS_EMU */
 
+/* ---- lowp -------------------------------------------------------------------- */
+
+/* fill and scale refuse a 16-bit tensor (they would overrun it; was
+ * test_precision_amp.c) */
+static void elementwise_lowp_body(void) {
+  tg_tensor c16;
+  new_low(&c16, TG_BF16, 4, 5, (float[20]){0});
+  if (ops_row_is("fill"))
+    CHECK_REFUSED(tg_fill_insert(c16.handle, 0.0f, NULL), "tg_fill", "fill of a bf16 tensor");
+  else
+    CHECK_REFUSED(tg_scale_insert(c16.handle, 2.0f, NULL), "tg_scale", "scale of a bf16 tensor");
+  tg_tensor_free(&c16);
+}
+
+static void elementwise_lowp(void) { ops_run_worker_counts(elementwise_lowp_body); }
+
 #define ELEMENTWISE_CASES(lowp_case)                                               \
   .run = {[OPS_REF] = elementwise_ref, [OPS_CPU] = pair_elementwise,                    \
           [OPS_CUDA] = pair_elementwise, [OPS_DEVICE] = pair_elementwise,               \
@@ -199,7 +219,7 @@ static const ops_row rows[] = {
      .buffers = "X (W)",
      .covers = "tg_fill_cl tg_fill_insert tg_fill_zero_cl tg_cuda_fill",
      .kernels = "tg_cpu_fill",
-     ELEMENTWISE_CASES(NULL)},
+     ELEMENTWISE_CASES(elementwise_lowp)},
     {.name = "accumulate",
      .doc = "accumulate `dst += src` (`tg_accumulate_cl`, `tg_accumulate_redux_cl`: the REDUX "
             "merge, run by every REDUX case)",
@@ -212,7 +232,7 @@ static const ops_row rows[] = {
      .buffers = "X (RW)",
      .covers = "tg_scale_cl tg_scale_insert tg_cuda_scale",
      .kernels = "tg_cpu_scale",
-     ELEMENTWISE_CASES(NULL)},
+     ELEMENTWISE_CASES(elementwise_lowp)},
 };
 
 OPS_ROWS(rows)

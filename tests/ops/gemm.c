@@ -431,6 +431,9 @@ static void gemm_lowp_case(tg_rng *rng, tg_dtype t) {
   expect_rounded(t, &C, &C32, "GEMM with an accumulated 16-bit C");
   CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE,
                                NULL), "tg_gemm", "a 2-byte buffer without opts.lowp");
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, W32.handle, 1.0f, C32.handle,
+                               TG_ACCUMULATE, NULL),
+                "tg_gemm", "a 16-bit A in the f32 GEMM (was test_precision_amp.c)");
   tg_tensor_enable_reduction(&C);
   CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_REDUCE, &o),
                 "tg_gemm", "a 2-byte REDUX target");

@@ -13,17 +13,21 @@
  *            original f32 inputs <= 1e-2 (bf16), 2e-3 (fp16) and more than
  *            10x the fp32 codelet's error (the 16-bit inputs were used);
  *            against float64 on the rounded inputs as in ref; TG_ACCUMULATE
- *            and two REDUX contributions into an f32 C; then the pair cases;
+ *            and two REDUX contributions into an f32 C; the refusals (lowp
+ *            f32, an f32 B, inner dimensions, a 16-bit C reduced); then the
+ *            pair cases;
  *  pair      all transposes, f32 and 16-bit C, beta 0 and 0.5: f32 C within
  *            1e-5 (1e-4 for k >= 257), 16-bit C within half an ulp;
  *  cuda-emu  tg_cuda_gemm_lowp and its aligned variant, k = 29 and 513
  *            (the zero-padding path).
  */
 
+#include <errno.h>
+#include <float.h>
+
 #include "ref_util.h"
 #include "pair.h"
 #include "precision_testlib.h"
-#include <float.h>
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -279,9 +283,33 @@ static void cpu_gemm_accumulate(void) {
     }
 }
 
+/* a valid call, then the refusals (was test_precision_amp.c): -EINVAL with
+ * a message naming the wrapper, nothing submitted */
+static void cpu_gemm_refusals(void) {
+  tg_tensor a16, b16, c16, f32, f32b;
+  new_low(&a16, TG_BF16, 4, 3, (float[12]){0});
+  new_low(&b16, TG_BF16, 3, 5, (float[15]){0});
+  new_low(&c16, TG_BF16, 4, 5, (float[20]){0});
+  new_f32(&f32, 4, 5, NULL);
+  new_f32(&f32b, 3, 5, NULL);
+  CHECK(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                            TG_OVERWRITE, NULL) == 0, "a valid gemm_lowp: %s", tg_last_error());
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_F32, 0, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "lowp = f32");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, f32b.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "an f32 B");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 1, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "inner dimensions");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, b16.handle, 0, c16.handle,
+                                    TG_REDUCE, NULL), "tg_gemm_lowp", "a 16-bit C reduced");
+  tg_tensor *all[] = {&a16, &b16, &c16, &f32, &f32b};
+  for (int i = 0; i < 5; i++) tg_tensor_free(all[i]);
+}
+
 static void gemm_lowp_cpu_body(void) {
   cpu_gemm();
   cpu_gemm_accumulate();
+  cpu_gemm_refusals();
 }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
