@@ -414,7 +414,8 @@ static int classifier_scaled(const void *v, const tg_task_opts *o, tg_tensor *ou
 /* grad_scale 8 against grad_scale 1 through the insert wrapper, each pair
  * compared as the fused form's: dlnf and dwte's increment exactly 8 times,
  * the loss the same (grad_scale a power of two), on the CPU worker and on
- * the second worker */
+ * the second worker (a CPU worker or an emulated device; a CUDA worker's
+ * results within run_pair's tolerance of the CPU worker's) */
 static void pair_classifier_scaled(void) {
   const int n = 37, C = 33, V = 250, Vp = 256;
   float *lnf = rnd((size_t)n * C, 1), *wte = rnd((size_t)Vp * C, 1);
@@ -448,9 +449,13 @@ static void pair_classifier_scaled(void) {
     }
     const size_t cnt = order == 0 ? (size_t)n * C : order == 1 ? (size_t)Vp * C : 1;
     const float factor = order == 2 ? 1.0f : 8.0f;
+    /* on a CUDA worker, cuBLAS's choices are its own: there run_pair's
+     * comparison with the CPU worker's (exact) results is the check */
+    const int second_exact = ops_current_backend() != OPS_CUDA;
     int exact = 1;
     for (size_t i = 0; i < cnt; i++)
-      exact &= cpu[1][i] == factor * cpu[0][i] && gpu[1][i] == factor * gpu[0][i];
+      exact &= cpu[1][i] == factor * cpu[0][i] &&
+               (!second_exact || gpu[1][i] == factor * gpu[0][i]);
     CHECK(exact, "lm_classifier_scaled grad_scale 8: %s not exactly %g times the unscaled",
           names[order], (double)factor);
     for (int gs = 0; gs < 2; gs++) {
