@@ -1,9 +1,10 @@
 /*
- * Helpers shared by the mixed-precision tests (test_precision_*.c,
- * tests/ops): 16-bit tensors filled from f32 data, reading any
- * tensor back as f32, and running a test body once per CPU worker count in
- * a child process (a fresh StarPU each time).  All static inline, so a test
- * that uses only some of them compiles without warnings.
+ * Helpers of the op table's mixed-precision cases (tests/ops): 16-bit
+ * tensors filled from f32 data, reading any tensor back as f32, the
+ * rounded comparison and the refusal check.  (A case runs once per CPU
+ * worker count with ops_run_worker_counts, tests/ops/ops_harness.h.)  All
+ * static inline, so a file that uses only some of them compiles without
+ * warnings.
  */
 #ifndef TASKGRAD_PRECISION_TESTLIB_H
 #define TASKGRAD_PRECISION_TESTLIB_H
@@ -13,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "self_spawn.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/tensor.h"
@@ -94,27 +94,5 @@ static inline void expect_rounded(tg_dtype t, const tg_tensor *low, const tg_ten
     CHECK(rc_ == -EINVAL && strstr(tg_last_error(), op) != NULL,                  \
           "%s: expected -EINVAL from %s, got %d (%s)", why, op, rc_, tg_last_error()); \
   } while (0)
-
-/* main() of a test whose body runs under StarPU with 1 and then 2 CPU
- * workers (STARPU_NCUDA=0): each configuration re-runs the program as
- * "child", which calls body() between tg_init and tg_shutdown. */
-static inline int precision_run_configs(int argc, char **argv, const char *name,
-                                        void (*body)(void)) {
-  if (argc > 1 && strcmp(argv[1], "child") == 0) {
-    if (tg_init(NULL) != 0) fatal_error("tg_init");
-    printf("workers=%d\n", tg_ncpu_workers());
-    body();
-    tg_shutdown();
-    return tg_test_finish(name);
-  }
-  for (int ncpu = 1; ncpu <= 2; ncpu++) {
-    char label[64];
-    snprintf(label, sizeof label, "%s, %d CPU worker(s)", name, ncpu);
-    int ok, workers = tg_test_run_self_ncpu(NULL, ncpu, label, &ok);
-    CHECK(ok, "%s: the child failed (see above)", label);
-    CHECK(workers == ncpu, "%s: the child ran with %d CPU workers", label, workers);
-  }
-  return tg_test_finish(name);
-}
 
 #endif

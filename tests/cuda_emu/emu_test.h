@@ -1,7 +1,7 @@
 /*
  * The cuda-emu backend's shared pieces: the tolerances (chosen and explained
  * in tests/ops/emu.c), the comparison and buffer helpers defined there, for
- * the cuda-emu sections of the op families (tests/ops/<family>.c).  Every
+ * the cuda-emu sections of the op table's row files (tests/ops/<file>.c).  Every
  * case compares a launcher run through the emulator with its CPU kernel and
  * adds to that launcher's line of the table (record / compare) and to its
  * row's line of the op table.

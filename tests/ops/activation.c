@@ -1,6 +1,6 @@
 /*
- * Op family activation (codelets/activation.c): ReLU and GELU, forward and
- * backward.
+ * Rows act_fwd and act_bwd (codelets/activation.c): ReLU and GELU, forward
+ * and backward; each case checks the op of the row it runs for.
  *  ref       against float64 definitions, sizes from {1, 7, 33, 257},
  *            padded leading dimensions, out of place and in place; the
  *            backward against finite differences; GELU pointwise over
@@ -64,8 +64,11 @@ static void ref_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       float *Y = tg_const_mat(rows, cols, ldy, NAN, OUT_PAD);
       fwd(rows, cols, X, ldx, Y, ldy);
       snprintf(what, sizeof what, "%s fwd %dx%d", name, rows, cols);
-      CHECK_REL(mat_err(Y, rows, cols, ldy, yref), TOL_FWD, what);
-      CHECK(pad_intact(Y, rows, cols, ldy, OUT_PAD), "%s wrote padding", what);
+      const int check_fwd = ops_row_is("act_fwd"), check_bwd = ops_row_is("act_bwd");
+      if (check_fwd) {
+        CHECK_REL(mat_err(Y, rows, cols, ldy, yref), TOL_FWD, what);
+        CHECK(pad_intact(Y, rows, cols, ldy, OUT_PAD), "%s wrote padding", what);
+      }
 
       /* forward in place (Y == X) gives the same values */
       float *Xi = copy_mat(X, rows, ldx);
@@ -74,13 +77,13 @@ static void ref_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       for (int r = 0; r < rows; r++)
         same &= memcmp(&Xi[(size_t)r * ldx], &Y[(size_t)r * ldy],
                        sizeof(float) * cols) == 0;
-      CHECK(same, "%s in place differs", what);
+      if (check_fwd) CHECK(same, "%s in place differs", what);
 
       /* backward against FD of L = sum W .* act(X) (FD on small sizes) */
       float *W = tg_rand_mat(rng, rows, cols, ldy, 1.0f, NAN);
       float *dX = tg_const_mat(rows, cols, ldx + 2, NAN, OUT_PAD);
       bwd(rows, cols, X, ldx, W, ldy, dX, ldx + 2);
-      if (n <= 2000) {
+      if (n <= 2000 && check_bwd) {
         double *Wd = tg_compact_f64(W, rows, cols, ldy);
         act_fd_ctx ctx = {.n = n, .W = Wd, .act = ref};
         double *g = tg_fd_grad(act_loss, &ctx, Xd, n, FD_H);
@@ -89,8 +92,8 @@ static void ref_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
         free(g);
         free(Wd);
       }
-      CHECK(pad_intact(dX, rows, cols, ldx + 2, OUT_PAD),
-            "%s bwd wrote padding", name);
+      if (check_bwd)
+        CHECK(pad_intact(dX, rows, cols, ldx + 2, OUT_PAD), "%s bwd wrote padding", name);
 
       /* backward in place (dX == dY) gives the same values */
       float *Wi = copy_mat(W, rows, ldy);
@@ -99,7 +102,7 @@ static void ref_activation(tg_rng *rng, const char *name, act_fwd_fn fwd,
       for (int r = 0; r < rows; r++)
         same &= memcmp(&Wi[(size_t)r * ldy], &dX[(size_t)r * (ldx + 2)],
                        sizeof(float) * cols) == 0;
-      CHECK(same, "%s bwd in place differs", name);
+      if (check_bwd) CHECK(same, "%s bwd in place differs", name);
 
       free(Wi);
       free(dX);
@@ -128,17 +131,21 @@ static void ref_gelu_pointwise(void) {
     double e = fabs(y[i] - r) / fmax(fabs(r), 1e-30);
     if (x[i] != 0.0f && e > worst) worst = e;
   }
-  CHECK(worst <= TOL_FWD, "gelu elementwise on [-5, 5]: rel err %.3e", worst);
+  if (ops_row_is("act_fwd"))
+    CHECK(worst <= TOL_FWD, "gelu elementwise on [-5, 5]: rel err %.3e", worst);
 
   float xs[8] = {30.0f, -30.0f, 1e30f, -1e30f, 20.5f, -20.5f, 0.0f, -0.0f};
   float dd[8], yy[8];
   tg_cpu_gelu_bwd(1, 8, xs, 8, ones, 8, dd, 8);
   tg_cpu_gelu_fwd(1, 8, xs, 8, yy, 8);
-  CHECK(dd[0] == 1.0f && dd[2] == 1.0f && dd[4] == 1.0f,
-        "gelu' for large x: %g %g %g", dd[0], dd[2], dd[4]);
-  CHECK(dd[1] == 0.0f && dd[3] == 0.0f && dd[5] == 0.0f,
-        "gelu' for very negative x: %g %g %g", dd[1], dd[3], dd[5]);
-  CHECK(dd[6] == 0.5f && dd[7] == 0.5f, "gelu'(0) = %g", dd[6]);
+  if (ops_row_is("act_bwd")) {
+    CHECK(dd[0] == 1.0f && dd[2] == 1.0f && dd[4] == 1.0f, "gelu' for large x: %g %g %g",
+          dd[0], dd[2], dd[4]);
+    CHECK(dd[1] == 0.0f && dd[3] == 0.0f && dd[5] == 0.0f,
+          "gelu' for very negative x: %g %g %g", dd[1], dd[3], dd[5]);
+    CHECK(dd[6] == 0.5f && dd[7] == 0.5f, "gelu'(0) = %g", dd[6]);
+    return;
+  }
   CHECK(yy[0] == 30.0f && yy[2] == 1e30f && yy[1] == 0.0f && yy[3] == 0.0f &&
             yy[6] == 0.0f,
         "gelu at extremes: %g %g %g %g", yy[0], yy[1], yy[2], yy[3]);
@@ -147,9 +154,9 @@ static void ref_gelu_pointwise(void) {
 static void ref_relu_nan(void) {
   float x[3] = {NAN, -1.0f, 2.0f}, y[3], dy[3] = {NAN, NAN, 3.0f}, dx[3];
   tg_cpu_relu_fwd(1, 3, x, 3, y, 3);
-  CHECK(isnan(y[0]) && y[1] == 0.0f && y[2] == 2.0f, "relu NaN/neg/pos");
+  if (ops_row_is("act_fwd")) CHECK(isnan(y[0]) && y[1] == 0.0f && y[2] == 2.0f, "relu NaN/neg/pos");
   tg_cpu_relu_bwd(1, 3, x, 3, dy, 3, dx, 3);
-  CHECK(dx[0] == 0.0f && dx[1] == 0.0f && dx[2] == 3.0f,
+  if (ops_row_is("act_bwd")) CHECK(dx[0] == 0.0f && dx[1] == 0.0f && dx[2] == 3.0f,
         "relu_bwd selects dy where x > 0 only");
 }
 
@@ -205,16 +212,16 @@ static void pair_activations(void) {
           .h = {X.handle, DY.handle}, .accum = TG_OVERWRITE, .act = act, .f = 0, .ld_test = 0};
       outspec o = {.name = "out", .rows = rows, .cols = cols, .init = NULL, .redux = 0, .tol = TOL};
       snprintf(what, sizeof what, "%s_fwd %dx%d", an, rows, cols);
-      run_pair(what, act_fwd_submit, &ctx, 1, &o, NULL, NULL);
+      if (ops_row_is("act_fwd")) run_pair(what, act_fwd_submit, &ctx, 1, &o, NULL, NULL);
       snprintf(what, sizeof what, "%s_bwd %dx%d", an, rows, cols);
-      run_pair(what, act_bwd_submit, &ctx, 1, &o, NULL, NULL);
+      if (ops_row_is("act_bwd")) run_pair(what, act_bwd_submit, &ctx, 1, &o, NULL, NULL);
       free(x);
       free(dy);
       tg_tensor_free(&X);
       tg_tensor_free(&DY);
     }
   /* strided: left halves of (rows, 2 cols) matrices */
-  for (int act = 0; act < 2; act++) {
+  for (int act = 0; act < 2 && ops_row_is("act_bwd"); act++) {
     const int rows = 33, cols = 7;
     const size_t n = (size_t)rows * 2 * cols;
     float *x = rnd(n, 4.0f), *dy = rnd(n, 1.0f), *dx0 = rnd(n, 1.0f);
@@ -282,10 +289,13 @@ static void emu_activation(const activation *a, int rows, int cols, int ld, cons
     } else {
       outputs(o, rows, cols, ld, 0);
     }
-    ok(a->fwd, "", a->cuda_fwd(rows, cols, inplace ? o[0] : X, ld, o[0], ld, NULL));
-    a->cpu_fwd(rows, cols, inplace ? o[1] : X, ld, o[1], ld);
-    compare(a->fwd, inplace ? "in place" : "Y", o[0], o[1], n, a->tol);
+    if (ops_row_is("act_fwd")) {
+      ok(a->fwd, "", a->cuda_fwd(rows, cols, inplace ? o[0] : X, ld, o[0], ld, NULL));
+      a->cpu_fwd(rows, cols, inplace ? o[1] : X, ld, o[1], ld);
+      compare(a->fwd, inplace ? "in place" : "Y", o[0], o[1], n, a->tol);
+    }
     free2(o);
+    if (!ops_row_is("act_bwd")) continue;
     if (inplace) {
       o[0] = tg_copy_f(dY, n);
       o[1] = tg_copy_f(dY, n);
@@ -312,14 +322,26 @@ static void emu_activations(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "activation",
-     .covers = "tg_act_fwd_cl tg_act_fwd_insert tg_act_bwd_cl tg_act_bwd_insert "
-               "tg_cuda_relu_fwd tg_cuda_relu_bwd tg_cuda_gelu_fwd tg_cuda_gelu_bwd",
+    {.name = "act_fwd",
+     .doc = "activation forward (ReLU, GELU tanh)",
+     .buffers = "X (R), Y (W)",
+     .covers = "tg_act_fwd_cl tg_act_fwd_insert tg_cuda_relu_fwd tg_cuda_gelu_fwd",
+     .kernels = "tg_cpu_relu_fwd tg_cpu_gelu_fwd",
      .run = {[OPS_REF] = activation_ref, [OPS_CPU] = pair_activations,
              [OPS_CUDA] = pair_activations, [OPS_DEVICE] = pair_activations,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_activations)},
-     .why_not = {[OPS_LOWP] = "in the linear row: the fused linear forward with GELU",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_LOWP] = "in the linear_fwd row: the fused linear forward with GELU",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "act_bwd",
+     .doc = "activation backward `dX = dY act'(X)`",
+     .buffers = "X (R), dY (R), dX (W)",
+     .covers = "tg_act_bwd_cl tg_act_bwd_insert tg_cuda_relu_bwd tg_cuda_gelu_bwd",
+     .kernels = "tg_cpu_relu_bwd tg_cpu_gelu_bwd",
+     .run = {[OPS_REF] = activation_ref, [OPS_CPU] = pair_activations,
+             [OPS_CUDA] = pair_activations, [OPS_DEVICE] = pair_activations,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_activations)},
+     .why_not = {[OPS_LOWP] = "in the linear_bwd_data row: the fused backward through GELU",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(activation, rows);
+OPS_ROWS(rows)

@@ -1,6 +1,7 @@
 /*
- * Op family attention (codelets/attention.c): causal self-attention,
- * naive and chunked, forward and backward.
+ * Rows attention_fwd and attention_bwd (codelets/attention.c): causal
+ * self-attention, naive and chunked, forward and backward; each case
+ * checks its row's op (the split of the ref checks: attention_ref.c).
  *
  * ref (was test_attention.c; in attention_ref.c), on the kernels of
  * kernels/cpu/attention.c:
@@ -94,10 +95,10 @@ static void pair_attention(void) {
                         .redux = 0,
                         .tol = TOL}};
       snprintf(what, sizeof what, "attention_fwd %s T=%d", kn, T);
-      run_pair(what, attn_fwd, &c, 2, fo, NULL, NULL);
+      if (ops_row_is("attention_fwd")) run_pair(what, attn_fwd, &c, 2, fo, NULL, NULL);
       outspec bo = {.name = "dqkv", .rows = n, .cols = 3 * C, .init = NULL, .redux = 0, .tol = TOL};
       snprintf(what, sizeof what, "attention_bwd %s T=%d", kn, T);
-      run_pair(what, attn_bwd, &c, 1, &bo, NULL, NULL);
+      if (ops_row_is("attention_bwd")) run_pair(what, attn_bwd, &c, 1, &bo, NULL, NULL);
       free(qkv); free(dout); free(out); free(state); free(scratch);
       tg_tensor_free(&Q); tg_tensor_free(&O); tg_tensor_free(&S); tg_tensor_free(&DO);
     }
@@ -156,6 +157,7 @@ static void compare_qkv(const char *launcher, const float *emu, const float *cpu
  * 256-thread block per (sequence, head, query), so the large shapes use
  * the chunked kernels only (naive = 0) to keep the test fast. */
 static void attention_case(int b, int T, int C, int NH, int naive) {
+  const int fwd = ops_row_is("attention_fwd");
   const int n = b * T, chunk = 16, ldq = 3 * C + 1, ldo = C + 2;
   float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
   float *out[2], *dqkv[2];
@@ -164,18 +166,21 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
     float *cpu_scratch = fmalloc((size_t)T);
     outputs(att, b * NH * T, T, T, 0);
     outputs(out, n, C, ldo, 0);
-    ok("tg_cuda_attention_naive_fwd", "",
-       tg_cuda_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[0], out[0], ldo, NULL));
     tg_cpu_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[1], out[1], ldo);
-    compare("tg_cuda_attention_naive_fwd", "att", att[0], att[1], (size_t)b * NH * T * T, kTolRed);
-    compare("tg_cuda_attention_naive_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+    if (fwd) {
+      ok("tg_cuda_attention_naive_fwd", "",
+         tg_cuda_attention_naive_fwd(b, T, C, NH, qkv, ldq, att[0], out[0], ldo, NULL));
+      compare("tg_cuda_attention_naive_fwd", "att", att[0], att[1], (size_t)b * NH * T * T,
+              kTolRed);
+      compare("tg_cuda_attention_naive_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+    }
     outputs(dqkv, n, 3 * C, ldq, 0);
-    ok("tg_cuda_attention_naive_bwd", "",
+    if (!fwd) ok("tg_cuda_attention_naive_bwd", "",
        tg_cuda_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[0], ldq, NULL,
                                    NULL));
     tg_cpu_attention_naive_bwd(b, T, C, NH, qkv, ldq, att[1], dout, ldo, dqkv[1], ldq,
                                cpu_scratch);
-    compare_qkv("tg_cuda_attention_naive_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+    if (!fwd) compare_qkv("tg_cuda_attention_naive_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
     free2(att); free2(out); free2(dqkv); free(cpu_scratch);
   }
   float *lse[2];
@@ -184,19 +189,21 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
   float *cpu_scratch = fmalloc(ncpu), *scratch = tg_const_mat(1, (int)ncuda, (int)ncuda, NAN, NAN);
   outputs(out, n, C, ldo, 0);
   outputs(lse, n, NH, NH, 0);
-  ok("tg_cuda_attention_chunked_fwd", "",
-     tg_cuda_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[0], ldo, lse[0], NULL,
-                                   NULL));
   tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], cpu_scratch);
-  compare("tg_cuda_attention_chunked_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
-  compare("tg_cuda_attention_chunked_fwd", "lse", lse[0], lse[1], (size_t)n * NH, kTolRed);
+  if (fwd) {
+    ok("tg_cuda_attention_chunked_fwd", "",
+       tg_cuda_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out[0], ldo, lse[0], NULL,
+                                     NULL));
+    compare("tg_cuda_attention_chunked_fwd", "out", out[0], out[1], (size_t)n * ldo, kTolRed);
+    compare("tg_cuda_attention_chunked_fwd", "lse", lse[0], lse[1], (size_t)n * NH, kTolRed);
+  }
   outputs(dqkv, n, 3 * C, ldq, 0);
-  ok("tg_cuda_attention_chunked_bwd", "",
+  if (!fwd) ok("tg_cuda_attention_chunked_bwd", "",
      tg_cuda_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
                                    dqkv[0], ldq, scratch, NULL));
   tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
                                dqkv[1], ldq, cpu_scratch);
-  compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+  if (!fwd) compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
   free2(out); free2(lse); free2(dqkv);
   free(cpu_scratch); free(scratch); free(qkv); free(dout);
 }
@@ -228,16 +235,27 @@ static void emu_attention(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "attention",
-     .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_attention_bwd_cl "
-               "tg_attention_bwd_insert tg_cuda_attention_naive_fwd tg_cuda_attention_naive_bwd "
-               "tg_cuda_attention_chunked_fwd tg_cuda_attention_chunked_bwd",
+    {.name = "attention_fwd",
+     .doc = "causal attention, naive (reference) or chunked (flash-style)",
+     .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
+     .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
+               "tg_cuda_attention_chunked_fwd",
+     .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
+                "tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
-     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
-                              "layernorm rows",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "attention_bwd",
+     .doc = "attention backward",
+     .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
+     .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
+               "tg_cuda_attention_chunked_bwd",
+     .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd",
+     .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
+             [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
+     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(attention, rows);
+OPS_ROWS(rows)

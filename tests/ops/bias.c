@@ -1,5 +1,6 @@
 /*
- * Op family bias (codelets/bias.c): tg_bias_add, tg_bias_grad.
+ * Rows bias_add and bias_grad (codelets/bias.c); each case checks the
+ * op of the row it runs for (ops_row_is).
  *  ref       against float64 sums, sizes from {1, 7, 33, 257}, padded
  *            leading dimensions; db against finite differences;
  *  pair      every shape of g_shapes, the accumulation modes of bias_grad
@@ -39,9 +40,16 @@ static void ref_bias(tg_rng *rng) {
       for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) ref[(size_t)r * cols + j] += b[j];
       tg_cpu_bias_add(rows, cols, Y, ld, b);
-      CHECK_REL(mat_err(Y, rows, cols, ld, ref), TOL_FWD, "bias_add");
-      CHECK(pad_intact(Y, rows, cols, ld, OUT_PAD), "bias_add wrote padding");
+      if (ops_row_is("bias_add")) {
+        CHECK_REL(mat_err(Y, rows, cols, ld, ref), TOL_FWD, "bias_add");
+        CHECK(pad_intact(Y, rows, cols, ld, OUT_PAD), "bias_add wrote padding");
+      }
       free(ref);
+      if (!ops_row_is("bias_grad")) {
+        free(b);
+        free(Y);
+        continue;
+      }
 
       /* bias_grad, beta == 0 over NaN, then beta != 0 */
       float *dY = tg_rand_mat(rng, rows, cols, ld, 1.0f, NAN);
@@ -120,9 +128,9 @@ static void pair_bias(void) {
     hctx ctx = {.h = {B.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 0};
     outspec o = {.name = "Y", .rows = rows, .cols = cols, .init = y0, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "bias_add %dx%d", rows, cols);
-    run_pair(what, bias_add_submit, &ctx, 1, &o, NULL, NULL);
+    if (ops_row_is("bias_add")) run_pair(what, bias_add_submit, &ctx, 1, &o, NULL, NULL);
 
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 3 && ops_row_is("bias_grad"); mode++) {
       hctx g = {.h = {DY.handle}, .accum = (tg_accum)mode, .act = 0, .f = 0, .ld_test = 0};
       outspec od = {.name = "db",
                     .rows = 1,
@@ -168,7 +176,7 @@ static void pair_bias_grad_ld(void) {
 
 static void bias_pair(void) {
   pair_bias();
-  pair_bias_grad_ld();
+  if (ops_row_is("bias_grad")) pair_bias_grad_ld();
 }
 
 #ifdef OPS_EMU
@@ -185,12 +193,14 @@ static void emu_bias(void) {
     float *o[2];
 
     outputs(o, rows, cols, ld, 1);
-    ok("tg_cuda_bias_add", "", tg_cuda_bias_add(rows, cols, o[0], ld, B, NULL));
-    tg_cpu_bias_add(rows, cols, o[1], ld, B);
-    compare("tg_cuda_bias_add", "Y", o[0], o[1], n, EXACT);
+    if (ops_row_is("bias_add")) {
+      ok("tg_cuda_bias_add", "", tg_cuda_bias_add(rows, cols, o[0], ld, B, NULL));
+      tg_cpu_bias_add(rows, cols, o[1], ld, B);
+      compare("tg_cuda_bias_add", "Y", o[0], o[1], n, EXACT);
+    }
     free2(o);
 
-    for (int beta = 0; beta < 2; beta++) {
+    for (int beta = 0; beta < 2 && ops_row_is("bias_grad"); beta++) {
       outputs(o, 1, cols, cols, beta);
       ok("tg_cuda_bias_grad", "", tg_cuda_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[0], NULL));
       tg_cpu_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[1]);
@@ -202,6 +212,7 @@ static void emu_bias(void) {
     free(dY);
   }
   /* bias_grad over zero rows: db = beta * db */
+  if (!ops_row_is("bias_grad")) return;
   float *o[2];
   outputs(o, 1, 40, 40, 1);
   ok("tg_cuda_bias_grad", "rows 0", tg_cuda_bias_grad(0, 40, NULL, 40, 0.5f, o[0], NULL));
@@ -212,14 +223,22 @@ static void emu_bias(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "bias",
-     .covers = "tg_bias_add_cl tg_bias_add_insert tg_bias_grad_cl tg_bias_grad_insert "
-               "tg_cuda_bias_add tg_cuda_bias_grad",
+    {.name = "bias_add",
+     .doc = "bias add `Y += b`",
+     .buffers = "Y (RW), b (R)",
+     .covers = "tg_bias_add_cl tg_bias_add_insert tg_cuda_bias_add",
+     .kernels = "tg_cpu_bias_add",
      .run = {[OPS_REF] = bias_ref, [OPS_CPU] = bias_pair, [OPS_CUDA] = bias_pair,
              [OPS_DEVICE] = bias_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_bias)},
-     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
-                              "layernorm rows",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "bias_grad",
+     .doc = "bias gradient `db (+)= colsum(dY)`",
+     .buffers = "dY (R), db (W / RW / REDUX)",
+     .covers = "tg_bias_grad_cl tg_bias_grad_insert tg_cuda_bias_grad",
+     .kernels = "tg_cpu_bias_grad",
+     .run = {[OPS_REF] = bias_ref, [OPS_CPU] = bias_pair, [OPS_CUDA] = bias_pair,
+             [OPS_DEVICE] = bias_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_bias)},
+     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(bias, rows);
+OPS_ROWS(rows)

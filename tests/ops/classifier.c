@@ -1,6 +1,6 @@
 /*
- * Op family classifier (codelets/classifier.c): softmax + cross-entropy and
- * the accuracy count.
+ * Rows softmax_xent and accuracy (codelets/classifier.c): softmax +
+ * cross-entropy and the accuracy count; each case checks its row's op.
  *  ref       softmax_xent against float64 (loss and dlogits) and finite
  *            differences of the loss, in place, corrupt labels; accuracy
  *            with tied maxima (the first one wins);
@@ -174,9 +174,13 @@ static void ref_accuracy(tg_rng *rng) {
         c2);
 }
 
-static void classifier_ref(void) {
+static void softmax_xent_ref(void) {
   tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_softmax_xent(&rng);
+}
+
+static void accuracy_ref(void) {
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_accuracy(&rng);
 }
 
@@ -229,7 +233,7 @@ static void pair_classification(void) {
     /* the loss and the count are accumulators: TG_ACCUMULATE or TG_REDUCE
      * (the insert functions reject TG_OVERWRITE for them) */
     const float loss0 = 0.25f;
-    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
+    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE && ops_row_is("softmax_xent"); mode++) {
       hctx ctx = {.h = {L.handle, Y.handle},
                   .accum = (tg_accum)mode,
                   .act = 0,
@@ -262,7 +266,7 @@ static void pair_classification(void) {
     tg_tensor_free(&Y);
     new_labels(&Y, rows, labels);
     const float count0 = 3.0f;
-    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE; mode++) {
+    for (int mode = TG_ACCUMULATE; mode <= TG_REDUCE && ops_row_is("accuracy"); mode++) {
       hctx ctx = {
           .h = {L.handle, Y.handle}, .accum = (tg_accum)mode, .act = 0, .f = 0, .ld_test = 0};
       outspec o = {.name = "correct",
@@ -306,6 +310,7 @@ static void emu_softmax(void) {
     float *X = input(rows, cols, ld, 4.0f);
     int32_t *lab = tg_test_malloc(sizeof(int32_t) * rows);
     for (int r = 0; r < rows; r++) lab[r] = (int32_t)(tg_rng_next(&g_rng) % (uint64_t)cols);
+    if (ops_row_is("softmax_xent")) {
     float *o[2], loss[2] = {0.5f, 0.5f};
     outputs(o, rows, cols, ld, 0);
     ok("tg_cuda_softmax_xent", "",
@@ -327,9 +332,11 @@ static void emu_softmax(void) {
     CHECK(isnan(loss[0]) && isnan(loss[1]), "softmax_xent bad label: loss %g / %g, want NaN",
           (double)loss[0], (double)loss[1]);
     free2(io);
+    }
 
     /* accuracy: values on a coarse grid so that rows have tied maxima
      * (the first one wins) */
+    if (ops_row_is("accuracy")) {
     for (size_t i = 0; i < n; i++) X[i] = roundf(X[i]);
     for (int r = 0; r < rows; r++) lab[r] = (int32_t)(tg_rng_next(&g_rng) % (uint64_t)cols);
     float acc[2] = {2.0f, 2.0f};
@@ -348,6 +355,7 @@ static void emu_softmax(void) {
     tg_cpu_accuracy_count(rows, cols, X, ld, lab, &acc[1]);
     compare("tg_cuda_accuracy_count", "all correct", &acc[0], &acc[1], 1, EXACT);
     CHECK(acc[0] == (float)rows, "accuracy_count: %g of %d first maxima", (double)acc[0], rows);
+    }
     free(X);
     free(lab);
   }
@@ -355,14 +363,26 @@ static void emu_softmax(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "classifier",
-     .covers = "tg_softmax_xent_cl tg_softmax_xent_insert tg_accuracy_cl tg_accuracy_insert "
-               "tg_cuda_softmax_xent tg_cuda_accuracy_count",
-     .run = {[OPS_REF] = classifier_ref, [OPS_CPU] = pair_classification,
+    {.name = "softmax_xent",
+     .doc = "softmax + cross-entropy (loss and dlogits in one pass)",
+     .buffers = "logits (R), labels (R), dlogits (W), loss (RW / REDUX)",
+     .covers = "tg_softmax_xent_cl tg_softmax_xent_insert tg_cuda_softmax_xent",
+     .kernels = "tg_cpu_softmax_xent",
+     .run = {[OPS_REF] = softmax_xent_ref, [OPS_CPU] = pair_classification,
              [OPS_CUDA] = pair_classification, [OPS_DEVICE] = pair_classification,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_softmax)},
      .why_not = {[OPS_LOWP] = "logits stay f32 in every precision mode",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "accuracy",
+     .doc = "accuracy count",
+     .buffers = "logits (R), labels (R), count (RW / REDUX)",
+     .covers = "tg_accuracy_cl tg_accuracy_insert tg_cuda_accuracy_count",
+     .kernels = "tg_cpu_accuracy_count",
+     .run = {[OPS_REF] = accuracy_ref, [OPS_CPU] = pair_classification,
+             [OPS_CUDA] = pair_classification, [OPS_DEVICE] = pair_classification,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_softmax)},
+     .why_not = {[OPS_LOWP] = "logits stay f32 in every precision mode",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(classifier, rows);
+OPS_ROWS(rows)

@@ -1,15 +1,20 @@
 /*
- * Op family elementwise (codelets/elementwise.c): fill, accumulate (also
+ * Rows fill, accumulate and scale (codelets/elementwise.c; each case checks
+ * its row's op): fill, accumulate (also
  * the REDUX merge, tg_accumulate_redux_cl, and the zero init,
  * tg_fill_zero_cl, which every REDUX case of the other rows runs), scale.
  *  ref       against float64, sizes from {1, 7, 33, 257}, padding intact;
  *  pair      every shape of g_shapes, accumulate on the left halves of
  *            partitioned matrices;
- *  cuda-emu  the three launchers, exact.
+ *  cuda-emu  the three launchers, exact;
+ *  lowp      fill and scale refuse a bf16 tensor (no adapter for them).
  */
+
+#include <errno.h>
 
 #include "ref_util.h"
 #include "pair.h"
+#include "precision_testlib.h"
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -24,8 +29,8 @@ static void ref_elementwise(tg_rng *rng) {
       int ok = 1;
       for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j++) ok &= X[(size_t)r * ld + j] == 0.375f;
-      CHECK(ok && pad_intact(X, rows, cols, ld, OUT_PAD), "fill %dx%d", rows,
-            cols);
+      const int fill = ops_row_is("fill"), acc = ops_row_is("accumulate");
+      if (fill) CHECK(ok && pad_intact(X, rows, cols, ld, OUT_PAD), "fill %dx%d", rows, cols);
       free(X);
       /* the zero fill (memset): +0 with padding, +0 contiguous, and -0,
        * which must keep its sign bit (the loop, not memset) */
@@ -37,7 +42,7 @@ static void ref_elementwise(tg_rng *rng) {
         int okz = 1;
         for (int r = 0; r < rows; r++)
           for (int j = 0; j < cols; j++) okz &= same_bits(&Z[(size_t)r * ldk + j], &v, 1);
-        CHECK(okz && (ldk == cols || pad_intact(Z, rows, cols, ldk, OUT_PAD)),
+        if (fill) CHECK(okz && (ldk == cols || pad_intact(Z, rows, cols, ldk, OUT_PAD)),
               "fill %dx%d with %s0 (ld %d)", rows, cols, k == 2 ? "-" : "+", ldk);
         free(Z);
       }
@@ -49,13 +54,17 @@ static void ref_elementwise(tg_rng *rng) {
         for (int j = 0; j < cols; j++)
           ref[(size_t)r * cols + j] += S[(size_t)r * lds + j];
       tg_cpu_accumulate(rows, cols, D, ld, S, lds);
-      CHECK_REL(mat_err(D, rows, cols, ld, ref), TOL_FWD, "accumulate");
-      CHECK(pad_intact(D, rows, cols, ld, OUT_PAD), "accumulate wrote padding");
+      if (acc) {
+        CHECK_REL(mat_err(D, rows, cols, ld, ref), TOL_FWD, "accumulate");
+        CHECK(pad_intact(D, rows, cols, ld, OUT_PAD), "accumulate wrote padding");
+      }
 
       for (size_t i = 0; i < n; i++) ref[i] *= -1.75;
       tg_cpu_scale(rows, cols, D, ld, -1.75f);
-      CHECK_REL(mat_err(D, rows, cols, ld, ref), TOL_FWD, "scale");
-      CHECK(pad_intact(D, rows, cols, ld, OUT_PAD), "scale wrote padding");
+      if (ops_row_is("scale")) {
+        CHECK_REL(mat_err(D, rows, cols, ld, ref), TOL_FWD, "scale");
+        CHECK(pad_intact(D, rows, cols, ld, OUT_PAD), "scale wrote padding");
+      }
       free(ref);
       free(S);
       free(D);
@@ -111,23 +120,23 @@ static void pair_elementwise(void) {
                   .redux = 0,
                   .tol = TOL}; /* NaN before: write-only */
     snprintf(what, sizeof what, "fill %dx%d", rows, cols);
-    run_pair(what, fill_submit, &f, 1, &of, NULL, NULL);
+    if (ops_row_is("fill")) run_pair(what, fill_submit, &f, 1, &of, NULL, NULL);
 
     hctx a = {.h = {S.handle}, .accum = TG_OVERWRITE, .act = 0, .f = 0, .ld_test = 0};
     outspec oa = {.name = "dst", .rows = rows, .cols = cols, .init = x, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "accumulate %dx%d", rows, cols);
-    run_pair(what, accumulate_submit, &a, 1, &oa, NULL, NULL);
+    if (ops_row_is("accumulate")) run_pair(what, accumulate_submit, &a, 1, &oa, NULL, NULL);
 
     hctx sc = {.h = {NULL}, .accum = TG_OVERWRITE, .act = 0, .f = -1.75f, .ld_test = 0};
     outspec os = {.name = "X", .rows = rows, .cols = cols, .init = x, .redux = 0, .tol = TOL};
     snprintf(what, sizeof what, "scale %dx%d", rows, cols);
-    run_pair(what, scale_submit, &sc, 1, &os, NULL, NULL);
+    if (ops_row_is("scale")) run_pair(what, scale_submit, &sc, 1, &os, NULL, NULL);
     free(x);
     free(src);
     tg_tensor_free(&S);
   }
   /* accumulate on left halves of (rows, 2 cols) matrices */
-  {
+  if (ops_row_is("accumulate")) {
     const int rows = 257, cols = 7;
     const size_t n = (size_t)rows * 2 * cols;
     float *x = rnd(n, 1.0f), *src = rnd(n, 1.0f);
@@ -161,36 +170,69 @@ static void emu_elementwise(void) {
     float *o[2];
 
     outputs(o, rows, cols, ld, 1);
-    ok("tg_cuda_fill", "", tg_cuda_fill(rows, cols, o[0], ld, -3.5f, NULL));
-    tg_cpu_fill(rows, cols, o[1], ld, -3.5f);
-    compare("tg_cuda_fill", "X", o[0], o[1], n, EXACT);
-    free2(o);
-    outputs(o, rows, cols, ld, 1);
-    ok("tg_cuda_accumulate", "", tg_cuda_accumulate(rows, cols, o[0], ld, dY, ld, NULL));
-    tg_cpu_accumulate(rows, cols, o[1], ld, dY, ld);
-    compare("tg_cuda_accumulate", "dst", o[0], o[1], n, EXACT);
-    free2(o);
-    outputs(o, rows, cols, ld, 1);
-    ok("tg_cuda_scale", "", tg_cuda_scale(rows, cols, o[0], ld, -0.75f, NULL));
-    tg_cpu_scale(rows, cols, o[1], ld, -0.75f);
-    compare("tg_cuda_scale", "X", o[0], o[1], n, EXACT);
+    if (ops_row_is("fill")) {
+      ok("tg_cuda_fill", "", tg_cuda_fill(rows, cols, o[0], ld, -3.5f, NULL));
+      tg_cpu_fill(rows, cols, o[1], ld, -3.5f);
+      compare("tg_cuda_fill", "X", o[0], o[1], n, EXACT);
+    }
+    if (ops_row_is("accumulate")) {
+      ok("tg_cuda_accumulate", "", tg_cuda_accumulate(rows, cols, o[0], ld, dY, ld, NULL));
+      tg_cpu_accumulate(rows, cols, o[1], ld, dY, ld);
+      compare("tg_cuda_accumulate", "dst", o[0], o[1], n, EXACT);
+    }
+    if (ops_row_is("scale")) {
+      ok("tg_cuda_scale", "", tg_cuda_scale(rows, cols, o[0], ld, -0.75f, NULL));
+      tg_cpu_scale(rows, cols, o[1], ld, -0.75f);
+      compare("tg_cuda_scale", "X", o[0], o[1], n, EXACT);
+    }
     free2(o);
     free(dY);
   }
 }
 #endif /* OPS_EMU */
 
+/* ---- lowp -------------------------------------------------------------------- */
+
+/* fill and scale refuse a 16-bit tensor (they would overrun it; was
+ * test_precision_amp.c) */
+static void elementwise_lowp_body(void) {
+  tg_tensor c16;
+  new_low(&c16, TG_BF16, 4, 5, (float[20]){0});
+  if (ops_row_is("fill"))
+    CHECK_REFUSED(tg_fill_insert(c16.handle, 0.0f, NULL), "tg_fill", "fill of a bf16 tensor");
+  else
+    CHECK_REFUSED(tg_scale_insert(c16.handle, 2.0f, NULL), "tg_scale", "scale of a bf16 tensor");
+  tg_tensor_free(&c16);
+}
+
+static void elementwise_lowp(void) { ops_run_worker_counts(elementwise_lowp_body); }
+
+#define ELEMENTWISE_CASES(lowp_case)                                               \
+  .run = {[OPS_REF] = elementwise_ref, [OPS_CPU] = pair_elementwise,                    \
+          [OPS_CUDA] = pair_elementwise, [OPS_DEVICE] = pair_elementwise,               \
+          [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_elementwise), [OPS_LOWP] = lowp_case},      \
+  .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}
+
 static const ops_row rows[] = {
-    {.name = "elementwise",
-     .covers = "tg_fill_cl tg_fill_insert tg_fill_zero_cl tg_accumulate_cl tg_accumulate_insert "
-               "tg_accumulate_redux_cl tg_scale_cl tg_scale_insert "
-               "tg_cuda_fill tg_cuda_accumulate tg_cuda_scale",
-     .run = {[OPS_REF] = elementwise_ref, [OPS_CPU] = pair_elementwise,
-             [OPS_CUDA] = pair_elementwise, [OPS_DEVICE] = pair_elementwise,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_elementwise)},
-     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
-                              "layernorm rows",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+    {.name = "fill",
+     .doc = "fill / zero (`tg_fill_zero_cl`: the REDUX init, run by every REDUX case)",
+     .buffers = "X (W)",
+     .covers = "tg_fill_cl tg_fill_insert tg_fill_zero_cl tg_cuda_fill",
+     .kernels = "tg_cpu_fill",
+     ELEMENTWISE_CASES(elementwise_lowp)},
+    {.name = "accumulate",
+     .doc = "accumulate `dst += src` (`tg_accumulate_cl`, `tg_accumulate_redux_cl`: the REDUX "
+            "merge, run by every REDUX case)",
+     .buffers = "dst (RW), src (R)",
+     .covers = "tg_accumulate_cl tg_accumulate_insert tg_accumulate_redux_cl tg_cuda_accumulate",
+     .kernels = "tg_cpu_accumulate",
+     ELEMENTWISE_CASES(NULL)},
+    {.name = "scale",
+     .doc = "scale `X *= a`",
+     .buffers = "X (RW)",
+     .covers = "tg_scale_cl tg_scale_insert tg_cuda_scale",
+     .kernels = "tg_cpu_scale",
+     ELEMENTWISE_CASES(elementwise_lowp)},
 };
 
-OPS_FAMILY(elementwise, rows);
+OPS_ROWS(rows)

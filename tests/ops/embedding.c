@@ -1,6 +1,6 @@
 /*
- * Op family embedding (codelets/embedding.c): token + position embedding,
- * forward and backward.
+ * Rows embedding_fwd and embedding_bwd (codelets/embedding.c): token +
+ * position embedding, forward and backward; each case checks its row's op.
  *  ref       against float64, n in {1, 7, 33, 100}, C in {1, 7, 33, 64}, T
  *            dividing n or not; the backward against finite differences,
  *            accumulated outputs compared by their increment, dwte rows no
@@ -60,8 +60,11 @@ static void ref_embedding(tg_rng *rng) {
         float *X = tg_const_mat(n, C, ldx, NAN, OUT_PAD);
         tg_cpu_embedding_fwd(n, T, C, tok, wte, wpe, X, ldx);
         snprintf(what, sizeof what, "embedding_fwd n=%d T=%d C=%d", n, T, C);
-        CHECK_REL(mat_err(X, n, C, ldx, ref), TOL_FWD, what);
-        CHECK(pad_intact(X, n, C, ldx, OUT_PAD), "%s wrote padding", what);
+        const int bwd = ops_row_is("embedding_bwd");
+        if (!bwd) {
+          CHECK_REL(mat_err(X, n, C, ldx, ref), TOL_FWD, what);
+          CHECK(pad_intact(X, n, C, ldx, OUT_PAD), "%s wrote padding", what);
+        }
 
         /* backward: G = dX, accumulated onto random tables */
         float *dX = tg_pad_mat(rng, n, C, ldx, 1.0f, 0.0f, NAN);
@@ -85,15 +88,14 @@ static void ref_embedding(tg_rng *rng) {
           x[(size_t)Vp * C + k] = wpe[k];
         for (size_t k = (size_t)V * C; k < (size_t)Vp * C; k++) x[k] = 0.0;
         emb_ctx ctx = {.n = n, .T = T, .C = C, .Vp = Vp, .tok = tok, .G = G};
-        double *g = tg_fd_grad(emb_loss, &ctx, x, nv, FD_H);
+        double *g = bwd ? tg_fd_grad(emb_loss, &ctx, x, nv, FD_H) : NULL;
         snprintf(what, sizeof what, "embedding_bwd dwte vs FD n=%d T=%d C=%d",
                  n, T, C);
-        CHECK_REL(delta_err(dwte, dwte0, V, C, C, g), TOL_FD, what);
+        if (bwd) CHECK_REL(delta_err(dwte, dwte0, V, C, C, g), TOL_FD, what);
         snprintf(what, sizeof what, "embedding_bwd dwpe vs FD n=%d T=%d C=%d",
                  n, T, C);
-        CHECK_REL(delta_err(dwpe, dwpe0, T, C, C, g + (size_t)Vp * C), TOL_FD,
-                  what);
-        CHECK(same_bits(dwte + (size_t)SKIP * C, dwte0 + (size_t)SKIP * C, C) &&
+        if (bwd) CHECK_REL(delta_err(dwpe, dwpe0, T, C, C, g + (size_t)Vp * C), TOL_FD, what);
+        if (bwd) CHECK(same_bits(dwte + (size_t)SKIP * C, dwte0 + (size_t)SKIP * C, C) &&
                   same_bits(dwte + (size_t)V * C, dwte0 + (size_t)V * C,
                             (size_t)(Vp - V) * C) &&
                   same_bits(dwpe + (size_t)T * C, dwpe0 + (size_t)T * C,
@@ -108,7 +110,7 @@ static void ref_embedding(tg_rng *rng) {
             dwte0[(size_t)tok[i] * C + j] += d;
             dwpe0[(size_t)(i % T) * C + j] += d;
           }
-        CHECK(same_bits(dwte, dwte0, (size_t)Vp * C) &&
+        if (bwd) CHECK(same_bits(dwte, dwte0, (size_t)Vp * C) &&
                   same_bits(dwpe, dwpe0, (size_t)maxT * C),
               "embedding_bwd not the sequential row order n=%d T=%d C=%d", n,
               T, C);
@@ -162,8 +164,8 @@ static void pair_embedding(void) {
             .kind = 0,
             .accum = TG_ACCUMULATE};
   outspec fo = {.name = "X", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL};
-  run_pair("embedding_fwd", emb_fwd, &c, 1, &fo, NULL, NULL);
-  for (int r = 0; r < 2; r++) {
+  if (ops_row_is("embedding_fwd")) run_pair("embedding_fwd", emb_fwd, &c, 1, &fo, NULL, NULL);
+  for (int r = 0; r < 2 && ops_row_is("embedding_bwd"); r++) {
     c.h[1] = dx.handle;
     c.accum = r ? TG_REDUCE : TG_ACCUMULATE;
     outspec bo[2] = {{.name = "dwte", .rows = V, .cols = C, .init = a, .redux = r, .tol = TOL},
@@ -190,19 +192,24 @@ static void emu_embedding(void) {
     int32_t *tok = tokens(n, V);
     float *wte = input(V, C, C, 1.0f), *wpe = input(maxT, C, C, 1.0f), *X[2];
     outputs(X, n, C, ld, 0);
-    ok("tg_cuda_embedding_fwd", "", tg_cuda_embedding_fwd(n, T, C, tok, wte, wpe, X[0], ld, NULL));
-    tg_cpu_embedding_fwd(n, T, C, tok, wte, wpe, X[1], ld);
-    compare("tg_cuda_embedding_fwd", "X", X[0], X[1], (size_t)n * ld, EXACT);
+    if (ops_row_is("embedding_fwd")) {
+      ok("tg_cuda_embedding_fwd", "",
+         tg_cuda_embedding_fwd(n, T, C, tok, wte, wpe, X[0], ld, NULL));
+      tg_cpu_embedding_fwd(n, T, C, tok, wte, wpe, X[1], ld);
+      compare("tg_cuda_embedding_fwd", "X", X[0], X[1], (size_t)n * ld, EXACT);
+    }
     free2(X);
     float *dX = input(n, C, ld, 1.0f), *dwte[2], *dwpe[2];
     outputs(dwte, V, C, C, 1);
     outputs(dwpe, maxT, C, C, 1);
-    ok("tg_cuda_embedding_bwd", "",
-       tg_cuda_embedding_bwd(n, T, C, tok, dX, ld, dwte[0], dwpe[0], NULL));
-    tg_cpu_embedding_bwd(n, T, C, tok, dX, ld, dwte[1], dwpe[1]);
-    /* the same adds in the same order, by design */
-    compare("tg_cuda_embedding_bwd", "dwte", dwte[0], dwte[1], (size_t)V * C, EXACT);
-    compare("tg_cuda_embedding_bwd", "dwpe", dwpe[0], dwpe[1], (size_t)maxT * C, EXACT);
+    if (ops_row_is("embedding_bwd")) {
+      ok("tg_cuda_embedding_bwd", "",
+         tg_cuda_embedding_bwd(n, T, C, tok, dX, ld, dwte[0], dwpe[0], NULL));
+      tg_cpu_embedding_bwd(n, T, C, tok, dX, ld, dwte[1], dwpe[1]);
+      /* the same adds in the same order, by design */
+      compare("tg_cuda_embedding_bwd", "dwte", dwte[0], dwte[1], (size_t)V * C, EXACT);
+      compare("tg_cuda_embedding_bwd", "dwpe", dwpe[0], dwpe[1], (size_t)maxT * C, EXACT);
+    }
     free2(dwte);
     free2(dwpe);
     free(tok); free(wte); free(wpe); free(dX);
@@ -211,14 +218,24 @@ static void emu_embedding(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "embedding",
-     .covers = "tg_embedding_fwd_cl tg_embedding_fwd_insert tg_embedding_bwd_cl "
-               "tg_embedding_bwd_insert tg_cuda_embedding_fwd tg_cuda_embedding_bwd",
+    {.name = "embedding_fwd",
+     .doc = "token + position embedding",
+     .buffers = "tokens (R), wte (R), wpe (R), X (W)",
+     .covers = "tg_embedding_fwd_cl tg_embedding_fwd_insert tg_cuda_embedding_fwd",
+     .kernels = "tg_cpu_embedding_fwd",
      .run = {[OPS_REF] = embedding_ref, [OPS_CPU] = pair_embedding,
              [OPS_CUDA] = pair_embedding, [OPS_DEVICE] = pair_embedding,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_embedding)},
-     .why_not = {[OPS_LOWP] = "the embedding tables and their gradients stay f32",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_LOWP] = "the embedding tables stay f32", [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "embedding_bwd",
+     .doc = "embedding backward (deterministic scatter-add)",
+     .buffers = "tokens (R), dX (R), dwte, dwpe (RW / REDUX)",
+     .covers = "tg_embedding_bwd_cl tg_embedding_bwd_insert tg_cuda_embedding_bwd",
+     .kernels = "tg_cpu_embedding_bwd",
+     .run = {[OPS_REF] = embedding_ref, [OPS_CPU] = pair_embedding,
+             [OPS_CUDA] = pair_embedding, [OPS_DEVICE] = pair_embedding,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_embedding)},
+     .why_not = {[OPS_LOWP] = "the embedding gradients stay f32", [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(embedding, rows);
+OPS_ROWS(rows)

@@ -48,7 +48,7 @@
  *   *_scratch_floats sizes exempt) must all have a line, or the test fails.
  * - Files: this one (the launcher table, the comparisons, the buffers and
  *   the emulator's own checks, run first by emu_start), the cases in the op
- *   families' files (tests/ops/<family>.c, section cuda-emu);
+ *   row files (tests/ops/<codelet file>.c, section cuda-emu);
  *   cuda_emu/emu_test.h between.  Each comparison is also noted in the op
  *   table's line of its row.
  * - The emulator itself is checked first (tests/cuda_emu/selftest.cu): a

@@ -1,5 +1,5 @@
 /*
- * Op family gemm (codelets/gemm.c): tg_gemm and its CUDA launcher.
+ * Row gemm (codelets/gemm.c): tg_gemm and its CUDA launcher.
  *  ref       tg_cpu_gemm against a float64 product, every transpose, sizes
  *            from {1, 7, 33, 257}, padded leading dimensions (NaN input
  *            padding, sentinel output padding), beta 0 over NaN, k == 0 and
@@ -12,11 +12,17 @@
  *            contributions submitted to any worker add into C (beta forced
  *            to 1, one task at a time: a lost update shows);
  *  cuda-emu  tg_cuda_gemm (cuBLAS on OpenBLAS) against tg_cpu_gemm, k 0.
- * The 16-bit adapter's GEMM is in the linear row (tests/ops/linear.c).
+ *  lowp      a 16-bit C accumulated through the adapter equals the f32
+ *            GEMM's result rounded once, bit for bit (1 and 2 CPU workers);
+ *            refused: 2-byte buffers without opts.lowp, a 2-byte REDUX
+ *            target.
  */
+
+#include <errno.h>
 
 #include "ref_util.h"
 #include "pair.h"
+#include "precision_testlib.h"
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -401,13 +407,60 @@ static void emu_gemm(void) {
 }
 #endif /* OPS_EMU */
 
+/* ---- lowp (from the linear row) ---------------------------------------------- */
+
+/* a 16-bit C accumulated, C = X W^T + C, equal to the f32 GEMM's result
+ * rounded once; refusals: a 2-byte buffer without opts.lowp, a 2-byte
+ * REDUX target */
+static void gemm_lowp_case(tg_rng *rng, tg_dtype t) {
+  int rows = 37, in = 29, out = 23;
+  float *x = rounded_rand(rng, t, rows, in, 1.0f), *w = rounded_rand(rng, t, out, in, 0.3f);
+  float *c0 = rounded_rand(rng, t, rows, out, 1.0f);
+  tg_tensor X, Wt, X32, W32, C, C32;
+  new_low(&X, t, rows, in, x);
+  new_low(&Wt, t, out, in, w);
+  new_f32(&X32, rows, in, x);
+  new_f32(&W32, out, in, w);
+  new_low(&C, t, rows, out, c0);
+  new_f32(&C32, rows, out, c0);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
+  CHECK(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE, &o) == 0,
+        "gemm 16-bit C: %s", tg_last_error());
+  CHECK(tg_gemm_insert(0, 1, 1.0f, X32.handle, W32.handle, 1.0f, C32.handle, TG_ACCUMULATE,
+                       NULL) == 0, "gemm f32: %s", tg_last_error());
+  expect_rounded(t, &C, &C32, "GEMM with an accumulated 16-bit C");
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE,
+                               NULL), "tg_gemm", "a 2-byte buffer without opts.lowp");
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, W32.handle, 1.0f, C32.handle,
+                               TG_ACCUMULATE, NULL),
+                "tg_gemm", "a 16-bit A in the f32 GEMM (was test_precision_amp.c)");
+  tg_tensor_enable_reduction(&C);
+  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_REDUCE, &o),
+                "tg_gemm", "a 2-byte REDUX target");
+  tg_tensor *all[] = {&X, &Wt, &X32, &W32, &C, &C32};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(x);
+  free(w);
+  free(c0);
+}
+
+static void gemm_lowp_body(void) {
+  tg_rng rng = {.s = 2025};
+  for (int k = 0; k < 2; k++) gemm_lowp_case(&rng, LOWP[k]);
+}
+
+static void gemm_adapter(void) { ops_run_worker_counts(gemm_lowp_body); }
+
 static const ops_row rows[] = {
     {.name = "gemm",
+     .doc = "GEMM `C = a op(A) op(B) + b C`, all transposes (OpenBLAS sgemm, cuBLAS sgemm)",
+     .buffers = "A (R), B (R), C (W / RW / REDUX / RW COMMUTE)",
      .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm",
+     .kernels = "tg_cpu_gemm",
      .run = {[OPS_REF] = gemm_ref, [OPS_CPU] = gemm_pair, [OPS_CUDA] = gemm_pair,
-             [OPS_DEVICE] = gemm_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm)},
-     .why_not = {[OPS_LOWP] = "in the linear row: a GEMM with a 16-bit C, and its refusals",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+             [OPS_DEVICE] = gemm_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm),
+             [OPS_LOWP] = gemm_adapter},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(gemm, rows);
+OPS_ROWS(rows)

@@ -1,5 +1,5 @@
 /*
- * Op family gemm_lowp (codelets/gemm_lowp.c): the GEMM on bf16 / fp16
+ * Row gemm_lowp (codelets/gemm_lowp.c): the GEMM on bf16 / fp16
  * operands with fp32 accumulation, f32 or 16-bit C.
  *  ref       tg_cpu_gemm_lowp, all transposes, sizes 1, 37 x 53 x 29 and
  *            300 x 261 x 517 (several 256-tiles with remainders), padded
@@ -13,17 +13,21 @@
  *            original f32 inputs <= 1e-2 (bf16), 2e-3 (fp16) and more than
  *            10x the fp32 codelet's error (the 16-bit inputs were used);
  *            against float64 on the rounded inputs as in ref; TG_ACCUMULATE
- *            and two REDUX contributions into an f32 C; then the pair cases;
+ *            and two REDUX contributions into an f32 C; the refusals (lowp
+ *            f32, an f32 B, inner dimensions, a 16-bit C reduced); then the
+ *            pair cases;
  *  pair      all transposes, f32 and 16-bit C, beta 0 and 0.5: f32 C within
  *            1e-5 (1e-4 for k >= 257), 16-bit C within half an ulp;
  *  cuda-emu  tg_cuda_gemm_lowp and its aligned variant, k = 29 and 513
  *            (the zero-padding path).
  */
 
+#include <errno.h>
+#include <float.h>
+
 #include "ref_util.h"
 #include "pair.h"
 #include "precision_testlib.h"
-#include <float.h>
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -279,9 +283,33 @@ static void cpu_gemm_accumulate(void) {
     }
 }
 
+/* a valid call, then the refusals (was test_precision_amp.c): -EINVAL with
+ * a message naming the wrapper, nothing submitted */
+static void cpu_gemm_refusals(void) {
+  tg_tensor a16, b16, c16, f32, f32b;
+  new_low(&a16, TG_BF16, 4, 3, (float[12]){0});
+  new_low(&b16, TG_BF16, 3, 5, (float[15]){0});
+  new_low(&c16, TG_BF16, 4, 5, (float[20]){0});
+  new_f32(&f32, 4, 5, NULL);
+  new_f32(&f32b, 3, 5, NULL);
+  CHECK(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                            TG_OVERWRITE, NULL) == 0, "a valid gemm_lowp: %s", tg_last_error());
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_F32, 0, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "lowp = f32");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, f32b.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "an f32 B");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 1, 0, 1, a16.handle, b16.handle, 0, f32.handle,
+                                    TG_OVERWRITE, NULL), "tg_gemm_lowp", "inner dimensions");
+  CHECK_REFUSED(tg_gemm_lowp_insert(TG_BF16, 0, 0, 1, a16.handle, b16.handle, 0, c16.handle,
+                                    TG_REDUCE, NULL), "tg_gemm_lowp", "a 16-bit C reduced");
+  tg_tensor *all[] = {&a16, &b16, &c16, &f32, &f32b};
+  for (int i = 0; i < 5; i++) tg_tensor_free(all[i]);
+}
+
 static void gemm_lowp_cpu_body(void) {
   cpu_gemm();
   cpu_gemm_accumulate();
+  cpu_gemm_refusals();
 }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
@@ -420,11 +448,15 @@ static void emu_gemm_lowp(void) {
 
 static const ops_row rows[] = {
     {.name = "gemm_lowp",
+     .doc = "GEMM with bf16 / fp16 A, B, fp32 accumulation, C f32 or 16-bit (OpenBLAS sgemm on "
+            "widened tiles; cublasGemmEx, COMPUTE_32F)",
+     .buffers = "A (R), B (R), C (W / RW / REDUX for f32), scratch",
      .covers = "tg_gemm_lowp_cl tg_gemm_lowp_insert tg_cuda_gemm_lowp tg_cuda_gemm_lowp_aligned",
+     .kernels = "tg_cpu_gemm_lowp tg_cpu_gemm_lowp_work_floats",
      .run = {[OPS_REF] = gemm_lowp_ref, [OPS_CPU] = gemm_lowp_cpu, [OPS_CUDA] = pair_gemm,
              [OPS_DEVICE] = pair_gemm, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm_lowp)},
      .why_not = {[OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(gemm_lowp, rows);
+OPS_ROWS(rows)

@@ -1,13 +1,14 @@
 /*
- * Op family layernorm (codelets/layernorm.c): LayerNorm forward and
- * backward.
+ * Rows layernorm_fwd and layernorm_bwd (codelets/layernorm.c): LayerNorm
+ * forward and backward; each case checks its row's op.
  *  ref       against float64 (y, mean, rstd), rows with a mean large
  *            against their spread (1000 + 0.03 u); the backward against
  *            finite differences, dX, dw, db accumulated;
  *  pair      shapes up to 64 x 768 with a non-zero mean;
  *  cuda-emu  both launchers (the backward's scratch sized by
  *            tg_cuda_layernorm_bwd_scratch_floats);
- *  lowp      the backward with 16-bit dY, X, dX (dX read-modify-write):
+ *  lowp      the forward with 16-bit X, Y (the statistics f32, bit for
+ *            bit); the backward with 16-bit dY, X, dX (dX read-modify-write):
  *            equal to the f32 codelet's result rounded once, bit for bit,
  *            with 1 and 2 CPU workers.
  */
@@ -88,11 +89,13 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
   tg_cpu_layernorm_fwd(n, C, X, ldx, w, b, Y, ldy, mean, rstd);
   snprintf(what, sizeof what, "layernorm_fwd n=%d C=%d offset=%g%s", n, C,
            (double)offset, in_place ? " in place" : "");
-  CHECK_REL(mat_err(Y, n, C, ldy, ref), TOL_FWD, what);
-  if (!in_place)
-    CHECK(pad_intact(Y, n, C, ldy, OUT_PAD), "%s wrote padding", what);
-  CHECK_REL(tg_rel_err_f64(mean, mref, n), TOL_FWD, "layernorm_fwd mean");
-  CHECK_REL(tg_rel_err_f64(rstd, rref, n), TOL_FWD, "layernorm_fwd rstd");
+  const int bwd = ops_row_is("layernorm_bwd");
+  if (!bwd) {
+    CHECK_REL(mat_err(Y, n, C, ldy, ref), TOL_FWD, what);
+    if (!in_place) CHECK(pad_intact(Y, n, C, ldy, OUT_PAD), "%s wrote padding", what);
+    CHECK_REL(tg_rel_err_f64(mean, mref, n), TOL_FWD, "layernorm_fwd mean");
+    CHECK_REL(tg_rel_err_f64(rstd, rref, n), TOL_FWD, "layernorm_fwd rstd");
+  }
   if (in_place) {
     free(Xkeep);
     free(Xd);
@@ -119,6 +122,7 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
   tg_cpu_layernorm_bwd(n, C, dY, ldd, X, ldx, w, mean, rstd, dX, ldx, dw, db);
   CHECK(same_bits(X, Xkeep, (size_t)n * ldx), "layernorm changed X");
 
+  if (bwd) {
   double *G = tg_compact_f64(dY, n, C, ldd);
   double h = FD_H * spread; /* the scale on which LN(x) varies */
   ln_ctx ctx = {.n = n, .C = C, .X = Xd, .w = wd, .b = bd, .G = G, .wrt = 0, .row = 0};
@@ -148,6 +152,7 @@ static void ln_case(tg_rng *rng, int n, int C, float offset, float spread,
   free(gw);
   free(gb);
   free(G);
+  }
   free(dY);
   free(dX);
   free(dw);
@@ -228,7 +233,7 @@ static void pair_layernorm(void) {
                      {.name = "mean", .rows = n, .cols = 1, .init = NULL, .redux = 0, .tol = TOL},
                      {.name = "rstd", .rows = n, .cols = 1, .init = NULL, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "layernorm_fwd %dx%d", n, C);
-    run_pair(what, ln_fwd, &c, 3, fo, NULL, NULL);
+    if (ops_row_is("layernorm_fwd")) run_pair(what, ln_fwd, &c, 3, fo, NULL, NULL);
     gctx cb = {.h = {DY.handle, X.handle, Wt.handle, M.handle, R.handle},
                .T = 0,
                .NH = 0,
@@ -240,7 +245,7 @@ static void pair_layernorm(void) {
                      {.name = "dw", .rows = 1, .cols = C, .init = dw0, .redux = 0, .tol = TOL},
                      {.name = "db", .rows = 1, .cols = C, .init = db0, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "layernorm_bwd %dx%d", n, C);
-    run_pair(what, ln_bwd, &cb, 3, bo, NULL, NULL);
+    if (ops_row_is("layernorm_bwd")) run_pair(what, ln_bwd, &cb, 3, bo, NULL, NULL);
     free(x); free(w); free(b); free(dy); free(y); free(mean); free(rstd);
     free(dx0); free(dw0); free(db0);
     tg_tensor *all[] = {&X, &Wt, &B, &DY, &M, &R};
@@ -269,16 +274,19 @@ static void emu_layernorm(void) {
     ok("tg_cuda_layernorm_fwd", "",
        tg_cuda_layernorm_fwd(n, C, X, ld, w, b, Y[0], ld, mean[0], rstd[0], NULL));
     tg_cpu_layernorm_fwd(n, C, X, ld, w, b, Y[1], ld, mean[1], rstd[1]);
-    compare("tg_cuda_layernorm_fwd", "Y", Y[0], Y[1], sz, kTolRed);
-    compare("tg_cuda_layernorm_fwd", "mean", mean[0], mean[1], n, kTolRed);
-    compare("tg_cuda_layernorm_fwd", "rstd", rstd[0], rstd[1], n, kTolRed);
+    const int fwd = ops_row_is("layernorm_fwd");
+    if (fwd) {
+      compare("tg_cuda_layernorm_fwd", "Y", Y[0], Y[1], sz, kTolRed);
+      compare("tg_cuda_layernorm_fwd", "mean", mean[0], mean[1], n, kTolRed);
+      compare("tg_cuda_layernorm_fwd", "rstd", rstd[0], rstd[1], n, kTolRed);
+    }
     /* in place (Y == X); the CUDA launcher also takes NULL mean / rstd */
     float *io[2] = {tg_copy_f(X, sz), tg_copy_f(X, sz)}, *stats = fmalloc(2 * (size_t)n);
     ok("tg_cuda_layernorm_fwd", "in place",
        tg_cuda_layernorm_fwd(n, C, io[0], ld, w, b, io[0], ld, NULL, NULL, NULL));
     tg_cpu_layernorm_fwd(n, C, io[1], ld, w, b, io[1], ld, stats, stats + n);
     free(stats);
-    compare("tg_cuda_layernorm_fwd", "in place", io[0], io[1], sz, kTolRed);
+    if (fwd) compare("tg_cuda_layernorm_fwd", "in place", io[0], io[1], sz, kTolRed);
     free2(io);
 
     float *dY = input(n, C, C, 1.0f), *dX[2], *dw[2], *db[2];
@@ -287,13 +295,15 @@ static void emu_layernorm(void) {
     outputs(db, 1, C, C, 1);
     const size_t ns = tg_cuda_layernorm_bwd_scratch_floats(n, C);
     float *scratch = tg_const_mat(1, (int)ns, (int)ns, NAN, NAN);
-    ok("tg_cuda_layernorm_bwd", "",
-       tg_cuda_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[0], ld, dw[0], db[0],
-                             scratch, NULL));
-    tg_cpu_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[1], ld, dw[1], db[1]);
-    compare("tg_cuda_layernorm_bwd", "dX", dX[0], dX[1], sz, kTolRed);
-    compare("tg_cuda_layernorm_bwd", "dw", dw[0], dw[1], C, kTolRed);
-    compare("tg_cuda_layernorm_bwd", "db", db[0], db[1], C, kTolRed);
+    if (!fwd) {
+      ok("tg_cuda_layernorm_bwd", "",
+         tg_cuda_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[0], ld, dw[0], db[0],
+                               scratch, NULL));
+      tg_cpu_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[1], ld, dw[1], db[1]);
+      compare("tg_cuda_layernorm_bwd", "dX", dX[0], dX[1], sz, kTolRed);
+      compare("tg_cuda_layernorm_bwd", "dw", dw[0], dw[1], C, kTolRed);
+      compare("tg_cuda_layernorm_bwd", "db", db[0], db[1], C, kTolRed);
+    }
     free2(Y); free2(mean); free2(rstd); free2(dX); free2(dw); free2(db);
     free(X); free(w); free(b); free(dY); free(scratch);
   }
@@ -349,21 +359,75 @@ static void layernorm_case(tg_rng *rng, tg_dtype t) {
   free(bb);
 }
 
+/* the forward with 16-bit X and Y (w, b, mean, rstd f32): Y equal to the
+ * f32 codelet's rounded once, the statistics equal bit for bit */
+static void layernorm_fwd_case(tg_rng *rng, tg_dtype t) {
+  int rows = 19, C = 45;
+  float *x = rounded_rand(rng, t, rows, C, 1.0f);
+  for (int i = 0; i < rows * C; i++) x[i] = round16(t, x[i] + 2.0f); /* a non-zero mean */
+  float *w = tg_rand_mat(rng, 1, C, C, 1.0f, 0.0f), *bb = tg_rand_mat(rng, 1, C, C, 0.1f, 0.0f);
+  tg_tensor X, Y, X32, Y32, Wt, Bt, mean, rstd, mean32, rstd32;
+  new_low(&X, t, rows, C, x);
+  CHECK(tg_tensor_alloc(&Y, rows, C, t) == 0, "alloc");
+  new_f32(&X32, rows, C, x);
+  new_f32(&Y32, rows, C, NULL);
+  new_f32(&Wt, 1, C, w);
+  new_f32(&Bt, 1, C, bb);
+  new_f32(&mean, rows, 1, NULL);
+  new_f32(&rstd, rows, 1, NULL);
+  new_f32(&mean32, rows, 1, NULL);
+  new_f32(&rstd32, rows, 1, NULL);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
+  CHECK(tg_layernorm_fwd_insert(X.handle, Wt.handle, Bt.handle, Y.handle, mean.handle,
+                                rstd.handle, &o) == 0, "ln fwd 16-bit: %s", tg_last_error());
+  CHECK(tg_layernorm_fwd_insert(X32.handle, Wt.handle, Bt.handle, Y32.handle, mean32.handle,
+                                rstd32.handle, NULL) == 0, "ln fwd f32: %s", tg_last_error());
+  expect_rounded(t, &Y, &Y32, "LayerNorm forward Y");
+  float *m = read_as_f32(&mean, TG_F32), *m32 = read_as_f32(&mean32, TG_F32);
+  float *r = read_as_f32(&rstd, TG_F32), *r32 = read_as_f32(&rstd32, TG_F32);
+  CHECK(!memcmp(m, m32, sizeof(float) * rows) && !memcmp(r, r32, sizeof(float) * rows),
+        "%s LayerNorm mean / rstd differ from f32", tg_dtype_name(t));
+  CHECK_REFUSED(tg_layernorm_fwd_insert(X.handle, Wt.handle, Bt.handle, Y.handle, mean.handle,
+                                        rstd.handle, NULL),
+                "tg_layernorm_fwd", "2-byte buffers without opts.lowp");
+  free(m); free(m32); free(r); free(r32);
+  tg_tensor *all[] = {&X, &Y, &X32, &Y32, &Wt, &Bt, &mean, &rstd, &mean32, &rstd32};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(x);
+  free(w);
+  free(bb);
+}
+
 static void layernorm_lowp_body(void) {
   tg_rng rng = {.s = 2024};
-  for (int k = 0; k < 2; k++) layernorm_case(&rng, LOWP[k]);
+  for (int k = 0; k < 2; k++)
+    if (ops_row_is("layernorm_fwd"))
+      layernorm_fwd_case(&rng, LOWP[k]);
+    else
+      layernorm_case(&rng, LOWP[k]);
 }
 
 static void layernorm_lowp(void) { ops_run_worker_counts(layernorm_lowp_body); }
 
 static const ops_row rows[] = {
-    {.name = "layernorm",
-     .covers = "tg_layernorm_fwd_cl tg_layernorm_fwd_insert tg_layernorm_bwd_cl "
-               "tg_layernorm_bwd_insert tg_cuda_layernorm_fwd tg_cuda_layernorm_bwd",
+    {.name = "layernorm_fwd",
+     .doc = "layer norm (keeps mean, rstd)",
+     .buffers = "X (R), w (R), b (R), Y (W), mean (W), rstd (W)",
+     .covers = "tg_layernorm_fwd_cl tg_layernorm_fwd_insert tg_cuda_layernorm_fwd",
+     .kernels = "tg_cpu_layernorm_fwd",
      .run = {[OPS_REF] = layernorm_ref, [OPS_CPU] = pair_layernorm,
              [OPS_CUDA] = pair_layernorm, [OPS_DEVICE] = pair_layernorm,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_layernorm), [OPS_LOWP] = layernorm_lowp},
-     .why_not = {[OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "layernorm_bwd",
+     .doc = "layer norm backward (accumulates)",
+     .buffers = "dY, X, w, mean, rstd (R), dX (RW), dw, db (RW / REDUX), scratch",
+     .covers = "tg_layernorm_bwd_cl tg_layernorm_bwd_insert tg_cuda_layernorm_bwd",
+     .kernels = "tg_cpu_layernorm_bwd",
+     .run = {[OPS_REF] = layernorm_ref, [OPS_CPU] = pair_layernorm,
+             [OPS_CUDA] = pair_layernorm, [OPS_DEVICE] = pair_layernorm,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_layernorm), [OPS_LOWP] = layernorm_lowp},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(layernorm, rows);
+OPS_ROWS(rows)

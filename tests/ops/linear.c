@@ -1,5 +1,6 @@
 /*
- * Op family linear (codelets/linear.c): the fused linear layer, forward
+ * Rows linear_fwd and linear_bwd_data (codelets/linear.c), each case
+ * checking the op of its row: the fused linear layer, forward
  * Z = X W^T + b, H = act(Z) for ReLU, GELU and no activation, backward
  * dX = (dZ W) * act'(Zprev).
  *  ref       the kernels against float64 compositions of the definitions
@@ -13,11 +14,11 @@
  *            low-precision adapter on bf16 / fp16 X, W, Z, H within half an
  *            ulp of the type (on cuda; bit for bit on device and cpu);
  *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels);
- *  lowp      the forward with GELU (X, W, Z, H 16-bit, b f32) and a GEMM
- *            with a 16-bit C accumulated: equal to the f32 codelets'
- *            results rounded once, bit for bit, with 1 and 2 CPU workers;
- *            refusals: a 2-byte buffer without opts.lowp, a 2-byte REDUX
- *            target.
+ *  lowp      the forward with GELU (X, W, Z, H 16-bit, b f32), the
+ *            backward-data through GELU (dZ, W, Zprev, dX 16-bit): equal to
+ *            the f32 codelets' results rounded once, bit for bit, with 1
+ *            and 2 CPU workers; the backward refused without opts.lowp (the
+ *            GEMM with a 16-bit C: the gemm row).
  */
 
 #include "ref_util.h"
@@ -81,13 +82,13 @@ static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
   }
   char what[96];
   snprintf(what, sizeof what, "linear_fwd Z act=%d (%d,%d,%d)", act, rows, in, out);
-  CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
-  if (act != 2) {
+  if (ops_row_is("linear_fwd")) CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
+  if (act != 2 && ops_row_is("linear_fwd")) {
     snprintf(what, sizeof what, "linear_fwd H act=%d (%d,%d,%d)", act, rows, in, out);
     CHECK_REL(tg_rel_err_f64(hg, hr, (size_t)rows * out), 1e-5, what);
   }
   snprintf(what, sizeof what, "linear_bwd_data act=%d (%d,%d,%d)", act, rows, in, out);
-  CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
+  if (ops_row_is("linear_bwd_data")) CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
   free(X); free(W); free(b); free(Z); free(H); free(dZ); free(Zp); free(dX);
   free(zr); free(hr); free(dxr); free(zg); free(hg); free(dxg);
 }
@@ -130,19 +131,23 @@ static void check_codelets(tg_rng *rng) {
   tg_tensor_read(&Z, zc);
   tg_tensor_read(&H, hc);
   tg_tensor_read(&dX, dc);
-  CHECK(memcmp(zc, zk, sizeof(float) * rows * out) == 0, "codelet Z differs from kernel");
-  CHECK(memcmp(hc, hk, sizeof(float) * rows * out) == 0, "codelet H differs from kernel");
-  CHECK(memcmp(dc, dk, sizeof(float) * rows * in) == 0, "codelet dX differs from kernel");
-  /* shape errors: W with the wrong inner dimension, b of the wrong width */
-  CHECK(tg_linear_fwd_insert(X.handle, dX.handle, B.handle, TG_ACT_RELU, Z.handle, H.handle,
-                             NULL) == -EINVAL, "mismatched W accepted");
-  CHECK(strstr(tg_last_error(), "tg_linear_fwd") != NULL, "message: %s", tg_last_error());
-  CHECK(tg_linear_fwd_insert(X.handle, W.handle, X.handle, TG_ACT_RELU, Z.handle, H.handle,
-                             NULL) == -EINVAL, "mismatched b accepted");
-  CHECK(tg_linear_bwd_data_insert(H.handle, W.handle, TG_ACT_RELU, Z.handle, dX.handle,
-                                  NULL) == -EINVAL, "mismatched Zprev accepted");
-  CHECK(tg_linear_fwd_insert(X.handle, W.handle, B.handle, (tg_activation)7, Z.handle,
-                             H.handle, NULL) == -EINVAL, "unknown activation accepted");
+  if (ops_row_is("linear_fwd")) {
+    CHECK(memcmp(zc, zk, sizeof(float) * rows * out) == 0, "codelet Z differs from kernel");
+    CHECK(memcmp(hc, hk, sizeof(float) * rows * out) == 0, "codelet H differs from kernel");
+    /* shape errors: W with the wrong inner dimension, b of the wrong width */
+    CHECK(tg_linear_fwd_insert(X.handle, dX.handle, B.handle, TG_ACT_RELU, Z.handle, H.handle,
+                               NULL) == -EINVAL, "mismatched W accepted");
+    CHECK(strstr(tg_last_error(), "tg_linear_fwd") != NULL, "message: %s", tg_last_error());
+    CHECK(tg_linear_fwd_insert(X.handle, W.handle, X.handle, TG_ACT_RELU, Z.handle, H.handle,
+                               NULL) == -EINVAL, "mismatched b accepted");
+    CHECK(tg_linear_fwd_insert(X.handle, W.handle, B.handle, (tg_activation)7, Z.handle,
+                               H.handle, NULL) == -EINVAL, "unknown activation accepted");
+  } else {
+    CHECK(memcmp(dc, dk, sizeof(float) * rows * in) == 0, "codelet dX differs from kernel");
+    CHECK(tg_linear_bwd_data_insert(H.handle, W.handle, TG_ACT_RELU, Z.handle, dX.handle,
+                                    NULL) == -EINVAL, "mismatched Zprev accepted");
+    CHECK(strstr(tg_last_error(), "tg_linear_bwd_data") != NULL, "message: %s", tg_last_error());
+  }
   free(zk); free(hk); free(dk); free(zc); free(hc); free(dc);
   tg_tensor *all[] = {&X, &W, &B, &Z, &H, &dX};
   for (int i = 0; i < 6; i++) tg_tensor_free(all[i]);
@@ -193,7 +198,8 @@ static void pair_linear(void) {
           {.name = "Z", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol},
           {.name = "H", .rows = rows, .cols = out, .init = NULL, .redux = 0, .tol = tol}};
       snprintf(what, sizeof what, "linear_fwd act=%d %dx%d->%d", act, rows, in, out);
-      run_pair(what, linear_fwd_submit, &fctx, act == TG_ACT_NONE ? 1 : 2, fo, NULL, NULL);
+      if (ops_row_is("linear_fwd"))
+        run_pair(what, linear_fwd_submit, &fctx, act == TG_ACT_NONE ? 1 : 2, fo, NULL, NULL);
       hctx bctx = {.h = {DZ.handle, W.handle, ZP.handle},
                    .accum = TG_OVERWRITE,
                    .act = act,
@@ -201,7 +207,7 @@ static void pair_linear(void) {
                    .ld_test = 0};
       outspec bo = {.name = "dX", .rows = rows, .cols = in, .init = NULL, .redux = 0, .tol = tol};
       snprintf(what, sizeof what, "linear_bwd_data act=%d %dx%d<-%d", act, rows, in, out);
-      run_pair(what, linear_bwd_submit, &bctx, 1, &bo, NULL, NULL);
+      if (ops_row_is("linear_bwd_data")) run_pair(what, linear_bwd_submit, &bctx, 1, &bo, NULL, NULL);
       free(x); free(w); free(b); free(dz); free(zp);
       tg_tensor_free(&X); tg_tensor_free(&W); tg_tensor_free(&B);
       tg_tensor_free(&DZ); tg_tensor_free(&ZP);
@@ -249,7 +255,7 @@ static void pair_adapter(void) {
 
 static void linear_pair(void) {
   pair_linear();
-  pair_adapter();
+  if (ops_row_is("linear_fwd")) pair_adapter();
 }
 
 static void linear_cpu(void) {
@@ -275,6 +281,7 @@ static void emu_linear(void) {
         outputs(Z, rows, out, out + 2, 0);
         outputs(H, rows, out, out + 2, 0);
         cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+        if (ops_row_is("linear_fwd")) {
         ok("tg_cuda_linear_fwd", "",
            tg_cuda_linear_fwd(g_blas, rows, in, out, X, in + 1, W, in, b, act, Z[0], out + 2,
                               act == 2 ? NULL : H[0], out + 2, NULL, &cs));
@@ -283,11 +290,13 @@ static void emu_linear(void) {
                           act == 2 ? NULL : H[1], out + 2);
         compare("tg_cuda_linear_fwd", "Z", Z[0], Z[1], (size_t)rows * (out + 2), kTolRed);
         compare("tg_cuda_linear_fwd", "H", H[0], H[1], (size_t)rows * (out + 2), kTolRed);
+        }
         free2(Z);
         free2(H);
 
         float *dZ = input(rows, out, out, 1.0f), *Zp = input(rows, in, in + 3, 1.0f), *dX[2];
         outputs(dX, rows, in, in + 1, 0);
+        if (ops_row_is("linear_bwd_data")) {
         ok("tg_cuda_linear_bwd_data", "",
            tg_cuda_linear_bwd_data(g_blas, rows, in, out, dZ, out, W, in, act,
                                    act == 2 ? NULL : Zp, in + 3, dX[0], in + 1, NULL, &cs));
@@ -295,6 +304,7 @@ static void emu_linear(void) {
         tg_cpu_linear_bwd_data(rows, in, out, dZ, out, W, in, act, act == 2 ? NULL : Zp, in + 3,
                                dX[1], in + 1);
         compare("tg_cuda_linear_bwd_data", "dX", dX[0], dX[1], (size_t)rows * (in + 1), kTolRed);
+        }
         free2(dX);
         free(X); free(W); free(b); free(dZ); free(Zp);
       }
@@ -325,46 +335,74 @@ static void linear_case(tg_rng *rng, tg_dtype t) {
   expect_rounded(t, &Z, &Z32, "linear forward Z");
   expect_rounded(t, &H, &H32, "linear forward GELU(Z)");
 
-  /* a 16-bit C accumulated: C = X W^T + C */
-  float *c0 = rounded_rand(rng, t, rows, out, 1.0f);
-  tg_tensor C, C32;
-  new_low(&C, t, rows, out, c0);
-  new_f32(&C32, rows, out, c0);
-  CHECK(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE, &o) == 0,
-        "gemm 16-bit C: %s", tg_last_error());
-  CHECK(tg_gemm_insert(0, 1, 1.0f, X32.handle, W32.handle, 1.0f, C32.handle, TG_ACCUMULATE,
-                       NULL) == 0, "gemm f32: %s", tg_last_error());
-  expect_rounded(t, &C, &C32, "GEMM with an accumulated 16-bit C");
-
-  /* refusals */
-  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_ACCUMULATE,
-                               NULL), "tg_gemm", "a 2-byte buffer without opts.lowp");
-  tg_tensor_enable_reduction(&C);
-  CHECK_REFUSED(tg_gemm_insert(0, 1, 1.0f, X.handle, Wt.handle, 1.0f, C.handle, TG_REDUCE, &o),
-                "tg_gemm", "a 2-byte REDUX target");
-  tg_tensor *all[] = {&X, &Wt, &Z, &H, &X32, &W32, &B32, &Z32, &H32, &C, &C32};
+  tg_tensor *all[] = {&X, &Wt, &Z, &H, &X32, &W32, &B32, &Z32, &H32};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
   free(x);
   free(w);
   free(b);
-  free(c0);
+}
+
+/* the backward to the input through GELU: dZ, W, Zprev, dX 16-bit */
+static void linear_bwd_case(tg_rng *rng, tg_dtype t) {
+  int rows = 37, in = 29, out = 23;
+  float *dz = rounded_rand(rng, t, rows, out, 1.0f), *w = rounded_rand(rng, t, out, in, 0.3f);
+  float *zp = rounded_rand(rng, t, rows, in, 2.0f);
+  tg_tensor DZ, Wt, ZP, DX, DZ32, W32, ZP32, DX32;
+  new_low(&DZ, t, rows, out, dz);
+  new_low(&Wt, t, out, in, w);
+  new_low(&ZP, t, rows, in, zp);
+  CHECK(tg_tensor_alloc(&DX, rows, in, t) == 0, "alloc");
+  new_f32(&DZ32, rows, out, dz);
+  new_f32(&W32, out, in, w);
+  new_f32(&ZP32, rows, in, zp);
+  new_f32(&DX32, rows, in, NULL);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
+  CHECK(tg_linear_bwd_data_insert(DZ.handle, Wt.handle, TG_ACT_GELU, ZP.handle, DX.handle,
+                                  &o) == 0, "linear_bwd_data 16-bit: %s", tg_last_error());
+  CHECK(tg_linear_bwd_data_insert(DZ32.handle, W32.handle, TG_ACT_GELU, ZP32.handle,
+                                  DX32.handle, NULL) == 0, "linear_bwd_data f32: %s",
+        tg_last_error());
+  expect_rounded(t, &DX, &DX32, "linear backward-data through GELU");
+  CHECK_REFUSED(tg_linear_bwd_data_insert(DZ.handle, Wt.handle, TG_ACT_GELU, ZP.handle,
+                                          DX.handle, NULL),
+                "tg_linear_bwd_data", "2-byte buffers without opts.lowp");
+  tg_tensor *all[] = {&DZ, &Wt, &ZP, &DX, &DZ32, &W32, &ZP32, &DX32};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(dz);
+  free(w);
+  free(zp);
 }
 
 static void linear_lowp_body(void) {
   tg_rng rng = {.s = 2024};
-  for (int k = 0; k < 2; k++) linear_case(&rng, LOWP[k]);
+  for (int k = 0; k < 2; k++)
+    if (ops_row_is("linear_fwd"))
+      linear_case(&rng, LOWP[k]);
+    else
+      linear_bwd_case(&rng, LOWP[k]);
 }
 
 static void linear_lowp(void) { ops_run_worker_counts(linear_lowp_body); }
 
 static const ops_row rows[] = {
-    {.name = "linear",
-     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_linear_bwd_data_cl "
-               "tg_linear_bwd_data_insert tg_cuda_linear_fwd tg_cuda_linear_bwd_data",
+    {.name = "linear_fwd",
+     .doc = "fused linear forward `Z = X W^T + b; H = act(Z)`",
+     .buffers = "X (R), W (R), b (R), Z (W), H (W)",
+     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd",
+     .kernels = "tg_cpu_linear_fwd",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
              [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear),
              [OPS_LOWP] = linear_lowp},
-     .why_not = {[OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "linear_bwd_data",
+     .doc = "fused linear backward-data `dX = (dZ W) * act'(Zprev)`",
+     .buffers = "dZ (R), W (R), dX (W), Zprev (R)",
+     .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data",
+     .kernels = "tg_cpu_linear_bwd_data",
+     .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
+             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear),
+             [OPS_LOWP] = linear_lowp},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(linear, rows);
+OPS_ROWS(rows)

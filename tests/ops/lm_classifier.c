@@ -1,14 +1,22 @@
 /*
- * Op family lm_classifier (codelets/lm_classifier.c): the tied LM
- * classifier (logits, softmax cross-entropy, dlnf, dwte) in chunks of the
- * vocabulary.
+ * Rows lm_classifier, lm_classifier_scaled, lm_classifier_dlogits and
+ * lm_classifier_dwte (codelets/lm_classifier.c; each case checks its row's
+ * op): the tied LM classifier (logits, softmax cross-entropy, dlnf, dwte)
+ * in chunks of the vocabulary.
  *  ref       V in {1, 7, 250, 257} with padded vocabularies, chunk in
  *            {1, 16, 64, 1000}: the loss and the gradients against float64
  *            and finite differences, padded vocabulary rows of dwte
  *            untouched, a guard after the scratch;
  *  pair      V = 250 padded to 256 (padded rows hold 1e30: using them
  *            shows), chunks 7 and 63, dlnf within 1e-4 (long products);
- *  cuda-emu  tg_cuda_classifier against the CPU kernel.
+ *  cuda-emu  tg_cuda_classifier against the CPU kernel (grad_scale 1).
+ * The scaled form (tg_lm_classifier_scaled_insert, grad_scale = the loss
+ * scale):
+ *  ref       tg_cpu_classifier with grad_scale 8: the loss unchanged, dlnf
+ *            and dwte's increment exactly 8 times;
+ *  pair      the same through the insert wrapper, on both workers, and the
+ *            pair compared as the fused form;
+ *  cuda-emu  tg_cuda_classifier with grad_scale 2 against the CPU kernel.
  * The split form (tg_lm_classifier_dlogits_insert, *_classifier_dlogits):
  *  ref       in every ref case: loss and dlnf bit for bit as the fused
  *            kernel's, dlogits against float64 with zero padding columns
@@ -124,10 +132,11 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   for (int k = 0; k < 16; k++) guard[k] = UNTOUCHED;
 
   /* forward only: dlnf and dwte NULL */
+  const int fused = ops_row_is("lm_classifier"), split = ops_row_is("lm_classifier_dlogits");
   float loss = 0.25f;
   tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 0, NULL, 0, NULL,
                     &loss, scratch);
-  {
+  if (fused) {
     char w2[200];
     snprintf(w2, sizeof w2, "classifier fwd loss %s", what);
     CHECK_REL(rel_err_scalar((double)loss - 0.25, lref), TOL_FWD, w2);
@@ -145,7 +154,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   float loss2 = -0.5f;
   tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tg, scale, 1.0f, 1, dlnf, lddl,
                     dwte, &loss2, scratch);
-  {
+  if (fused) {
     char w2[200];
     snprintf(w2, sizeof w2, "classifier fwd+bwd loss %s", what);
     CHECK_REL(rel_err_scalar((double)loss2 + 0.5, lref), TOL_FWD, w2);
@@ -170,7 +179,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
   /* the split form: loss and dlnf bit for bit as the fused kernel's, the
    * kept dlogits against the double reference with zero padding columns,
    * and dwte's increment as grad_scale dlogits^T lnf */
-  {
+  if (split) {
     int Vd = Vp + 1; /* wider than wte: the padding is the kernel's to zero */
     float *dlnf_s = tg_const_mat(n, C, lddl, NAN, OUT_PAD);
     float *dlog = tg_const_mat(1, n * Vd + 16, n * Vd + 16, NAN, NAN);
@@ -206,7 +215,7 @@ static void cls_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
     free(dlnf_s);
   }
 
-  if (fd) {
+  if (fd && fused) {
     cls_ctx ctx = {
         .n = n, .C = C, .V = V, .lnf = lnfd, .wte = wted, .tg = tg, .scale = scale, .wrt_wte = 0};
     double *g = tg_fd_grad(cls_loss, &ctx, lnfd, (size_t)n * C, FD_H);
@@ -241,7 +250,8 @@ static void ref_classifier(tg_rng *rng) {
   static const int VS[4] = {1, 7, 250, 257};
   static const int CHUNKS[4] = {1, 16, 64, 1000};
   int k = 0;
-  for (int in = 0; in < NN; in++)
+  const int scaled = ops_row_is("lm_classifier_scaled");
+  for (int in = 0; in < NN && !scaled; in++)
     for (int ic = 0; ic < NC; ic++)
       for (int iv = 0; iv < 4; iv++)
         for (int ik = 0; ik < 4; ik++, k++) {
@@ -252,33 +262,39 @@ static void ref_classifier(tg_rng *rng) {
           float padval = k % 2 ? NAN : 1e30f;
           cls_case(rng, n, C, V, Vp, CHUNKS[ik], padval, 0);
         }
-  /* FD on a few cases small enough for O((n + V) C * n V C) */
-  cls_case(rng, 7, 7, 257, 264, 3, NAN, 1);
-  cls_case(rng, 33, 7, 7, 8, 16, 1e30f, 1);
-  cls_case(rng, 1, 33, 250, 250, 1, NAN, 1);
-  cls_case(rng, 100, 1, 7, 16, 64, 1e30f, 1);
-  cls_case(rng, 5, 64, 33, 40, 2, NAN, 1);
+  /* FD on a few cases small enough for O((n + V) C * n V C) (the FD checks
+   * for lm_classifier, the split form's checks on the same cases for
+   * lm_classifier_dlogits) */
+  if (!scaled) {
+    cls_case(rng, 7, 7, 257, 264, 3, NAN, 1);
+    cls_case(rng, 33, 7, 7, 8, 16, 1e30f, 1);
+    cls_case(rng, 1, 33, 250, 250, 1, NAN, 1);
+    cls_case(rng, 100, 1, 7, 16, 64, 1e30f, 1);
+    cls_case(rng, 5, 64, 33, 40, 2, NAN, 1);
+  }
 
   /* grad_scale (the loss scale) multiplies dlnf and dwte's increment, never
    * the loss: a power of two, so exactly 8 times the unscaled results */
-  {
-    int n = 9, C = 11, V = 13, Vp = 16;
+  static const int GS_CHUNKS[3] = {1, 4, 13}; /* one row, several, all in one chunk */
+  for (int ik = 0; ik < 3 && scaled; ik++) {
+    int n = 9, C = 11, V = 13, Vp = 16, chunk = GS_CHUNKS[ik];
     float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
     float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
     int32_t tg[9];
     for (int i = 0; i < n; i++) tg[i] = (i * 5) % V;
     float *dlnf[2], *dwte[2], loss[2] = {0.0f, 0.0f};
-    float *scratch = tg_const_mat(4, V, V, NAN, NAN);
+    float *scratch = tg_const_mat(chunk, V, V, NAN, NAN);
     for (int s = 0; s < 2; s++) {
       dlnf[s] = tg_const_mat(n, C, C, NAN, NAN);
       dwte[s] = tg_const_mat(Vp, C, C, 0.0f, 0.0f);
-      tg_cpu_classifier(n, C, V, 4, lnf, C, wte, tg, 0.25f, s ? 8.0f : 1.0f, 1, dlnf[s], C,
+      tg_cpu_classifier(n, C, V, chunk, lnf, C, wte, tg, 0.25f, s ? 8.0f : 1.0f, 1, dlnf[s], C,
                         dwte[s], &loss[s], scratch);
     }
     int exact = loss[0] == loss[1];
     for (int i = 0; i < n * C; i++) exact &= dlnf[1][i] == 8.0f * dlnf[0][i];
     for (int i = 0; i < Vp * C; i++) exact &= dwte[1][i] == 8.0f * dwte[0][i];
-    CHECK(exact, "classifier grad_scale 8: loss unchanged, dlnf and dwte exactly 8x");
+    CHECK(exact, "classifier grad_scale 8, chunk %d: loss unchanged, dlnf and dwte exactly 8x",
+          chunk);
     for (int s = 0; s < 2; s++) {
       free(dlnf[s]);
       free(dwte[s]);
@@ -289,7 +305,7 @@ static void ref_classifier(tg_rng *rng) {
   }
 
   /* out-of-range targets: NaN loss, zero dlnf rows, no gradient from them */
-  {
+  if (ops_row_is("lm_classifier")) {
     int n = 4, C = 7, V = 9, Vp = 16;
     float *lnf = tg_pad_mat(rng, n, C, C, 1.0f, 0.0f, 0.0f);
     float *wte = tg_pad_mat(rng, Vp, C, C, 1.0f, 0.0f, 0.0f);
@@ -362,6 +378,7 @@ static void pair_classifier(void) {
   tokens_tensor(&tok, n, V);
   for (int split = 0; split < 2; split++)
     for (int chunk = 7; chunk <= 64; chunk *= 9) {
+      if (!ops_row_is(split ? "lm_classifier_dlogits" : "lm_classifier")) continue;
       gctx c = {.h = {L.handle, Wt.handle, tok.handle},
                 .T = 0,
                 .NH = 0,
@@ -379,6 +396,74 @@ static void pair_classifier(void) {
       run_pair(what, split ? classifier_dlogits : classifier, &c, 3, o, NULL, NULL);
     }
   free(lnf); free(wte); free(dwte0); free(loss0);
+  tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
+}
+
+/* the scaled form: c->kind is grad_scale, c->T the order of the outputs
+ * (which one is output 0, the one run_pair returns) */
+static const int kScaledOrder[3][3] = {/* dlnf, dwte, loss */ {0, 1, 2}, {1, 0, 2}, {1, 2, 0}};
+
+static int classifier_scaled(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  const int *k = kScaledOrder[c->T];
+  return tg_lm_classifier_scaled_insert(c->V, c->chunk, 1.0f / 37.0f, (float)c->kind, c->h[0],
+                                        c->h[1], c->h[2], out[k[0]].handle, out[k[1]].handle,
+                                        c->accum, out[k[2]].handle, c->accum, o);
+}
+
+/* grad_scale 8 against grad_scale 1 through the insert wrapper, each pair
+ * compared as the fused form's: dlnf and dwte's increment exactly 8 times,
+ * the loss the same (grad_scale a power of two), on the CPU worker and on
+ * the second worker (a CPU worker or an emulated device; a CUDA worker's
+ * results within run_pair's tolerance of the CPU worker's) */
+static void pair_classifier_scaled(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256;
+  float *lnf = rnd((size_t)n * C, 1), *wte = rnd((size_t)Vp * C, 1);
+  for (int i = V * C; i < Vp * C; i++) wte[i] = 1e30f;
+  float *zero = filled(Vp * C, 0.0f), *loss0 = filled(1, 0.0f);
+  tg_tensor L, Wt, tok;
+  new_tensor(&L, n, C, lnf);
+  new_tensor(&Wt, Vp, C, wte);
+  tokens_tensor(&tok, n, V);
+  static const char *const names[3] = {"dlnf", "dwte", "loss"};
+  for (int order = 0; order < 3; order++) {
+    const outspec spec[3] = {
+        {.name = "dlnf", .rows = n, .cols = C, .init = NULL, .redux = 0, .tol = TOL_LARGE_K},
+        {.name = "dwte", .rows = Vp, .cols = C, .init = zero, .redux = 0, .tol = TOL},
+        {.name = "loss", .rows = 1, .cols = 1, .init = loss0, .redux = 0, .tol = TOL}};
+    outspec o[3];
+    for (int i = 0; i < 3; i++) o[kScaledOrder[order][i]] = spec[i];
+    float *cpu[2], *gpu[2];
+    for (int gs = 0; gs < 2; gs++) {
+      gctx c = {.h = {L.handle, Wt.handle, tok.handle},
+                .T = order,
+                .NH = 0,
+                .chunk = 7,
+                .V = V,
+                .kind = gs ? 8 : 1,
+                .accum = TG_ACCUMULATE};
+      char what[96];
+      snprintf(what, sizeof what, "lm_classifier_scaled grad_scale=%d (%s)", c.kind,
+               names[order]);
+      run_pair(what, classifier_scaled, &c, 3, o, &cpu[gs], &gpu[gs]);
+    }
+    const size_t cnt = order == 0 ? (size_t)n * C : order == 1 ? (size_t)Vp * C : 1;
+    const float factor = order == 2 ? 1.0f : 8.0f;
+    /* on a CUDA worker, cuBLAS's choices are its own: there run_pair's
+     * comparison with the CPU worker's (exact) results is the check */
+    const int second_exact = ops_current_backend() != OPS_CUDA;
+    int exact = 1;
+    for (size_t i = 0; i < cnt; i++)
+      exact &= cpu[1][i] == factor * cpu[0][i] &&
+               (!second_exact || gpu[1][i] == factor * gpu[0][i]);
+    CHECK(exact, "lm_classifier_scaled grad_scale 8: %s not exactly %g times the unscaled",
+          names[order], (double)factor);
+    for (int gs = 0; gs < 2; gs++) {
+      free(cpu[gs]);
+      free(gpu[gs]);
+    }
+  }
+  free(lnf); free(wte); free(zero); free(loss0);
   tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
 }
 
@@ -488,7 +573,9 @@ static void pair_classifier_dwte(void) {
 
 /* ---- cuda-emu ---------------------------------------------------------------- */
 
+/* grad_scale 1 for the lm_classifier row, 2 for lm_classifier_scaled */
 static void emu_classifier(void) {
+  const float gs = ops_row_is("lm_classifier_scaled") ? 2.0f : 1.0f;
   const int n = 37, C = 33, V = 250, Vp = 256, ldl = C + 1;
   float *lnf = input(n, C, ldl, 1.0f), *wte = input(Vp, C, C, 1.0f);
   for (int i = V * C; i < Vp * C; i++) wte[i] = 1e30f; /* padded rows: never used */
@@ -501,9 +588,9 @@ static void emu_classifier(void) {
       outputs(dwte, Vp, C, C, 1);
       float *scratch = tg_const_mat(chunk, V, V, NAN, NAN), *cpu_scratch = fmalloc((size_t)chunk * V);
       ok("tg_cuda_classifier", "",
-         tg_cuda_classifier(g_blas, n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, 2.0f,
+         tg_cuda_classifier(g_blas, n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, gs,
                             backward, dlnf[0], ldl, dwte[0], &loss[0], scratch, NULL));
-      tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, 2.0f, backward,
+      tg_cpu_classifier(n, C, V, chunk, lnf, ldl, wte, tok, 1.0f / 37.0f, gs, backward,
                         dlnf[1], ldl, dwte[1], &loss[1], cpu_scratch);
       compare("tg_cuda_classifier", "loss", &loss[0], &loss[1], 1, kTolRed);
       compare("tg_cuda_classifier", "dlnf", dlnf[0], dlnf[1], (size_t)n * ldl, kTolLong);
@@ -563,22 +650,43 @@ static void emu_classifier_dwte(void) {
   free(lnf);
 }
 
-static void emu_classifier_both(void) {
-  emu_classifier();
-  emu_classifier_dlogits();
-}
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
     {.name = "lm_classifier",
-     .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_lm_classifier_scaled_insert "
-               "tg_lm_classifier_dlogits_insert tg_cuda_classifier tg_cuda_classifier_dlogits",
+     .doc = "tied LM head + cross-entropy in row chunks",
+     .buffers = "lnf, wte, targets (R), loss (RW / REDUX), scratch, dlnf (W), dwte (RW / REDUX)",
+     .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_cuda_classifier",
+     .kernels = "tg_cpu_classifier",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_both)},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier)},
      .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "lm_classifier_scaled",
+     .doc = "the same with the gradients multiplied by the loss scale (mixed precision)",
+     .buffers = "as lm_classifier",
+     .covers = "tg_lm_classifier_scaled_insert",
+     .kernels = "tg_cpu_classifier",
+     .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier_scaled,
+             [OPS_CUDA] = pair_classifier_scaled, [OPS_DEVICE] = pair_classifier_scaled,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier)},
+     .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "lm_classifier_dlogits",
+     .doc = "the same split: loss, dlnf and the kept dlogits (padding columns zero), dwte left "
+            "to a `tg_gemm` or `lm_classifier_dwte` task",
+     .buffers = "lnf, wte, targets (R), loss (RW / REDUX), dlogits (W), dlnf (W)",
+     .covers = "tg_lm_classifier_dlogits_insert tg_cuda_classifier_dlogits",
+     .kernels = "tg_cpu_classifier_dlogits",
+     .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
+             [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits)},
+     .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "lm_classifier_dwte",
+     .doc = "the split form's dwte increment on a row block of dwte (a column range of dlogits)",
+     .buffers = "dlogits, lnf (R), dwte rows (W / RW / REDUX / RW COMMUTE)",
      .covers = "tg_lm_classifier_dwte_cl tg_lm_classifier_dwte_insert",
      .run = {[OPS_CPU] = pair_classifier_dwte, [OPS_CUDA] = pair_classifier_dwte,
              [OPS_DEVICE] = pair_classifier_dwte,
@@ -586,7 +694,7 @@ static const ops_row rows[] = {
      .why_not = {[OPS_REF] = "no kernel of its own: tg_cpu_gemm on an offset pointer (the "
                              "gemm row's ref); checked against float64 in the pair backends",
                  [OPS_LOWP] = "f32 only, as the split classifier it belongs to",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(lm_classifier, rows);
+OPS_ROWS(rows)

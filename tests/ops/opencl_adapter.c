@@ -1,5 +1,5 @@
 /*
- * Op family opencl_adapter (codelets/opencl_adapter.c), device backend only
+ * Row opencl_adapter (codelets/opencl_adapter.c; not an op), device backend only
  * (was test_emulated_offsets): the OpenCL adapter on sub-matrices that live inside
  * their parent's device buffer (a cl_mem plus a byte offset, the parent's
  * leading dimension).
@@ -74,8 +74,11 @@ static void opencl_adapter_device(void) {
   check_split(ocl, node, 1);
 }
 
+/* not an op: the adapter every device case runs through, on sub-matrices */
 static const ops_row rows[] = {
     {.name = "opencl_adapter",
+     .doc = "(not an op) the OpenCL adapter on sub-matrices at an offset in their parent",
+     .buffers = "",
      .covers = "",
      .run = {[OPS_DEVICE] = opencl_adapter_device},
      .why_not = {[OPS_REF] = "no OpenCL adapter without an emulated device",
@@ -85,4 +88,4 @@ static const ops_row rows[] = {
                  [OPS_LOWP] = "no OpenCL adapter without an emulated device"}},
 };
 
-OPS_FAMILY(opencl_adapter, rows);
+OPS_ROWS(rows)

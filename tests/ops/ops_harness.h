@@ -19,15 +19,19 @@
  *               CPU worker, bit for bit;
  *     lowp      the codelet through the 16-bit adapter (bf16, fp16) against
  *               its fp32 result.
- * - A row names what it covers (codelets, insert wrappers, kernels,
- *   launchers, space-separated) and, per backend, either a case function or
- *   why there is none.  Every codelet, insert wrapper and CUDA launcher
- *   declared in include/taskgrad must be covered by a row, or the run fails
- *   (ops_check_complete), and a covered name that no header declares fails
- *   too (a stale row).
+ * - One row per op (per insert wrapper, tg_<op>_insert).  A row names what
+ *   it covers (codelets, insert wrappers, CUDA launchers), the CPU kernels
+ *   its ref case checks, and, per backend, either a case function or why
+ *   there is none.  Every codelet, insert wrapper and CUDA launcher
+ *   declared in include/taskgrad must be covered by a row, and every CPU
+ *   kernel declared in kernels_cpu.h and precision_kernels.h named by a
+ *   row that has a ref case (or be in the harness's short exemption list,
+ *   with its reason), or the run fails (check_complete in ops_harness.c);
+ *   a named function that no header declares fails too (a stale row).
  * - Cases keep their own strictness: CHECK and CHECK_REL are testutil.h's,
  *   redirected here so that the counts are global (the cases live in one
- *   file per op family, tests/ops/<codelet file>.c) and each (row,
+ *   file per codelet file, tests/ops/<codelet file>.c, which may hold
+ *   several rows) and each (row,
  *   backend) line shows its checks, failures and the largest error relative
  *   to its tolerance.
  */
@@ -49,25 +53,38 @@ typedef enum ops_backend {
 typedef void (*ops_case_fn)(void);
 
 typedef struct ops_row {
-  const char *name;
-  const char *covers; /* space-separated names declared in include/taskgrad */
+  const char *name;   /* the op: tg_<name>_insert */
+  const char *doc;    /* what it computes (the codelet table, `test_ops table`) */
+  const char *buffers; /* its buffers and their access modes (the same table) */
+  const char *covers; /* codelets, insert wrappers, CUDA launchers declared in
+                         include/taskgrad (space-separated) */
+  const char *kernels; /* the CPU kernels of kernels_cpu.h and
+                          precision_kernels.h that its ref case checks */
   ops_case_fn run[OPS_NBACKENDS];
   const char *why_not[OPS_NBACKENDS]; /* where run[b] is NULL */
 } ops_row;
 
-/* One file per op family registers its rows (Chameleon's testing_register):
- * OPS_FAMILY(gemm, rows) defines ops_family_gemm, listed in ops_table.c. */
-typedef struct ops_family {
-  const char *file;
-  const ops_row *rows;
-  int nrows;
-} ops_family;
-#define OPS_FAMILY(fam, rows_array)                                              \
-  const ops_family ops_family_##fam = {.file = __FILE__,                        \
-                                       .rows = rows_array,                      \
-                                       .nrows = (int)(sizeof rows_array / sizeof rows_array[0])}
+/* Each row file registers its rows (Chameleon's testing_register) before
+ * main runs: OPS_ROWS(rows) at its end.  No central list: a new row file
+ * is found by the build's glob (tests/CMakeLists.txt) and registers itself.
+ * The rows run in the order of their files' names, then of the array. */
+void ops_register(const char *file, const ops_row *rows, int nrows);
+#define OPS_ROWS(rows_array)                                                     \
+  __attribute__((constructor)) static void ops_register_rows_(void) {            \
+    ops_register(__FILE__, rows_array, (int)(sizeof rows_array / sizeof rows_array[0])); \
+  }
 
-/* The emulator's cases exist in test_ops_emu only. */
+/* A case shared by several rows of one file (their ops share data or
+ * setup) checks only the op of the row being run: `if (ops_row_is("fill"))`. */
+int ops_row_is(const char *name);
+
+/* The emulator's cases exist in test_ops_emu only: a row with a cuda-emu
+ * case gives OPS_EMU_CASE(fn) and, as its reason in test_ops, OPS_EMU_ONLY. */
+#define OPS_EMU_ONLY "built into test_ops_emu only"
+/* the lowp reason of an f32 codelet whose 16-bit run adds nothing */
+#define ADAPTER_ELSEWHERE                                                         \
+  "the adapter is the same for every f32 codelet: linear_fwd, linear_bwd_data, " \
+  "layernorm_fwd and layernorm_bwd rows"
 #ifdef OPS_EMU
 #define OPS_EMU_CASE(fn) (fn)
 #else

@@ -1,21 +1,10 @@
 /*
- * The list of op families, in the order they run, and the backends' start
- * and stop.  A new family file adds its OPS_FAMILY name here.
+ * The backends' start and stop (the runtime, the worker pair, the
+ * emulator).  The rows register themselves (OPS_ROWS in each row file).
  */
 #include "ops_table.h"
 
 #include "pair.h"
-
-#define FAMILIES(X)                                                                  \
-  X(gemm) X(bias) X(activation) X(classifier) X(optimizer) X(elementwise) X(linear)         \
-  X(embedding) X(layernorm) X(residual) X(attention) X(lm_classifier) X(precision)          \
-  X(gemm_lowp) X(opencl_adapter)
-
-#define DECLARE(fam) extern const ops_family ops_family_##fam;
-FAMILIES(DECLARE)
-#define ADDRESS(fam) &ops_family_##fam,
-const ops_family *const ops_families[] = {FAMILIES(ADDRESS)};
-const int ops_nfamilies = (int)(sizeof ops_families / sizeof ops_families[0]);
 
 int ops_backend_start(ops_backend b) {
   switch (b) {

@@ -1,15 +1,12 @@
 /*
- * The op table's families (one file per codelet file, tests/ops/<name>.c)
- * and each backend's start and stop (the runtime, the worker pair, the
- * emulator), defined in ops_table.c.
+ * Each backend's start and stop (the runtime, the worker pair, the
+ * emulator), defined in ops_table.c.  The rows register themselves
+ * (OPS_ROWS, ops_harness.h).
  */
 #ifndef TASKGRAD_OPS_TABLE_H
 #define TASKGRAD_OPS_TABLE_H
 
 #include "ops_harness.h"
-
-extern const ops_family *const ops_families[];
-extern const int ops_nfamilies;
 
 /* 0, TG_TEST_SKIP when the backend's device is missing, or 1 */
 int ops_backend_start(ops_backend b);

@@ -1,5 +1,6 @@
 /*
- * Op family optimizer (codelets/optimizer.c): SGD with momentum and AdamW.
+ * Rows sgd and adamw (codelets/optimizer.c): SGD with momentum and AdamW;
+ * each case checks its row's op.
  *  ref       several steps against a double reference that uses the same
  *            float hyperparameters: w and the optimizer state within 1e-5,
  *            the total update w - w0 within 1e-4;
@@ -112,9 +113,13 @@ static void ref_adamw(tg_rng *rng) {
     }
 }
 
-static void optimizer_ref(void) {
+static void sgd_ref(void) {
   tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_sgd(&rng);
+}
+
+static void adamw_ref(void) {
+  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
   ref_adamw(&rng);
 }
 
@@ -157,12 +162,12 @@ static void pair_optimizers(void) {
         {.name = "w", .rows = rows, .cols = cols, .init = w, .redux = 0, .tol = TOL},
         {.name = "vel", .rows = rows, .cols = cols, .init = m, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "sgd %dx%d", rows, cols);
-    run_pair(what, opt_submit, &sgd, 2, os, NULL, NULL);
+    if (ops_row_is("sgd")) run_pair(what, opt_submit, &sgd, 2, os, NULL, NULL);
     outspec oa[3] = {{.name = "w", .rows = rows, .cols = cols, .init = w, .redux = 0, .tol = TOL},
                      {.name = "m", .rows = rows, .cols = cols, .init = m, .redux = 0, .tol = TOL},
                      {.name = "v", .rows = rows, .cols = cols, .init = v, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "adamw %dx%d", rows, cols);
-    run_pair(what, opt_submit, &adam, 3, oa, NULL, NULL);
+    if (ops_row_is("adamw")) run_pair(what, opt_submit, &adam, 3, oa, NULL, NULL);
     free(w);
     free(g);
     free(m);
@@ -185,15 +190,17 @@ static void emu_optimizers(void) {
     float *w[2], *m[2], *v[2];
     outputs(w, 1, (int)n, (int)n, 1);
     outputs(m, 1, (int)n, (int)n, 1);
-    ok("tg_cuda_sgd", "", tg_cuda_sgd(n, w[0], g, m[0], 0.1f, 0.9f, 1e-2f, 0.5f, NULL));
-    tg_cpu_sgd(n, w[1], g, m[1], 0.1f, 0.9f, 1e-2f, 0.5f);
-    compare("tg_cuda_sgd", "w", w[0], w[1], n, kTolEw);
-    compare("tg_cuda_sgd", "vel", m[0], m[1], n, kTolEw);
+    if (ops_row_is("sgd")) {
+      ok("tg_cuda_sgd", "", tg_cuda_sgd(n, w[0], g, m[0], 0.1f, 0.9f, 1e-2f, 0.5f, NULL));
+      tg_cpu_sgd(n, w[1], g, m[1], 0.1f, 0.9f, 1e-2f, 0.5f);
+      compare("tg_cuda_sgd", "w", w[0], w[1], n, kTolEw);
+      compare("tg_cuda_sgd", "vel", m[0], m[1], n, kTolEw);
+    }
     free2(m);
     outputs(m, 1, (int)n, (int)n, 1);
     outputs(v, 1, (int)n, (int)n, 1);
     for (size_t i = 0; i < n; i++) v[0][i] = v[1][i] = fabsf(v[0][i]); /* second moments >= 0 */
-    for (int step = 1; step <= 2; step++) {
+    for (int step = 1; step <= 2 && ops_row_is("adamw"); step++) {
       const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
       ok("tg_cuda_adamw", "", tg_cuda_adamw(n, w[0], g, m[0], v[0], 1e-2f, 0.9f, 0.999f, 1e-8f,
                                             1e-2f, bc1, bc2, 0.5f, NULL));
@@ -211,14 +218,25 @@ static void emu_optimizers(void) {
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "optimizer",
-     .covers = "tg_sgd_cl tg_sgd_insert tg_adamw_cl tg_adamw_insert tg_cuda_sgd tg_cuda_adamw",
-     .run = {[OPS_REF] = optimizer_ref, [OPS_CPU] = pair_optimizers,
-             [OPS_CUDA] = pair_optimizers, [OPS_DEVICE] = pair_optimizers,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_optimizers)},
+    {.name = "sgd",
+     .doc = "SGD with momentum",
+     .buffers = "w (RW), grad (R), velocity (RW)",
+     .covers = "tg_sgd_cl tg_sgd_insert tg_cuda_sgd",
+     .kernels = "tg_cpu_sgd",
+     .run = {[OPS_REF] = sgd_ref, [OPS_CPU] = pair_optimizers, [OPS_CUDA] = pair_optimizers,
+             [OPS_DEVICE] = pair_optimizers, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_optimizers)},
+     .why_not = {[OPS_LOWP] = "master weights and optimizer state stay f32",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "adamw",
+     .doc = "AdamW (decoupled decay, bias correction)",
+     .buffers = "w (RW), grad (R), m (RW), v (RW)",
+     .covers = "tg_adamw_cl tg_adamw_insert tg_cuda_adamw",
+     .kernels = "tg_cpu_adamw",
+     .run = {[OPS_REF] = adamw_ref, [OPS_CPU] = pair_optimizers, [OPS_CUDA] = pair_optimizers,
+             [OPS_DEVICE] = pair_optimizers, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_optimizers)},
      .why_not = {[OPS_LOWP] = "master weights and optimizer state stay f32 (the 16-bit "
-                              "update is adamw_amp, tests/ops/precision.c)",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+                              "update is the adamw_amp row)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(optimizer, rows);
+OPS_ROWS(rows)

@@ -1,27 +1,44 @@
 /*
- * Op family precision (codelets/precision.c): f32 <-> bf16 / fp16
- * conversion, the non-finite gradient check, and the mixed-precision AdamW
- * (adamw_amp) with its overflow skip.
- *  ref       tg_cpu_nonfinite_check: NaN, +Inf, -Inf at the first, middle
+ * Rows convert, nonfinite and adamw_amp (codelets/precision.c): f32 <->
+ * bf16 / fp16 conversion, the non-finite gradient check, and the
+ * mixed-precision AdamW (adamw_amp) with its overflow skip.  Moved here
+ * from test_precision.c (convert's ref, in convert_ref.c) and
+ * test_precision_amp.c (the cpu cases' worker-count bodies).
+ *  ref       convert: convert_ref.c (every 16-bit pattern, every tie,
+ *            random values, named cases, the array kernels);
+ *            tg_cpu_nonfinite_check: NaN, +Inf, -Inf at the first, middle
  *            or last place raise the flag, finite data (FLT_MAX,
  *            subnormals) leaves it; tg_cpu_adamw_amp over several chunks:
  *            flag 1 or NaN leaves w, m, v bit-identical and still writes the
  *            copy, flag 0 gives tg_cpu_adamw's result within 1e-6 and the
  *            16-bit copy equal to the conversion, bit for bit (the scalar
  *            conversions themselves: test_precision.c);
- *  cpu       the convert codelet with 1 and 2 CPU workers, specials
+ *  cpu       with 1 and 2 CPU workers: the convert codelet, specials
  *            included, bit for bit against the scalar conversions, once on
- *            the left half of a partitioned tensor; then the pair cases;
+ *            the left half of a partitioned tensor; several gradients
+ *            checked into one flag (finite, NaN or +-Inf first, middle or
+ *            last), tg_fill_insert resetting it; the AMP step as a graph
+ *            fill -> nonfinite -> adamw_amp (skipped on an Inf: w, m, v
+ *            bit-identical, the copy still written; else tg_cpu_adamw's
+ *            result within 1e-6, the copy lowp(w) bit for bit), with and
+ *            without the copy; each wrapper's refusals (-EINVAL, a message
+ *            naming it); then the pair cases;
  *  pair      convert both ways, the flag for finite data, NaN, Inf and
  *            several gradients, adamw_amp with the flag clear and set;
  *  cuda-emu  the conversion, 16-bit scale, non-finite and adamw_amp
  *            launchers, exact.
  */
 
+#include <errno.h>
+#include <float.h>
+
 #include "ref_util.h"
 #include "pair.h"
 #include "precision_testlib.h"
-#include <float.h>
+#include "taskgrad/kernels_cpu.h"
+
+/* convert_ref.c (was test_precision.c) */
+void convert_ref(void);
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -103,10 +120,6 @@ static void ref_adamw_amp(void) {
   }
 }
 
-static void precision_ref(void) {
-  ref_nonfinite();
-  ref_adamw_amp();
-}
 
 /* ---- cpu: the convert codelet with 1 and 2 CPU workers ----------------------- */
 
@@ -185,6 +198,183 @@ static void cpu_convert(void) {
     for (int i = 0; i < 5; i++) tg_tensor_free(all[i]);
   }
   free(x); free(h); free(back);
+}
+
+/* ---- cpu: under StarPU with 1 and 2 CPU workers (was test_precision_amp.c) ---- */
+
+/* the refusals of one wrapper: -EINVAL with a message naming it, nothing
+ * submitted */
+static void refusals(const char *op) {
+  tg_tensor a16, c16, f32, flag, flag2;
+  new_low(&a16, TG_BF16, 4, 3, (float[12]){0});
+  new_low(&c16, TG_BF16, 4, 5, (float[20]){0});
+  new_f32(&f32, 4, 5, NULL);
+  new_f32(&flag, 1, 1, NULL);
+  new_f32(&flag2, 2, 1, NULL);
+  tg_adamw_hyper h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1};
+  if (strcmp(op, "convert") == 0) {
+    CHECK_REFUSED(tg_convert_insert(TG_F16, f32.handle, f32.handle, NULL), "tg_convert",
+                  "f32 -> f32");
+    CHECK_REFUSED(tg_convert_insert(TG_F16, f32.handle, a16.handle, NULL), "tg_convert",
+                  "shapes differ");
+    CHECK_REFUSED(tg_convert_insert(TG_I32, f32.handle, c16.handle, NULL), "tg_convert",
+                  "lowp = i32");
+  }
+  if (strcmp(op, "nonfinite") == 0) {
+    CHECK_REFUSED(tg_nonfinite_insert(f32.handle, flag2.handle, NULL), "tg_nonfinite",
+                  "a (2, 1) flag");
+    CHECK_REFUSED(tg_nonfinite_insert(c16.handle, flag.handle, NULL), "tg_nonfinite",
+                  "a bf16 gradient");
+  }
+  if (strcmp(op, "adamw_amp") == 0) {
+    CHECK_REFUSED(tg_adamw_amp_insert(TG_BF16, f32.handle, f32.handle, f32.handle, f32.handle,
+                                      f32.handle, flag.handle, &h, NULL), "tg_adamw_amp",
+                  "an f32 w_low");
+    CHECK_REFUSED(tg_adamw_amp_insert(TG_BF16, f32.handle, f32.handle, f32.handle, f32.handle,
+                                      a16.handle, flag.handle, &h, NULL), "tg_adamw_amp",
+                  "w_low of another shape");
+    CHECK_REFUSED(tg_adamw_amp_insert(TG_BF16, f32.handle, f32.handle, f32.handle, f32.handle,
+                                      c16.handle, flag2.handle, &h, NULL), "tg_adamw_amp",
+                  "a (2, 1) flag");
+    h.step = 0;
+    CHECK_REFUSED(tg_adamw_amp_insert(TG_BF16, f32.handle, f32.handle, f32.handle, f32.handle,
+                                      c16.handle, flag.handle, &h, NULL), "tg_adamw_amp",
+                  "step 0");
+  }
+  tg_tensor *all[] = {&a16, &c16, &f32, &flag, &flag2};
+  for (int i = 0; i < 5; i++) tg_tensor_free(all[i]);
+}
+
+static void cpu_convert_body(void) {
+  cpu_convert();
+  refusals("convert");
+}
+
+static float read_flag(tg_tensor *flag) {
+  float f = -1.0f;
+  if (tg_tensor_read(flag, &f) != 0) fatal_error("read flag");
+  return f;
+}
+
+/* several gradients checked into one flag (RW) leave it 0 when all are
+ * finite (FLT_MAX, subnormals included) and raise it when any holds a NaN
+ * or +-Inf, wherever (first, middle, last element); tg_fill_insert resets
+ * a raised flag */
+static void cpu_nonfinite_body(void) {
+  enum { R = 33, C = 257, NF = 8 };
+  const size_t n = (size_t)R * C;
+  tg_rng rng = {2024};
+  float *g = tg_test_malloc(sizeof(float) * n);
+  tg_rng_fill(&rng, g, n, 1e30f);
+  g[0] = FLT_MAX;
+  g[n / 2] = -FLT_MAX;
+  g[n - 1] = 1e-45f;
+  tg_tensor fin1, fin2, bad[9], flag[NF];
+  new_f32(&fin1, R, C, g);
+  new_f32(&fin2, R, C, g); /* the same finite data in another tensor */
+  const float vals[3] = {NAN, INFINITY, -INFINITY};
+  const size_t where[3] = {0, n / 2, n - 1};
+  for (int i = 0; i < 9; i++) {
+    float keep = g[where[i % 3]];
+    g[where[i % 3]] = vals[i / 3];
+    new_f32(&bad[i], R, C, g);
+    g[where[i % 3]] = keep;
+  }
+  for (int i = 0; i < NF; i++) {
+    new_f32(&flag[i], 1, 1, NULL);
+    CHECK(tg_fill_insert(flag[i].handle, 0.0f, NULL) == 0, "fill: %s", tg_last_error());
+  }
+  /* flag 0: finite only; flag 1: finite, bad, finite; flags 2..: one bad each */
+  tg_nonfinite_insert(fin1.handle, flag[0].handle, NULL);
+  tg_nonfinite_insert(fin2.handle, flag[0].handle, NULL);
+  tg_nonfinite_insert(fin1.handle, flag[1].handle, NULL);
+  tg_nonfinite_insert(bad[4].handle, flag[1].handle, NULL);
+  tg_nonfinite_insert(fin2.handle, flag[1].handle, NULL);
+  CHECK(read_flag(&flag[0]) == 0.0f, "nonfinite: finite gradients raised the flag");
+  CHECK(read_flag(&flag[1]) == 1.0f, "nonfinite: an Inf among finite gradients was missed");
+  for (int i = 0; i < 9; i++) {
+    tg_tensor *fl = &flag[2 + i % (NF - 2)];
+    CHECK(tg_fill_insert(fl->handle, 0.0f, NULL) == 0, "fill: %s", tg_last_error());
+    CHECK(tg_nonfinite_insert(bad[i].handle, fl->handle, NULL) == 0, "nonfinite: %s",
+          tg_last_error());
+    CHECK(read_flag(fl) == 1.0f, "nonfinite: %g at element %zu missed", vals[i / 3],
+          where[i % 3]);
+  }
+  tg_fill_insert(flag[1].handle, 0.0f, NULL); /* reset after a raise */
+  tg_nonfinite_insert(fin1.handle, flag[1].handle, NULL);
+  CHECK(read_flag(&flag[1]) == 0.0f, "nonfinite: tg_fill_insert did not reset the flag");
+  free(g);
+  tg_tensor_free(&fin1);
+  tg_tensor_free(&fin2);
+  for (int i = 0; i < 9; i++) tg_tensor_free(&bad[i]);
+  for (int i = 0; i < NF; i++) tg_tensor_free(&flag[i]);
+  refusals("nonfinite");
+}
+
+/* One AMP step through the graph fill -> nonfinite -> adamw_amp, no host
+ * wait in between.  A gradient with an Inf makes the step a no-op: w, m, v
+ * bit-identical; the 16-bit copy is still written (lowp(w)).  A finite
+ * gradient gives tg_cpu_adamw's result on the same inputs (scaled
+ * gradients, grad_scale = 1 / 512, relative error <= 1e-6) and the copy
+ * equal to the conversion of the new weights, bit for bit; without a copy
+ * (w_low NULL) the weights are the same. */
+static void amp_case(tg_dtype t, int overflow, int with_low) {
+  enum { R = 37, C = 65 };
+  const size_t n = (size_t)R * C;
+  tg_rng rng = {777 + (uint64_t)t};
+  float *w0 = tg_test_malloc(sizeof(float) * n), *g = tg_test_malloc(sizeof(float) * n);
+  float *m0 = tg_test_malloc(sizeof(float) * n), *v0 = tg_test_malloc(sizeof(float) * n);
+  tg_rng_fill(&rng, w0, n, 1.0f);
+  tg_rng_fill(&rng, g, n, 512.0f); /* loss scale 512 */
+  tg_rng_fill(&rng, m0, n, 0.1f);
+  for (size_t i = 0; i < n; i++) v0[i] = 0.01f * fabsf(tg_rng_uniform(&rng));
+  if (overflow) g[n - 2] = INFINITY;
+  tg_adamw_hyper h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f / 512, 3};
+  tg_tensor W, G, M, V, WL, F;
+  new_f32(&W, R, C, w0); new_f32(&G, R, C, g); new_f32(&M, R, C, m0); new_f32(&V, R, C, v0);
+  new_f32(&F, 1, 1, NULL);
+  if (tg_tensor_alloc(&WL, R, C, t) != 0) fatal_error("alloc");
+  int rc = tg_fill_insert(F.handle, 0.0f, NULL);
+  if (rc == 0) rc = tg_nonfinite_insert(G.handle, F.handle, NULL);
+  if (rc == 0)
+    rc = tg_adamw_amp_insert(t, W.handle, G.handle, M.handle, V.handle,
+                             with_low ? WL.handle : NULL, F.handle, &h, NULL);
+  CHECK(rc == 0, "AMP step submission: %s", tg_last_error());
+  float *w = read_as_f32(&W, TG_F32), *m = read_as_f32(&M, TG_F32);
+  float *v = read_as_f32(&V, TG_F32);
+  uint16_t *low = tg_test_malloc(sizeof(uint16_t) * n);
+  uint16_t *lowref = tg_test_malloc(sizeof(uint16_t) * n);
+  if (tg_tensor_read(&WL, low) != 0) fatal_error("read");
+  const char *tn = tg_dtype_name(t);
+  if (overflow) {
+    CHECK(!memcmp(w, w0, sizeof(float) * n) && !memcmp(m, m0, sizeof(float) * n) &&
+              !memcmp(v, v0, sizeof(float) * n),
+          "%s AMP step with an Inf gradient was not skipped", tn);
+  } else {
+    CHECK(memcmp(w, w0, sizeof(float) * n) != 0, "%s AMP step: nothing was updated", tn);
+    float bc1 = (float)(1.0 - pow(h.beta1, h.step)), bc2 = (float)(1.0 - pow(h.beta2, h.step));
+    tg_cpu_adamw(n, w0, g, m0, v0, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, bc1, bc2,
+                 h.grad_scale);
+    double ew = tg_rel_err_f32(w, w0, n), em = tg_rel_err_f32(m, m0, n);
+    double ev = tg_rel_err_f32(v, v0, n);
+    CHECK(ew <= 1e-6 && em <= 1e-6 && ev <= 1e-6,
+          "%s AMP step vs tg_cpu_adamw: rel err w %.2e m %.2e v %.2e", tn, ew, em, ev);
+  }
+  if (with_low) {
+    tg_cpu_to_lowp(t, 1, (int)n, w, (int)n, lowref, (int)n);
+    CHECK(!memcmp(low, lowref, sizeof(uint16_t) * n),
+          "%s AMP step (overflow %d): copy != lowp(w)", tn, overflow);
+  }
+  free(w0); free(g); free(m0); free(v0); free(w); free(m); free(v); free(low); free(lowref);
+  tg_tensor *all[] = {&W, &G, &M, &V, &WL, &F};
+  for (int i = 0; i < 6; i++) tg_tensor_free(all[i]);
+}
+
+static void cpu_adamw_amp_body(void) {
+  for (int d = 0; d < 2; d++)
+    for (int overflow = 0; overflow < 2; overflow++)
+      for (int with_low = 0; with_low < 2; with_low++) amp_case(LOWP[d], overflow, with_low);
+  refusals("adamw_amp");
 }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
@@ -372,15 +562,19 @@ static void pair_adamw_amp(void) {
   tg_tensor_free(&G);
 }
 
-static void precision_pair(void) {
+static void convert_cpu(void) {
+  ops_run_worker_counts(cpu_convert_body);
   pair_convert();
-  pair_nonfinite();
-  pair_adamw_amp();
 }
 
-static void precision_cpu(void) {
-  ops_run_worker_counts(cpu_convert);
-  precision_pair();
+static void nonfinite_cpu(void) {
+  ops_run_worker_counts(cpu_nonfinite_body);
+  pair_nonfinite();
+}
+
+static void adamw_amp_cpu(void) {
+  ops_run_worker_counts(cpu_adamw_amp_body);
+  pair_adamw_amp();
 }
 
 #ifdef OPS_EMU
@@ -443,7 +637,7 @@ static void emu_conversions(void) {
   free(X);
 }
 
-static void emu_nonfinite_amp(void) {
+static void emu_nonfinite(void) {
   static const size_t sizes[] = {1, 300, 5000};
   for (int s = 0; s < 3; s++)
     for (int bad = 0; bad < 3; bad++) { /* none, Inf at the end, NaN at 256 */
@@ -460,6 +654,9 @@ static void emu_nonfinite_amp(void) {
       }
       free(g);
     }
+}
+
+static void emu_adamw_amp(void) {
   for (int t = 0; t < 2; t++)
     for (int skip = 0; skip < 2; skip++)
       for (int low = 0; low < 2; low++) {
@@ -489,22 +686,40 @@ static void emu_nonfinite_amp(void) {
       }
 }
 
-static void precision_emu(void) {
-  emu_conversions();
-  emu_nonfinite_amp();
-}
+
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
-    {.name = "precision",
-     .covers = "tg_convert_cl tg_convert_insert tg_nonfinite_cl tg_nonfinite_insert "
-               "tg_adamw_amp_cl tg_adamw_amp_insert tg_cuda_to_lowp tg_cuda_from_lowp "
-               "tg_cuda_scale_lowp tg_cuda_nonfinite_check tg_cuda_adamw_amp",
-     .run = {[OPS_REF] = precision_ref, [OPS_CPU] = precision_cpu,
-             [OPS_CUDA] = precision_pair, [OPS_DEVICE] = precision_pair,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(precision_emu)},
-     .why_not = {[OPS_LOWP] = "these codelets take 16-bit buffers themselves (no adapter)",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+    {.name = "convert",
+     .doc = "convert f32 <-> bf16 / fp16 (round to nearest even)",
+     .buffers = "src (R), dst (W)",
+     .covers = "tg_convert_cl tg_convert_insert tg_cuda_to_lowp tg_cuda_from_lowp "
+               "tg_cuda_scale_lowp",
+     .kernels = "tg_cpu_to_lowp tg_cpu_from_lowp tg_f32_to_bf16 tg_bf16_to_f32 tg_f32_to_f16 "
+                "tg_f16_to_f32 tg_f32_to_bf16_n tg_bf16_to_f32_n tg_f32_to_f16_n tg_f16_to_f32_n",
+     .run = {[OPS_REF] = convert_ref, [OPS_CPU] = convert_cpu, [OPS_CUDA] = pair_convert,
+             [OPS_DEVICE] = pair_convert, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_conversions)},
+     .why_not = {[OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "nonfinite",
+     .doc = "non-finite check of a gradient (raises the overflow flag)",
+     .buffers = "grad (R), flag (RW)",
+     .covers = "tg_nonfinite_cl tg_nonfinite_insert tg_cuda_nonfinite_check",
+     .kernels = "tg_cpu_nonfinite_check",
+     .run = {[OPS_REF] = ref_nonfinite, [OPS_CPU] = nonfinite_cpu, [OPS_CUDA] = pair_nonfinite,
+             [OPS_DEVICE] = pair_nonfinite, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_nonfinite)},
+     .why_not = {[OPS_LOWP] = "gradients are checked in f32 (16-bit gradients are refused)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+    {.name = "adamw_amp",
+     .doc = "AdamW on fp32 master weights, loss-scale unscaling, skipped when the overflow flag "
+            "is set, writes the bf16 / fp16 copy",
+     .buffers = "w (RW), grad (R), m (RW), v (RW), flag (R), w_low (W, optional)",
+     .covers = "tg_adamw_amp_cl tg_adamw_amp_insert tg_cuda_adamw_amp",
+     .kernels = "tg_cpu_adamw_amp",
+     .run = {[OPS_REF] = ref_adamw_amp, [OPS_CPU] = adamw_amp_cpu, [OPS_CUDA] = pair_adamw_amp,
+             [OPS_DEVICE] = pair_adamw_amp, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_adamw_amp)},
+     .why_not = {[OPS_LOWP] = "the codelet takes its 16-bit copy itself (no adapter)",
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(precision, rows);
+OPS_ROWS(rows)

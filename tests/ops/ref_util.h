@@ -1,6 +1,6 @@
 /*
  * Helpers of the ref backend (CPU kernels against float64 references and
- * finite differences; no StarPU), shared by the op families' ref cases.
+ * finite differences; no StarPU), shared by the rows' ref cases.
  * Moved from test_kernels_cpu.c, test_kernels_gpt.c and test_attention.c,
  * where each had its copy.
  *

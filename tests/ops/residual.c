@@ -1,5 +1,5 @@
 /*
- * Op family residual (codelets/residual.c): Y = A + B.
+ * Row residual (codelets/residual.c): Y = A + B.
  *  ref       against float64, n in {1, 7, 33, 100}, C in {1, 7, 33, 64},
  *            padded leading dimensions;
  *  pair      33 x 257;
@@ -113,13 +113,14 @@ static void emu_residual(void) {
 
 static const ops_row rows[] = {
     {.name = "residual",
+     .doc = "residual add",
+     .buffers = "A (R), B (R), Y (W or RW in place)",
      .covers = "tg_residual_cl tg_residual_insert tg_cuda_residual_fwd",
+     .kernels = "tg_cpu_residual_fwd",
      .run = {[OPS_REF] = residual_ref, [OPS_CPU] = pair_residual,
              [OPS_CUDA] = pair_residual, [OPS_DEVICE] = pair_residual,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_residual)},
-     .why_not = {[OPS_LOWP] = "the adapter is the same for every f32 codelet: linear and "
-                              "layernorm rows",
-                 [OPS_CUDA_EMU] = "built into test_ops_emu only"}},
+     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
-OPS_FAMILY(residual, rows);
+OPS_ROWS(rows)

@@ -1,6 +1,7 @@
 /*
- * test_precision: the bf16 / fp16 conversions of precision.h (layer 1), no
- * StarPU (the op table, tests/ops/precision.c, runs the codelets under StarPU).
+ * The convert row's ref case (was test_precision.c): the bf16 / fp16
+ * conversions of precision_kernels.h, no StarPU (the row's other cases, in
+ * tests/ops/precision.c, run the codelet under StarPU).
  *
  *  - widening: all 65536 bit patterns of each 16-bit type against an
  *    independent float64 decoding (sign, exponent, mantissa by the
@@ -14,16 +15,17 @@
  *  - named cases: +-0, +-Inf, NaNs (a signalling f32 NaN whose payload sits
  *    only in the low bits must not become Inf), fp16 overflow (65519 ->
  *    65504, 65520 -> Inf), fp16 and bf16 subnormals in both directions;
- *  - the 2-D array kernels agree with the scalar conversions.
- * The other kernels are in the op table (tests/ops/precision.c, gemm_lowp.c).
+ *  - the 2-D array kernels (tg_cpu_to_lowp, tg_cpu_from_lowp) agree with the
+ *    scalar conversions, their vector paths too; so do the contiguous ones
+ *    (tg_f32_to_bf16_n and the three others), which the scalar ones define.
  */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "ops_harness.h"
 #include "taskgrad/precision.h"
-#include "testutil.h"
 
 typedef struct lowtype {
   const char *name;
@@ -224,7 +226,41 @@ static void test_arrays(void) {
   free(r);
 }
 
-int main(void) {
+/* the contiguous conversions (tg_*_n) against the scalar ones, on every
+ * 16-bit pattern (widening) and on random f32 bit patterns (narrowing), at
+ * lengths around the vector widths */
+static void test_contiguous(void) {
+  enum { M = 70001 };
+  uint16_t *all = tg_test_malloc(sizeof(uint16_t) * 65536), *h = tg_test_malloc(2 * (size_t)M);
+  float *wide = tg_test_malloc(sizeof(float) * 65536), *r = tg_test_malloc(sizeof(float) * M);
+  tg_rng rng = {777};
+  for (uint32_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+  for (uint32_t i = 0; i < M; i++) r[i] = from_bits((uint32_t)(tg_rng_next(&rng) >> 32));
+  void (*const narrow_n[2])(size_t, const float *, uint16_t *) = {tg_f32_to_bf16_n,
+                                                                  tg_f32_to_f16_n};
+  void (*const widen_n[2])(size_t, const uint16_t *, float *) = {tg_bf16_to_f32_n,
+                                                                 tg_f16_to_f32_n};
+  static const size_t lens[] = {1, 7, 8, 9, 33, 65536};
+  for (int t = 0; t < 2; t++) {
+    int bad = 0;
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      memset(wide, 0x7f, sizeof(float) * 65536);
+      widen_n[t](lens[l], all, wide);
+      for (size_t i = 0; i < lens[l]; i++) bad += bits(wide[i]) != bits(TYPES[t].widen(all[i]));
+      bad += lens[l] < 65536 && bits(wide[lens[l]]) != 0x7f7f7f7fu; /* nothing past n */
+    }
+    narrow_n[t](M, r, h);
+    for (uint32_t i = 0; i < M; i++) bad += h[i] != TYPES[t].narrow(r[i]);
+    CHECK(bad == 0, "%s: %d contiguous conversions differ from the scalar ones", TYPES[t].name,
+          bad);
+  }
+  free(all);
+  free(h);
+  free(wide);
+  free(r);
+}
+
+void convert_ref(void) {
   for (int t = 0; t < 2; t++) {
     test_exhaustive(&TYPES[t]);
     test_ties(&TYPES[t]);
@@ -232,5 +268,5 @@ int main(void) {
   }
   test_named();
   test_arrays();
-  return tg_test_finish("test_precision");
+  test_contiguous();
 }
