@@ -1,0 +1,74 @@
+/*
+ * The runtime flags every training and bench command shares (--sched,
+ * --ncpus, --emulated-devices, --ncuda, --calibrate, --no-priorities,
+ * --deterministic) and the CLI's instrumentation flags (--trace, --stats).
+ *
+ * Design note: this dispatcher sits above both the value parsers
+ * (args.c) and the instrumentation state (instrument.c), so that neither
+ * of those files calls the other back: the CLI's files depend one way
+ * (scripts/check-file-cycles build cli).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "cli.h"
+#include "taskgrad/sched.h"
+
+void tg_cli_check_sched(const char *name) {
+  if (tg_sched_policy_find(name)) return; /* taskgrad's own policies */
+  struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
+  for (int i = 0; all[i]; i++)
+    if (strcmp(all[i]->policy_name, name) == 0) return;
+  fprintf(stderr, "taskgrad: error: --sched: unknown scheduling policy '%s'; known:", name);
+  for (const char *const *p = tg_sched_policy_names(); *p; p++) fprintf(stderr, " %s", *p);
+  for (int i = 0; all[i]; i++) fprintf(stderr, " %s", all[i]->policy_name);
+  fputc('\n', stderr);
+  exit(TG_EXIT_USAGE);
+}
+
+int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
+  if (strcmp(argv[*i], "--sched") == 0) {
+    rc->sched = tg_cli_value(argc, argv, i);
+    tg_cli_check_sched(rc->sched);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--ncpus") == 0) {
+    /* 0 only with devices: tg_init refuses it otherwise */
+    rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 0, 4096);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--emulated-devices") == 0) {
+    rc->emulated_devices = (int)tg_cli_int("--emulated-devices", tg_cli_value(argc, argv, i),
+                                           0, TG_MAX_EMULATED_DEVICES);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--ncuda") == 0) {
+    rc->ncuda = (int)tg_cli_int("--ncuda", tg_cli_value(argc, argv, i), 0, 64);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--calibrate") == 0) {
+    rc->calibrate = 1;
+    return 1;
+  }
+  if (strcmp(argv[*i], "--no-priorities") == 0) {
+    rc->no_priorities = 1;
+    return 1;
+  }
+  /* CLI instrumentation, not runtime settings */
+  if (strcmp(argv[*i], "--trace") == 0) {
+    tg_cli_instr.trace = tg_cli_value(argc, argv, i);
+    return 1;
+  }
+  if (strcmp(argv[*i], "--stats") == 0) {
+    tg_cli_instr.stats = 1;
+    return 1;
+  }
+  if (strcmp(argv[*i], "--deterministic") == 0) {
+    rc->deterministic = 1;
+    return 1;
+  }
+  return 0;
+}
