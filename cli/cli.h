@@ -54,6 +54,12 @@ void tg_cli_check_sched(const char *name);
   "                       or auto: the fastest per shape class, measured\n" \
   "                       once and cached (default: TG_GEMM_LIB or auto)\n"
 
+/* taskgrad info (cli/info.c) */
+int tg_cmd_info(int argc, char **argv);
+/* The bench header's two lines: the CPU, the GEMM libraries and StarPU;
+ * the GEMM choice of the last tg_init (cli/info.c). */
+void tg_cli_machine_line(FILE *f);
+
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */
 int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
