@@ -17,6 +17,9 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export STARPU_SILENT=1 STARPU_HOME="$work/starpu-home"
+# one GEMM back end, not a timing-based choice (codelets/gemm_choice.c):
+# OpenBLAS unless the caller names another, as the test suite runs
+export TG_GEMM_LIB=${TG_GEMM_LIB:-openblas}
 
 run() { # NAME ARGS...: step lines and saved files' hashes into OUT/NAME
   local name=$1; shift

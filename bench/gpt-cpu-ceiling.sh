@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPT training-step speed as a fraction of the sgemm ceiling measured in the
 # same run, for one build or an A/B comparison of several:
-#   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] BUILD [BUILD...]
+#   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] [-g LIBS] BUILD [BUILD...]
+# LIBS: GEMM libraries to run each build with (--gemm-lib, e.g. "openblas
+# onednn libxsmm auto"), interleaved like builds; default: none named (the
+# build's own choice, TG_GEMM_LIB or auto).
 # SIZES: d4, 124m and/or 124m-b8t256 (default "d4 124m").  Each round runs the ceiling
 # probe (bin/ceiling of the first BUILD that has one, as an older build may
 # predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
@@ -20,17 +23,26 @@
 set -euo pipefail
 rounds=3
 sizes="d4 124m"
-while getopts "r:s:" opt; do
+libs=""
+while getopts "r:s:g:" opt; do
   case $opt in
     r) rounds=$OPTARG ;;
     s) sizes=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] BUILD [BUILD...]" >&2; exit 2 ;;
+    g) libs=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] [-g LIBS] BUILD [BUILD...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] BUILD [BUILD...]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] [-g LIBS] BUILD [BUILD...]" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$0: error: -r wants a positive integer" >&2; exit 2; }
 builds=("$@")
+# the runs of a round: each build, with each library of -g
+vbuild=() vlib=()
+for b in "${builds[@]}"; do
+  for g in ${libs:-""}; do vbuild+=("$b"); vlib+=("$g"); done
+  [ -n "$libs" ] || { vbuild+=("$b"); vlib+=(""); }
+done
+label() { echo "${vbuild[$1]}${vlib[$1]:+ --gemm-lib ${vlib[$1]}}"; }
 ceiling=
 for b in "${builds[@]}"; do
   if [ -x "$b/bin/ceiling" ]; then ceiling="$b/bin/ceiling"; break; fi
@@ -62,10 +74,11 @@ for r in $(seq "$rounds"); do
   all=$(awk '/^ceiling [0-9]+ threads:/ {print $4}' "$out/ceiling.txt")
   echo "round $r: ceiling $one GFLOP/s (1 thread), $all (all cores); $(uptime | sed 's/.*load/load/')"
   for s in $sizes; do
-    for i in "${!builds[@]}"; do
-      b=${builds[$i]}
+    for i in "${!vbuild[@]}"; do
+      b=${vbuild[$i]}
       # shellcheck disable=SC2046  # the flags are words
       STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") \
+        ${vlib[$i]:+--gemm-lib "${vlib[$i]}"} \
         >"$out/run.txt" 2>&1 || { echo "$b bench gpt $s failed:"; tail -3 "$out/run.txt"; exit 1; }
       ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
       # the mean over the whole window (builds from 2026-11-24 on): the
@@ -79,7 +92,7 @@ for r in $(seq "$rounds"); do
           n = split("lm_classifier linear_fwd linear_bwd_data gemm", c, " ")
           for (i = 1; i <= n; i++) printf "%s %s, ", c[i], rate["tg_" c[i]]
           printf "adamw %s share", share["tg_adamw"] }' "$out/run.txt")
-      echo "  $s $b: step $ms ms (mean $mean), $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
+      echo "  $s $(label "$i"): step $ms ms (mean $mean), $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
       echo "$ms $gf $pct $mean" >>"$out/$s.$i"
     done
   done
@@ -89,9 +102,9 @@ echo
 echo "| size | build | step ms | GFLOP/s | % of ceiling | mean step ms |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for s in $sizes; do
-  for i in "${!builds[@]}"; do
+  for i in "${!vbuild[@]}"; do
     # the run with the median step time, whole (its GFLOP/s and % belong to it)
-    sort -g "$out/$s.$i" | awk -v b="${builds[$i]}" -v s="$s" '{r[NR] = $0} END {
+    sort -g "$out/$s.$i" | awk -v b="$(label "$i")" -v s="$s" '{r[NR] = $0} END {
         split(r[int((NR + 1) / 2)], f, " ")
         printf "| %s | %s | %s | %s | %s | %s |\n", s, b, f[1], f[2], f[3], f[4] }'
   done

@@ -137,6 +137,7 @@ static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
   int B = r->ro.cfg.B, T = r->ro.cfg.T;
   r->ro.rt.profiling = 1;
   if (tg_init(&r->ro.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_machine_line(stdout);
   tg_cli_instrument_begin_bench(&r->ro.rt);
   r->threads = tg_ncpu_workers();
   r->micro = r->ro.cfg.nmicro;

@@ -49,7 +49,16 @@ void tg_cli_check_sched(const char *name);
   "                       results for any scheduler, workers or MPI ranks\n"  \
   "  --emulated-devices N N emulated accelerators (0..8): PoCL CPU OpenCL\n"  \
   "                       devices, each a memory node StarPU copies data\n"   \
-  "                       to and from (default: TG_EMULATED_DEVICES or 0)\n"
+  "                       to and from (default: TG_EMULATED_DEVICES or 0)\n" \
+  "  --gemm-lib NAME      the CPU GEMM's library: openblas, onednn, libxsmm,\n" \
+  "                       or auto: the fastest per shape class, measured\n" \
+  "                       once and cached (default: TG_GEMM_LIB or auto)\n"
+
+/* taskgrad info (cli/info.c) */
+int tg_cmd_info(int argc, char **argv);
+/* The bench header's two lines: the CPU, the GEMM libraries and StarPU;
+ * the GEMM choice of the last tg_init (cli/info.c). */
+void tg_cli_machine_line(FILE *f);
 
 /* Common runtime flags: --sched NAME, --ncpus N, --ncuda N, --calibrate.  Returns 1 if argv[*i] was
  * one of them (consumed), 0 otherwise. */

@@ -38,6 +38,8 @@ static void tg_usage(FILE *f) {
         "                format)\n"
         "  prepare kjv   the King James Bible as byte-level llm.c token files\n"
         "                (needs Debian's bible-kjv)\n"
+        "  info          the CPU and its features, the GEMM libraries and the\n"
+        "                one chosen per shape class, StarPU's version\n"
         "  help          this text\n"
         "  --version     the version\n"
         "\n"
@@ -96,6 +98,7 @@ int main(int argc, char **argv) {
                                    : tg_cmd_bench_gpt(argc - 2, argv + 2);
     tg_cli_die("unknown model '%s' for '%s' (known: mlp, gpt)", model, cmd);
   }
+  if (!strcmp(cmd, "info")) return tg_cmd_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return tg_cmd_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "init")) {
     if (argc < 3) tg_cli_die("'taskgrad init' needs a model: gpt");

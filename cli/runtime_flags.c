@@ -1,7 +1,7 @@
 /*
  * The runtime flags every training and bench command shares (--sched,
  * --ncpus, --emulated-devices, --ncuda, --calibrate, --no-priorities,
- * --deterministic) and the CLI's instrumentation flags (--trace, --stats).
+ * --deterministic, --gemm-lib) and the CLI's instrumentation flags (--trace, --stats).
  *
  * Design note: this dispatcher sits above both the value parsers
  * (args.c) and the instrumentation state (instrument.c), so that neither
@@ -15,6 +15,7 @@
 #include <starpu.h>
 
 #include "cli.h"
+#include "taskgrad/gemm_libs.h"
 #include "taskgrad/sched.h"
 
 void tg_cli_check_sched(const char *name) {
@@ -64,6 +65,14 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
   }
   if (strcmp(argv[*i], "--stats") == 0) {
     tg_cli_instr.stats = 1;
+    return 1;
+  }
+  if (strcmp(argv[*i], "--gemm-lib") == 0) {
+    const char *v = tg_cli_value(argc, argv, i);
+    int lib = tg_gemm_lib_parse(v);
+    if (strcmp(v, "auto") != 0 && (lib < 0 || strcmp(v, tg_gemm_lib_name(lib)) != 0))
+      tg_cli_die("--gemm-lib: unknown GEMM library '%s' (openblas, onednn, libxsmm, auto)", v);
+    rc->gemm_lib = v;
     return 1;
   }
   if (strcmp(argv[*i], "--deterministic") == 0) {

@@ -53,8 +53,9 @@ set(TG_LAYER_INCLUDES_plugins plugins)
 
 add_library(tg_deps INTERFACE)
 target_include_directories(tg_deps INTERFACE ${CMAKE_SOURCE_DIR}/include
-  ${CBLAS_INCLUDE_DIR})
-target_link_libraries(tg_deps INTERFACE PkgConfig::STARPU ${OPENBLAS_LIB} ZLIB::ZLIB
+  ${CBLAS_INCLUDE_DIR} ${DNNL_INCLUDE_DIR} ${XSMM_INCLUDE_DIR})
+target_link_libraries(tg_deps INTERFACE PkgConfig::STARPU ${TG_GEMM_LIBS} ${OPENBLAS_LIB}
+  ZLIB::ZLIB
   Threads::Threads PkgConfig::JANSSON m)
 if(TG_STARPU_HAS_OPENCL)
   target_link_libraries(tg_deps INTERFACE ${TG_OPENCL_LIB})
@@ -114,10 +115,12 @@ endforeach()
 
 # Kernels are pure functions: beyond the order above (which would let them
 # call the base), their objects alone must link against the math libraries
-# (and CUDA's) only: no StarPU, no other layer.
+# (and CUDA's) only: no StarPU, no other layer.  The math libraries are the
+# GEMM's back ends (TG_GEMM_LIBS: oneDNN, libxsmm, OpenMP's runtime) and
+# OpenBLAS.
 if(TG_LAYER_CHECKS)
   add_library(tg_layer_check_kernels_pure SHARED $<TARGET_OBJECTS:tg_kernels>)
-  target_link_libraries(tg_layer_check_kernels_pure PRIVATE ${OPENBLAS_LIB} m)
+  target_link_libraries(tg_layer_check_kernels_pure PRIVATE ${TG_GEMM_LIBS} ${OPENBLAS_LIB} m)
   if(TG_HAVE_CUDA)
     target_link_libraries(tg_layer_check_kernels_pure PRIVATE CUDA::cudart CUDA::cublas)
   endif()

@@ -135,7 +135,20 @@ static const char *const tg_env_floats[] = {
 #endif
 };
 
+/* TG_GEMM_LIB: the names of gemm_libs.h (the kernel layer's, which the
+ * base does not call) and "auto" */
+static const char *const tg_gemm_lib_values[] = {"openblas", "onednn", "libxsmm", "auto"};
+
 int tg_check_env(void) {
+  const char *g = getenv("TG_GEMM_LIB");
+  if (g && *g) {
+    int known = 0;
+    for (size_t i = 0; i < sizeof tg_gemm_lib_values / sizeof tg_gemm_lib_values[0]; i++)
+      known |= strcmp(g, tg_gemm_lib_values[i]) == 0;
+    if (!known)
+      return tg_fail(EINVAL, "TG_GEMM_LIB='%s' is not one of openblas, onednn, libxsmm, auto",
+                     g);
+  }
   for (size_t i = 0; i < sizeof tg_env_ints / sizeof tg_env_ints[0]; i++) {
     const char *v = getenv(tg_env_ints[i]);
     if (!v || !*v) continue;

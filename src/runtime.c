@@ -43,6 +43,16 @@ void tg_at_shutdown(void (*fn)(void)) {
   if (tg_nshutdown_fns == 8) TG_FATAL("tg_at_shutdown: too many functions");
   tg_shutdown_fns[tg_nshutdown_fns++] = fn;
 }
+
+static tg_init_hook_fn tg_init_fns[8];
+static int tg_ninit_fns = 0;
+
+void tg_at_init(tg_init_hook_fn fn) {
+  for (int i = 0; i < tg_ninit_fns; i++)
+    if (tg_init_fns[i] == fn) return;
+  if (tg_ninit_fns == 8) TG_FATAL("tg_at_init: too many functions");
+  tg_init_fns[tg_ninit_fns++] = fn;
+}
 static int tg_cublas_started = 0;
 
 tg_runtime_config tg_runtime_config_default(void) {
@@ -182,6 +192,7 @@ int tg_init(const tg_runtime_config *cfg) {
   TG_TRY(tg_check_env());
   tg_runtime_config c = cfg ? *cfg : tg_runtime_config_default();
   tg_note_maxcpus(&c);
+  for (int i = 0; i < tg_ninit_fns; i++) TG_TRY(tg_init_fns[i](&c));
   struct starpu_conf conf;
   TG_STARPU(starpu_conf_init(&conf));
   if (c.sched) conf.sched_policy_name = c.sched;

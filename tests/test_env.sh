@@ -13,19 +13,22 @@ open('$work/t.bin', 'wb').write(h.tobytes() + np.random.randint(0, 64, 4096).ast
 mlp=(train mlp --steps 1)
 gpt=(train gpt --init-from "$work/m.bin" --data "$work/t.bin" --batch 2 --seq 8 --steps 1)
 bench=(bench mlp --steps 1)
-check() { # VAR=value pattern: refused by each command
+check() { # VAR=value pattern: refused by each command (VAR restored after:
+  # TG_GEMM_LIB=openblas of the test environment must stay)
   local assign=$1 pattern=$2 var=${1%%=*}
+  local had=${!var+x} old=${!var-}
   for cmd in mlp gpt bench; do
     local -n args=$cmd
     export "$assign"
     expect_fail "$assign ($cmd)" "$pattern" "${args[@]}"
-    unset "$var"
+    if [ -n "$had" ]; then export "$var=$old"; else unset "$var"; fi
   done
 }
 for assign in STARPU_NCPU=abc STARPU_NCUDA=-1 STARPU_NOPENCL=1x STARPU_CALIBRATE=yes \
               STARPU_PREFETCH=0.5 STARPU_NCPU=99999999999 TG_EMULATED_DEVICES=two; do
   check "$assign" "${assign%%=*}='${assign#*=}' is not a whole number"
 done
+check TG_GEMM_LIB=fast "TG_GEMM_LIB='fast' is not one of openblas, onednn, libxsmm, auto"
 check STARPU_LIMIT_CUDA_MEM=2G "STARPU_LIMIT_CUDA_MEM='2G' is not a number of MiB"
 check STARPU_LIMIT_OPENCL_MEM=lots "STARPU_LIMIT_OPENCL_MEM='lots' is not a number of MiB"
 check STARPU_SCHED_ALPHA=fast "STARPU_SCHED_ALPHA='fast' is not a number"

@@ -46,6 +46,10 @@ typedef struct tg_runtime_config {
                           device buffers, codelets/opencl_adapter.c);
                           0: none; negative: TG_EMULATED_DEVICES from the
                           environment, else none */
+  const char *gemm_lib; /* the CPU GEMM's back end: "openblas", "onednn",
+                          "libxsmm" or "auto" (the fastest per shape class,
+                          measured once and cached, gemm_choice.h); NULL:
+                          TG_GEMM_LIB from the environment, else "auto" */
 } tg_runtime_config;
 
 /* the most emulated devices (StarPU 1.3's STARPU_MAXOPENCLDEVS) */

@@ -25,6 +25,7 @@
 /* kernels */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision_kernels.h"
+#include "taskgrad/gemm_libs.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda.h"
 #include "taskgrad/kernels_cuda_precision.h"
@@ -32,6 +33,7 @@
 /* codelets (and the simulated devices' cost model) */
 #include "taskgrad/codelets.h"
 #include "taskgrad/precision_codelets.h"
+#include "taskgrad/gemm_choice.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/sim.h"
 /* parallel */

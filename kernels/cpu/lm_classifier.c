@@ -13,8 +13,9 @@
  *        dlnf_chunk (rows_c, C) = dlogits wte[:V]          one GEMM, beta 0
  *        dwte[:V] (V, C) += dlogits^T lnf_chunk            one GEMM, beta 1
  * so one GEMM per chunk forward and three with the backward, each a single
- * cblas_sgemm through tg_cpu_gemm (which also takes care of the degenerate
- * shapes C == 0 and V == 0).  Only the first V rows of wte (Vp, C) are read
+ * call of tg_cpu_gemm_in in the classifier's shape class (the back end
+ * chosen for it, gemm_libs.h; it also takes care of the degenerate shapes
+ * C == 0 and V == 0).  Only the first V rows of wte (Vp, C) are read
  * or updated: the padded rows never enter the softmax and get no gradient.
  *
  * Step 2 reuses kernels/cpu/softmax_xent.c, so the numerics are the same by
@@ -47,6 +48,7 @@
  * separate GEMM task, a third of the flops, which holds dwte alone.  The
  * price is n * Vd floats per micro-batch instead of a chunk's scratch.
  */
+#include "taskgrad/gemm_libs.h"
 #include "taskgrad/kernels_cpu.h"
 
 /* The chunk loop of both entry points.  Chunk r0's dlogits go to
@@ -64,7 +66,8 @@ static void classifier_chunks(int n, int C, int V, int chunk, const float *lnf, 
     float *d = keep ? dl + (size_t)r0 * ldd : dl; /* (rows, ldd) */
 
     /* logits (rows, V) = lnf_chunk (rows, C) wte[:V]^T */
-    tg_cpu_gemm(0, 1, rows, V, C, 1.0f, l, ldl, wte, C, 0.0f, d, ldd);
+    tg_cpu_gemm_in(TG_GEMM_CLASSIFIER, 0, 1, rows, V, C, 1.0f, l, ldl, wte, C, 0.0f, d,
+                   ldd);
     /* in place: d becomes dlogits (rows, V) */
     float part = 0.0f;
     tg_cpu_softmax_xent(rows, V, d, ldd, targets + r0, scale, d, ldd, &part);
@@ -72,10 +75,12 @@ static void classifier_chunks(int n, int C, int V, int chunk, const float *lnf, 
 
     if (backward) {
       /* dlnf_chunk (rows, C) = dlogits (rows, V) wte[:V] (V, C) */
-      tg_cpu_gemm(0, 0, rows, C, V, grad_scale, d, ldd, wte, C, 0.0f,
-                  dlnf + (size_t)r0 * lddl, lddl);
+      tg_cpu_gemm_in(TG_GEMM_CLASSIFIER, 0, 0, rows, C, V, grad_scale, d, ldd, wte, C,
+                     0.0f, dlnf + (size_t)r0 * lddl, lddl);
       /* dwte[:V] (V, C) += dlogits^T (V, rows) lnf_chunk (rows, C) */
-      if (dwte) tg_cpu_gemm(1, 0, V, C, rows, grad_scale, d, ldd, l, ldl, 1.0f, dwte, C);
+      if (dwte)
+        tg_cpu_gemm_in(TG_GEMM_CLASSIFIER, 1, 0, V, C, rows, grad_scale, d, ldd, l, ldl,
+                       1.0f, dwte, C);
     }
   }
   *loss_acc = (float)((double)*loss_acc + total);

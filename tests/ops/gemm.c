@@ -1,6 +1,7 @@
 /*
  * Row gemm (codelets/gemm.c): tg_gemm and its CUDA launcher.
- *  ref       tg_cpu_gemm against a float64 product, every transpose, sizes
+ *  ref       tg_cpu_gemm on each back end (OpenBLAS, oneDNN, libxsmm:
+ *            gemm_libs.h) against a float64 product, every transpose, sizes
  *            from {1, 7, 33, 257}, padded leading dimensions (NaN input
  *            padding, sentinel output padding), beta 0 over NaN, k == 0 and
  *            alpha == 0; dA and dB (GEMMs themselves) against finite
@@ -23,6 +24,7 @@
 #include "ref_util.h"
 #include "pair.h"
 #include "precision_testlib.h"
+#include "taskgrad/gemm_libs.h"
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -207,11 +209,21 @@ static void ref_gemm_grad(tg_rng *rng) {
   }
 }
 
+/* every back end (gemm_libs.h) in turn, through the kernels' table, so
+ * that tg_cpu_gemm itself is what runs; the table is put back after */
 static void gemm_ref(void) {
-  tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
-  ref_gemm_forward(&rng);
-  ref_gemm_degenerate(&rng);
-  ref_gemm_grad(&rng);
+  tg_gemm_lib saved[TG_GEMM_NCLASSES];
+  for (int c = 0; c < TG_GEMM_NCLASSES; c++) saved[c] = tg_cpu_gemm_lib(c);
+  for (int lib = 0; lib < TG_GEMM_NLIBS; lib++) {
+    tg_cpu_gemm_set_lib(-1, lib);
+    int before = ops_failures();
+    tg_rng rng = {.s = 0x9E3779B97F4A7C15ULL};
+    ref_gemm_forward(&rng);
+    ref_gemm_degenerate(&rng);
+    ref_gemm_grad(&rng);
+    if (ops_failures() != before) fprintf(stderr, "  (back end %s)\n", tg_gemm_lib_name(lib));
+  }
+  for (int c = 0; c < TG_GEMM_NCLASSES; c++) tg_cpu_gemm_set_lib(c, saved[c]);
 }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
@@ -453,7 +465,7 @@ static void gemm_adapter(void) { ops_run_worker_counts(gemm_lowp_body); }
 
 static const ops_row rows[] = {
     {.name = "gemm",
-     .doc = "GEMM `C = a op(A) op(B) + b C`, all transposes (OpenBLAS sgemm, cuBLAS sgemm)",
+     .doc = "GEMM `C = a op(A) op(B) + b C`, all transposes (OpenBLAS, oneDNN or libxsmm sgemm; cuBLAS sgemm)",
      .buffers = "A (R), B (R), C (W / RW / REDUX / RW COMMUTE)",
      .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm",
      .kernels = "tg_cpu_gemm",

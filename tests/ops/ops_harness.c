@@ -24,6 +24,7 @@
 #include "ops_harness.h"
 #include "ops_table.h"
 #include "self_spawn.h"
+#include "taskgrad/gemm_choice.h"
 #include "taskgrad/runtime.h"
 
 static const char *const g_backend_names[OPS_NBACKENDS] = {
@@ -41,6 +42,8 @@ static int g_child;     /* this process is a child of ops_run_worker_counts */
 static const ops_row *g_row;
 
 ops_backend ops_current_backend(void) { return g_backend; }
+
+int ops_failures(void) { return g_failures; }
 
 void ops_check(int ok, const char *file, int line, const char *cond, const char *fmt, ...) {
   g_checks++;
@@ -428,6 +431,17 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc != 2 || parse_backend(argv[1], &g_backend) != 0) return usage();
+  /* the GEMM back end of TG_GEMM_LIB for the kernels called directly too
+   * (the ref cases; the others get it from tg_init): test_ops_ref_onednn,
+   * ..._libxsmm run every row on that library.  The gemm row's ref case
+   * loops over every back end itself. */
+  if (getenv("TG_GEMM_LIB") && tg_gemm_choose(NULL, NULL) != 0) {
+    fprintf(stderr, "test_ops: %s\n", tg_last_error());
+    return 2;
+  }
+  if (getenv("TG_GEMM_LIB"))
+    printf("test_ops: GEMM back end %s (TG_GEMM_LIB)\n",
+           tg_gemm_lib_name(tg_cpu_gemm_lib(TG_GEMM_FORWARD)));
 #ifndef OPS_EMU
   if (g_backend == OPS_CUDA_EMU) {
     fprintf(stderr, "test_ops: the cuda-emu backend is in test_ops_emu\n");

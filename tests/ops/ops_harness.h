@@ -97,6 +97,8 @@ ops_backend ops_current_backend(void);
 /* a check, counted for the program and for the current (row, backend) */
 void ops_check(int ok, const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* the failed checks so far, in this process */
+int ops_failures(void);
 /* an error measured against its tolerance (tol < 0: must be exact) */
 void ops_note_error(double err, double tol);
 
