@@ -98,19 +98,6 @@ static int split_schedulers(const char *text, char names[][SCHED_NAME_MAX]) {
   return n;
 }
 
-static int mkdir_p(const char *path) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-  for (char *q = buf + 1; *q; q++) {
-    if (*q != '/') continue;
-    *q = 0;
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST) return -1;
-    *q = '/';
-  }
-  if (mkdir(buf, 0755) < 0 && errno != EEXIST) return -1;
-  struct stat st;
-  return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
-}
 
 /* 0 if a file can be created in dir (access() says yes to root everywhere). */
 static int dir_writable(const char *dir) {
@@ -209,7 +196,7 @@ static void prepare_dirs(sched_opts *o) {
   } else {
     default_perfmodel_dir(o->perf_dir, sizeof o->perf_dir);
   }
-  if (mkdir_p(o->perf_dir) < 0 || dir_writable(o->perf_dir) < 0)
+  if (tg_make_dirs(o->perf_dir) < 0 || dir_writable(o->perf_dir) < 0)
     tg_cli_die("cannot create or write the perfmodel directory '%s' (see --perfmodel-dir)",
                o->perf_dir);
   if (snprintf(o->csv, sizeof o->csv, "%s/sched-%s.csv", o->out_dir, o->model) >=

@@ -29,22 +29,8 @@ void tg_cli_catch_signals(void) {
 }
 
 void tg_cli_checkpoint_dir(const char *dir) {
-  char buf[4096];
-  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-    tg_cli_die("--checkpoint: path too long");
-  for (char *p = buf + 1; *p; p++) { /* the parents first, as mkdir -p */
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-    tg_cli_die("--checkpoint: cannot create directory '%s': %s", buf, strerror(errno));
-  struct stat st;
-  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-    tg_cli_die("--checkpoint: '%s' is not a directory", dir);
-  if (access(buf, W_OK | X_OK) != 0)
+  if (tg_make_dirs(dir) != 0) tg_cli_die("--checkpoint: %s", tg_last_error());
+  if (access(dir, W_OK | X_OK) != 0)
     tg_cli_die("--checkpoint: cannot write into directory '%s'", dir);
 }
 

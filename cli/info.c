@@ -41,19 +41,7 @@ typedef struct cpu_info {
 
 static void cpu_read(cpu_info *c) {
   memset(c, 0, sizeof *c);
-  snprintf(c->model, sizeof c->model, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  char line[512];
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, "model name", 10) == 0) {
-      const char *v = strchr(line, ':');
-      if (v) {
-        v += 1 + strspn(v + 1, " \t");
-        snprintf(c->model, sizeof c->model, "%.*s", (int)strcspn(v, "\n"), v);
-      }
-      break;
-    }
-  if (f) fclose(f);
+  tg_cpu_model_name(c->model, sizeof c->model);
   c->cores = sysconf(_SC_NPROCESSORS_ONLN);
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, cx, d;

@@ -57,26 +57,7 @@ static void prepare_kjv_usage(void) {
 
 /* mkdir -p: creates every missing directory of path. */
 static void make_dirs(const char *path) {
-  char *p = strdup(path);
-  if (!p) tg_cli_die("--out: out of memory");
-  size_t len = strlen(p);
-  while (len > 1 && p[len - 1] == '/') p[--len] = 0;
-  for (char *s = p + 1;; s++) {
-    const int end = *s == 0;
-    if (*s == '/' || end) {
-      *s = 0;
-      struct stat st;
-      if (mkdir(p, 0777) != 0 && errno != EEXIST)
-        tg_cli_die("--out: cannot create directory '%s': %s", p, strerror(errno));
-      if (stat(p, &st) != 0)
-        tg_cli_die("--out: '%s': %s", p, strerror(errno));
-      if (!S_ISDIR(st.st_mode))
-        tg_cli_die("--out: '%s' exists and is not a directory", p);
-      if (end) break;
-      *s = '/';
-    }
-  }
-  free(p);
+  if (tg_make_dirs(path) != 0) tg_cli_die("--out: %s", tg_last_error());
 }
 
 /* Runs `bible -f RANGE` and returns everything it printed (*len bytes). */

@@ -25,11 +25,9 @@ static void need_file(const char *flag, const char *path) {
 /* The demonstration: the KJV token files, prepared in the user's cache
  * directory when missing, as --data and --val. */
 static void demo_prepare(gpt_opts *o, char *train, char *val, size_t len) {
-  const char *cache = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  char dir[3000];
-  if (cache) snprintf(dir, sizeof dir, "%s/taskgrad/kjv", cache);
-  else snprintf(dir, sizeof dir, "%s/.cache/taskgrad/kjv", home ? home : ".");
+  char cache[2048], dir[3000];
+  if (tg_cache_dir(cache, sizeof cache) != 0) snprintf(cache, sizeof cache, "./.cache/taskgrad");
+  snprintf(dir, sizeof dir, "%s/kjv", cache);
   snprintf(train, len, "%s/kjv_train.bin", dir);
   snprintf(val, len, "%s/kjv_val.bin", dir);
   struct stat st;

@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cblas.h>
 
@@ -46,28 +45,9 @@ static tg_gemm_choice g_choice;
 
 const tg_gemm_choice *tg_gemm_current_choice(void) { return &g_choice; }
 
-/* the CPU's model name from /proc/cpuinfo ("unknown CPU" elsewhere) */
-static void cpu_model(char *out, size_t n) {
-  snprintf(out, n, "unknown CPU");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, "model name", 10) == 0) {
-      const char *v = strchr(line, ':');
-      if (v) {
-        v++;
-        while (*v == ' ' || *v == '\t') v++;
-        snprintf(out, n, "%.*s", (int)strcspn(v, "\n"), v);
-      }
-      break;
-    }
-  fclose(f);
-}
-
 static void cache_key(char *out, size_t n) {
   char cpu[256], v[TG_GEMM_NLIBS][256];
-  cpu_model(cpu, sizeof cpu);
+  tg_cpu_model_name(cpu, sizeof cpu);
   for (int l = 0; l < TG_GEMM_NLIBS; l++) tg_gemm_lib_version(l, v[l], sizeof v[l]);
   const char *core = getenv("OPENBLAS_CORETYPE");
   snprintf(out, n, "%s|cpu=%s|openblas=%s|onednn=%s|libxsmm=%s|OPENBLAS_CORETYPE=%s",
@@ -76,14 +56,14 @@ static void cache_key(char *out, size_t n) {
 }
 
 int tg_gemm_cache_path(char *out, size_t n) {
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  int w;
-  if (xdg && *xdg)
-    w = snprintf(out, n, "%s/taskgrad/gemm-choice.txt", xdg);
-  else if (home && *home)
-    w = snprintf(out, n, "%s/.cache/taskgrad/gemm-choice.txt", home);
-  else
+  char saved[1024]; /* no cache is no error: keep the caller's message */
+  snprintf(saved, sizeof saved, "%s", tg_last_error());
+  char dir[4096];
+  if (tg_cache_dir(dir, sizeof dir) != 0) {
+    tg_fail(EIO, "%s", saved);
     return -1;
+  }
+  int w = snprintf(out, n, "%s/gemm-choice.txt", dir);
   return w > 0 && (size_t)w < n ? 0 : -1;
 }
 
@@ -193,25 +173,8 @@ static int cache_read(const char *path, const char *key, tg_gemm_choice *ch) {
   return ok ? 0 : -1;
 }
 
-/* mkdir -p of path's directory; 0 when it exists afterwards */
-static int make_dirs(const char *path) {
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) return -1;
-  *slash = '\0';
-  for (char *p = dir + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  return mkdir(dir, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 /* best effort: a failure leaves no file and no message */
 static int cache_write(const char *path, const char *key, const tg_gemm_choice *ch) {
-  if (make_dirs(path) != 0) return -1;
   char text[4096];
   int w = snprintf(text, sizeof text, "%s\n", key);
   for (int c = 0; c < TG_GEMM_NCLASSES && w > 0 && (size_t)w < sizeof text; c++)
@@ -221,9 +184,13 @@ static int cache_write(const char *path, const char *key, const tg_gemm_choice *
   if (w <= 0 || (size_t)w >= sizeof text) return -1;
   char saved[1024]; /* the caller's message: a failure here sets none */
   snprintf(saved, sizeof saved, "%s", tg_last_error());
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
   tg_atomic_file af = {0};
   int rc = -1;
-  if (tg_atomic_open(&af, path) != 0)
+  if ((slash && tg_make_dirs(dir) != 0) || tg_atomic_open(&af, path) != 0)
     rc = -1;
   else if (tg_atomic_write(&af, text, (size_t)w) != 0)
     tg_atomic_abort(&af);

@@ -14,6 +14,8 @@
 #ifndef TASKGRAD_RUNTIME_H
 #define TASKGRAD_RUNTIME_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -108,6 +110,16 @@ int tg_built_with_cuda(void);
  * OpenBLAS reads the variable only when it is loaded: set it, then re-execute
  * the program (the taskgrad CLI does this itself). */
 const char *tg_blas_better_coretype(void);
+
+/* The CPU's model name ("model name" of /proc/cpuinfo; "unknown" without). */
+void tg_cpu_model_name(char *out, size_t n);
+/* taskgrad's cache directory: $XDG_CACHE_HOME/taskgrad, else
+ * $HOME/.cache/taskgrad; not created.  0, or a negative errno (neither
+ * variable set, path too long) with tg_last_error(). */
+int tg_cache_dir(char *out, size_t n);
+/* mkdir -p DIR: 0 when DIR is a directory afterwards, else a negative
+ * errno and a message naming the directory that could not be made. */
+int tg_make_dirs(const char *dir);
 
 /* The last error message of this thread ("" when none). */
 const char *tg_last_error(void);
