@@ -219,6 +219,23 @@ int tg_accumulate_insert(starpu_data_handle_t dst, starpu_data_handle_t src,
 int tg_scale_insert(starpu_data_handle_t X, float alpha,
                     const tg_task_opts *opts);
 
+/* Sharded data parallelism (graphs/shard.c): the exchange codelets.
+ * out (rows, cols) f32 = in[0] + ... + in[n-1] (each (rows, cols) f32),
+ * added in the fixed midpoint tree: sum(lo, hi) = sum(lo, mid) +
+ * sum(mid, hi), mid = lo + (hi - lo) / 2, the order in which the
+ * deterministic micro-batch sums (graphs/reduce.c) add their leaves, so the
+ * bits equal theirs whatever device holds which input.  1 <= n <=
+ * TG_EXCHANGE_MAX; n == 1 copies.  out is written (W), not read. */
+#define TG_EXCHANGE_MAX 64
+int tg_sum_tree_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                       const tg_task_opts *opts);
+/* out (rows, cols) = the row blocks in[0 .. n-1] stacked: block j is
+ * (tg_split_start(rows, n, j, &size): size rows, cols), all of out's element
+ * size (f32 or 16-bit: bytes are copied).  The all-gather of a sharded
+ * parameter's updated blocks into one device's replica.  out is written. */
+int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                          const tg_task_opts *opts);
+
 /* The codelets themselves, for applications that build tasks by hand or set
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
  * REDUX merge). */
@@ -228,7 +245,8 @@ extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
     tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
     tg_layernorm_bwd_cl, tg_residual_cl, tg_attention_fwd_cl,
-    tg_attention_bwd_cl, tg_lm_classifier_cl, tg_lm_classifier_dwte_cl;
+    tg_attention_bwd_cl, tg_lm_classifier_cl, tg_lm_classifier_dwte_cl,
+    tg_sum_tree_cl, tg_gather_rows_cl;
 #if TG_STARPU_AT_LEAST(1, 4)
 /* StarPU 1.4's REDUX merge: tg_accumulate with RW|COMMUTE on dst */
 extern struct starpu_codelet tg_accumulate_redux_cl;
