@@ -92,24 +92,37 @@ void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void
 #define TG_OPENCL_IMPL(name)
 #endif
 
-#define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
-  static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
-  TG_CUDA_ENTRY(op, cuda_fn)                                                \
-  TG_OPENCL_ENTRY(op, tg_##op##_cpu_entry)                                  \
+/* The codelet tg_<op>_cl on its CPU and CUDA entry points as given (the
+ * OpenCL entry calls cpu_entry), and its perfmodel.  TG_CODELET wraps the
+ * functions in the low-precision adapter first; the codelets that take
+ * 2-byte buffers as they are may use this directly (codelets/exchange.c). */
+#define TG_CODELET_ENTRIES(op, cpu_entry, cuda_entry)                       \
+  TG_OPENCL_ENTRY(op, cpu_entry)                                            \
   TG_PERFMODEL(op, tg_footprint);                                           \
   struct starpu_codelet tg_##op##_cl = {                                    \
-      .cpu_funcs = {tg_##op##_cpu_entry},                                   \
-      .cpu_funcs_name = {"tg_" #op "_cpu_entry"},                           \
-      TG_CUDA_IMPL(tg_##op##_cuda_entry)                                    \
+      .cpu_funcs = {cpu_entry},                                             \
+      .cpu_funcs_name = {#cpu_entry},                                       \
+      TG_CUDA_IMPL(cuda_entry)                                              \
       TG_OPENCL_IMPL(op)                                                    \
       .nbuffers = STARPU_VARIABLE_NBUFFERS,                                 \
       .model = &tg_##op##_model,                                            \
       .name = "tg_" #op,                                                    \
   }
 
-/* The most buffers a taskgrad task has (the LayerNorm backward: 9), plus
- * room; tg_submit refuses more. */
+#define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
+  static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
+  TG_CUDA_ENTRY(op, cuda_fn)                                                \
+  TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
+
+/* The most buffers a task that may run through the low-precision adapter
+ * has (the LayerNorm backward: 9), plus room; tg_submit refuses more (the
+ * adapter's arrays have this size). */
 #define TG_MAX_BUFFERS 16
+/* The most buffers of any taskgrad task: the exchange codelets' out and
+ * TG_EXCHANGE_MAX inputs (codelets/exchange.c), submitted natively.  Above
+ * STARPU_NMAXBUFS, tg_submit gives the task dyn_handles; the OpenCL
+ * adapter's arrays have this size. */
+#define TG_MAX_TASK_BUFFERS (TG_EXCHANGE_MAX + 1)
 
 /* Submits one task of cl on nbuf buffers.  args (argsize bytes, starting with
  * the uint32_t shape key) is copied and freed by StarPU.  flops feeds

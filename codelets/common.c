@@ -91,8 +91,10 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
   int lowp = opts ? (int)opts->lowp : 0;
   size_t ws = 0, trailer = 0;
   if (adapt) TG_TRY(tg_lowp_plan(cl->name, nbuf, handles, modes, lowp, &ws));
-  if (nbuf > TG_MAX_BUFFERS)
-    return tg_fail(EINVAL, "%s: %d buffers, at most %d", cl->name, nbuf, TG_MAX_BUFFERS);
+  if (nbuf > TG_MAX_TASK_BUFFERS || (ws && nbuf > TG_MAX_BUFFERS))
+    return tg_fail(EINVAL, "%s: %d buffers, at most %d%s", cl->name, nbuf,
+                   ws ? TG_MAX_BUFFERS : TG_MAX_TASK_BUFFERS,
+                   ws ? " with 16-bit buffers through the low-precision adapter" : "");
   starpu_data_handle_t hx[TG_MAX_BUFFERS + 1];
   enum starpu_data_access_mode mx[TG_MAX_BUFFERS + 1];
   if (ws) {

@@ -94,6 +94,11 @@ typedef union tg_ocl_iface {
   struct starpu_variable_interface s;
 } tg_ocl_iface;
 
+/* an adapted task's buffers and its workspace, or an exchange task's out
+ * and inputs (codelets/exchange.c: more than STARPU_NMAXBUFS) */
+#define TG_OCL_MAX_BUFFERS                                                  \
+  (TG_MAX_TASK_BUFFERS > TG_MAX_BUFFERS + 1 ? TG_MAX_TASK_BUFFERS : TG_MAX_BUFFERS + 1)
+
 #define TG_CL_CHECK(expr)                                                   \
   do {                                                                      \
     cl_int tg_cl_rc_ = (expr);                                              \
@@ -114,12 +119,12 @@ void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void
     if (!task) TG_FATAL("OpenCL adapter: %s outside a task", cl->name);
     n = STARPU_TASK_GET_NBUFFERS(task);
   }
-  if (n > TG_MAX_BUFFERS + 1) TG_FATAL("OpenCL adapter: %u buffers", n);
+  if (n > TG_OCL_MAX_BUFFERS) TG_FATAL("OpenCL adapter: %u buffers", n);
   cl_command_queue queue;
   starpu_opencl_get_current_queue(&queue);
-  tg_ocl_iface views[TG_MAX_BUFFERS + 1];
-  void *bufs[TG_MAX_BUFFERS + 1];
-  void *mapped[TG_MAX_BUFFERS + 1];
+  tg_ocl_iface views[TG_OCL_MAX_BUFFERS]; /* 5 KiB with the two below */
+  void *bufs[TG_OCL_MAX_BUFFERS];
+  void *mapped[TG_OCL_MAX_BUFFERS];
   for (unsigned i = 0; i < n; i++) {
     size_t offset = 0, bytes = tg_ocl_extent(buffers[i], &offset);
     mapped[i] = NULL;
