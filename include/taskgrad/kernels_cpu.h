@@ -104,6 +104,20 @@ void tg_cpu_accumulate(int rows, int cols, float *dst, int ldd,
 /* X *= alpha */
 void tg_cpu_scale(int rows, int cols, float *X, int ldx, float alpha);
 
+/* The exchange kernels of sharded data parallelism (kernels/cpu/exchange.c).
+ * out(rows, cols) = in[0] + ... + in[n-1] (input i with leading dimension
+ * ld_in[i]), added in the midpoint tree sum(lo, hi) = sum(lo, mid) +
+ * sum(mid, hi), mid = lo + (hi - lo) / 2, one float addition per node (the
+ * bits of accumulate tasks in that order); n == 1 copies.  out is written,
+ * never read, and must not overlap an input. */
+void tg_cpu_sum_tree(int rows, int cols, int n, const float *const *in, const int *ld_in,
+                     float *out, int ldo);
+/* out = the row blocks in[0 .. n-1] stacked (block j: rows_in[j] rows of
+ * cols elements of elemsize bytes, leading dimension ld_in[j]; out's is
+ * ldo, in elements): bytes copied, no conversion. */
+void tg_cpu_gather_rows(int cols, size_t elemsize, int n, const void *const *in,
+                        const int *rows_in, const int *ld_in, void *out, int ldo);
+
 
 /* ---- transformer (GPT-2, llm.c definitions) ---------------------------------
  * Token rows: a micro-batch of b sequences of T tokens is n = b * T rows, row

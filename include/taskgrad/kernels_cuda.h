@@ -78,6 +78,17 @@ cudaError_t tg_cuda_accumulate(int rows, int cols, float *dst, int ldd,
                                const float *src, int lds, cudaStream_t stream);
 cudaError_t tg_cuda_scale(int rows, int cols, float *X, int ldx, float alpha,
                           cudaStream_t stream);
+/* The exchange kernels (see tg_cpu_sum_tree, tg_cpu_gather_rows): in,
+ * ld_in and rows_in are host arrays (of device pointers); the sum is one
+ * kernel whose inputs travel in its parameters, so n <= TG_CUDA_SUM_TREE_MAX
+ * (cudaErrorInvalidValue beyond), with the CPU kernel's bits; the gather
+ * is one cudaMemcpy2DAsync per block on `stream`. */
+#define TG_CUDA_SUM_TREE_MAX 64
+cudaError_t tg_cuda_sum_tree(int rows, int cols, int n, const float *const *in,
+                             const int *ld_in, float *out, int ldo, cudaStream_t stream);
+cudaError_t tg_cuda_gather_rows(int cols, size_t elemsize, int n, const void *const *in,
+                                const int *rows_in, const int *ld_in, void *out, int ldo,
+                                cudaStream_t stream);
 
 
 /* ---- transformer (see kernels_cpu.h for the definitions) -------------------
