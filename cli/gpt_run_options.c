@@ -27,7 +27,7 @@
 #define SIM_MLP TG_RUN_SIMULATE_MLP
 #define GPT (TRAIN | BENCH | SIM)
 
-typedef enum { K_INT, K_MICRO, K_ATTENTION, K_PRECISION, K_RUNTIME } opt_kind;
+typedef enum { K_INT, K_MICRO, K_ATTENTION, K_DATA_PARALLEL, K_PRECISION, K_RUNTIME } opt_kind;
 
 typedef struct run_option {
   const char *flag, *metavar;
@@ -76,6 +76,10 @@ static const run_option options[] = {
      "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
      "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
+    {"--data-parallel", "MODE", K_DATA_PARALLEL, F(cfg.data_parallel), 0, 0, -1, GPT,
+     "shard, redux or auto: on 2 or more devices, shard\n(micro-batches pinned to devices, "
+     "gradients\nreduce-scattered, AdamW sharded, weights\nall-gathered) or redux "
+     "(one copy, StarPU\nreductions); auto: shard when there are 2 or\nmore devices (default auto)"},
     {"--precision", NULL, K_PRECISION, 0, 0, 0, -1, GPT | SIM_MLP, TG_CLI_PRECISION_HELP},
     {"--sched", NULL, K_RUNTIME, 0, 0, 0, -1, TRAIN | BENCH, TG_CLI_RUNTIME_HELP},
 };
@@ -112,6 +116,12 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     *field(r, o->field) = (int)tg_cli_int(a, v, o->min, o->max);
   } else if (o->kind == K_MICRO) {
     *field(r, o->field) = tg_cli_micro_batches_arg(a, v, (int)o->max);
+  } else if (o->kind == K_DATA_PARALLEL) {
+    static const char *const names[] = {"auto", "shard", "redux"};
+    int k = 0;
+    while (k < 3 && strcmp(v, names[k])) k++;
+    if (k == 3) tg_cli_die("%s: '%s' is not shard, redux or auto", a, v);
+    r->cfg.data_parallel = (tg_data_parallel)k;
   } else if (!strcmp(v, "naive")) {
     r->cfg.attention = TG_ATTN_NAIVE;
   } else if (!strcmp(v, "chunked")) {

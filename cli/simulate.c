@@ -203,9 +203,16 @@ static void prepare_model_dir(const char *dir, const char *name, const char *per
    * mapping per fold: 16 MiB folds keep GPT 350M on 8 GPUs far below
    * Linux's default 65530 mappings per process (1 MiB, StarPU's default:
    * about 55000) */
+  /* STARPU_SIMGRID_GPU_GPU_CONCURRENT (read by the SimGrid StarPU that
+   * scripts/build-starpu-simgrid patches: scripts/patches/README.md): the
+   * committed GPU platforms are NVSwitch machines, where copies between
+   * different GPU pairs run at once and share only the links the platform
+   * describes; StarPU's own rules serialise them as on PCIe.  0 keeps
+   * StarPU's rules; an unpatched StarPU ignores it. */
   if (setenv("STARPU_PERF_MODEL_DIR", tg_sim_tmp, 1) != 0 ||
       setenv("STARPU_HOSTNAME", name, 1) != 0 ||
-      setenv("STARPU_MALLOC_SIMULATION_FOLD", "16", 0) != 0)
+      setenv("STARPU_MALLOC_SIMULATION_FOLD", "16", 0) != 0 ||
+      setenv("STARPU_SIMGRID_GPU_GPU_CONCURRENT", "1", 0) != 0)
     tg_cli_die("simulate: setenv failed");
 }
 

@@ -32,6 +32,7 @@ typedef struct tg_sim_result {
   double items;       /* tokens (GPT) or samples (MLP) per step */
   double flops;       /* per step */
   double mem_peak[TG_SIM_MAX_NODES]; /* bytes in use per memory node */
+  int shard_devices;  /* GPT: devices of sharded data parallelism, or 0 */
 } tg_sim_result;
 
 /* Starts the simulation (tg_init with rt), runs the model, prints the

@@ -110,11 +110,10 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
   /* under StarPU-MPI (taskgrad-sim-mpi): every replica starts from rank 0's
    * parameters, as in `train gpt`, so the simulation moves them too */
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg.num_layers : 1); l++)
-      if (tg_dist_broadcast(c.g.w[p][l].handle) < 0) tg_cli_die_last("broadcasting the parameters");
+  if (tg_gpt_broadcast_params(&c.g) < 0) tg_cli_die_last("broadcasting the parameters");
   batch_create(&c.s, o->run.cfg.B * o->run.cfg.T, 1, TG_I32, o->run.cfg.nmicro); /* (B*T, 1) tokens, targets */
   timed_steps(o, gpt_step, &c, r, st);
+  r->shard_devices = tg_gpt_shard_devices(&c.g);
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
   batch_destroy(&c.s);
@@ -145,6 +144,29 @@ static void run_mlp(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   tg_mlp_destroy(&c.m);
 }
 
+/* The last step's tail: from the end of its last compute task (forward,
+ * backward, classifier) to the end of its last task, which is then the
+ * gradient exchange and the update (the sharded mode's tg_sum_tree,
+ * tg_gather_rows, AdamW; STARPU_REDUX's merges run as tg_accumulate and
+ * count as compute here, so redux runs show the update only). */
+static void print_exposed(const tg_stats *st, double step_ms) {
+  static const char *const tail[] = {"tg_sum_tree", "tg_gather_rows", "tg_adamw",
+                                     "tg_adamw_amp", "tg_sgd", "tg_nonfinite", "tg_convert"};
+  double last = 0, compute = 0;
+  for (int i = 0; i < st->ncodelets; i++) {
+    const tg_codelet_stats *c = &st->codelets[i];
+    int is_tail = 0;
+    for (size_t k = 0; k < sizeof tail / sizeof tail[0]; k++)
+      if (!strcmp(c->name, tail[k])) is_tail = 1;
+    if (c->last_end_us > last) last = c->last_end_us;
+    if (!is_tail && c->last_end_us > compute) compute = c->last_end_us;
+  }
+  if (compute <= 0) return;
+  double ms = (last - compute) * 1e-3;
+  printf("exposed exchange and update (last step, after its last compute task): %.3f ms, "
+         "%.1f%% of the step\n", ms, step_ms > 0 ? 100 * ms / step_ms : 0);
+}
+
 static void print_report(const tg_sim_options *o, const tg_sim_result *r, const tg_stats *st) {
   const char *unit = o->is_gpt ? "tokens/s" : "samples/s";
   printf("simulate %s: platform %s, %d GPU(s), %d CPU worker(s), scheduler %s, %s, "
@@ -152,6 +174,8 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
          o->is_gpt ? "gpt" : "mlp", o->platform, o->gpus, o->ncpus,
          starpu_sched_ctx_get_sched_policy(0)->policy_name,
          tg_precision_name(o->run.prec.precision), o->run.cfg.B, o->run.cfg.nmicro, o->steps, o->warmup);
+  if (r->shard_devices)
+    printf("data parallel: sharded over %d devices\n", r->shard_devices);
   printf("simulated step ms: %.3f\n", r->step_ms);
   printf("simulated %s: %.0f\n", unit, r->items / (r->step_ms * 1e-3));
   printf("simulated TFLOP/s: %.1f (%s count)\n", r->flops / (r->step_ms * 1e9),
@@ -168,6 +192,7 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
     if (!strncmp(ws->name, "CUDA", 4)) on_cuda += ws->tasks;
   }
   printf("tasks on simulated CUDA workers: %ld of %ld\n", on_cuda, all);
+  print_exposed(st, r->step_ms);
   double gpu_gpu = 0;
   for (int b = 0; b < st->nbuses; b++) {
     const tg_bus_stats *bs = &st->buses[b];

@@ -182,10 +182,7 @@ void gpt_build_model(gpt_session *s) {
   if (tg_gpt_create(g, &s->cfg, s->params, &run, &o->opt) < 0)
     tg_cli_die_last("building the model");
   /* every replica starts from rank 0's parameters */
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < (tg_gpt_param_per_layer((tg_gpt_param)p) ? s->cfg.num_layers : 1); l++)
-      if (tg_dist_broadcast(g->w[p][l].handle) < 0)
-        tg_cli_die_last("broadcasting the parameters");
+  if (tg_gpt_broadcast_params(g) < 0) tg_cli_die_last("broadcasting the parameters");
   if (s->have_ck) {
     tg_checkpoint *ck = &s->ck;
     if (tg_gpt_write_state(g, NULL, ck->m, ck->v, (int)(ck->step - ck->scaler.skipped_steps)) < 0)
@@ -228,6 +225,10 @@ void gpt_open_loaders(gpt_session *s) {
             o->run.cfg.attention == TG_ATTN_NAIVE ? "naive" : "chunked", s->g.run.attn_splits,
             tg_precision_name(o->run.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");
+  if (s->root && tg_gpt_shard_devices(&s->g))
+    fprintf(stderr, "taskgrad: data parallel: sharded over %d devices (micro-batches pinned to "
+            "devices, gradients reduce-scattered, AdamW per block on its owner, weights "
+            "all-gathered)\n", tg_gpt_shard_devices(&s->g));
   if (s->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
             R, o->run.cfg.B / R, o->run.cfg.nmicro / R);

@@ -39,6 +39,7 @@
 #include "graph_common.h"
 #include "reduce.h"
 #include "gpt_internal.h"
+#include "shard.h"
 #include "taskgrad/parallel.h"
 
 tg_gpt_run_config tg_gpt_run_default(int B, int T) {
@@ -89,7 +90,11 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 #define TG_GPT_RANKS(L) (3 * (L) + 2)
 
 /* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
-#define W(g, p, l) ((g)->w[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle)
+#define SLICE(p, l) (tg_gpt_param_per_layer(p) ? (l) : 0)
+/* The f32 weight micro-batch mb's tasks read: the master, or with sharding
+ * its device's replica of a sharded tensor. */
+#define W(g, p, l) tg_gpt_weight((g), (p), (l), mb, 1)
+#define SHARD(g, p, l) (&(g)->shards[(p) * TG_GPT_MAX_LAYERS + SLICE(p, l)])
 /* This step's sum of a gradient (reduce.h), and where micro-batch mb->micro
  * adds into it, with which access mode (the same for every gradient). */
 #define GSUM(g, p, l) (&(g)->sums[(p) * TG_GPT_MAX_LAYERS + (tg_gpt_param_per_layer(p) ? (l) : 0)])
@@ -99,8 +104,7 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 /* Mixed precision: the 16-bit type of activations (TG_F32: none), and the
  * weight a GEMM reads (its 16-bit copy when there is one). */
 #define ACT(g) tg_precision_lowp((g)->run.amp.precision)
-#define WG(g, p, l) ((g)->wl[p][0].handle ? (g)->wl[p][tg_gpt_param_per_layer(p) ? (l) : 0].handle \
-                                          : W(g, p, l))
+#define WG(g, p, l) tg_gpt_weight((g), (p), (l), mb, 0)
 
 /* GEMM weights get 16-bit copies (the embeddings' wpe and the LayerNorm and
  * bias vectors are read by f32 code only) */
@@ -122,6 +126,8 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: %d micro-batches do not divide the batch of %d sequences",
                    r->nmicro, r->B);
   int b = r->B / r->nmicro;
+  if (r->attn_splits == 0 && r->data_parallel == TG_DP_SHARD)
+    r->attn_splits = 1; /* a micro-batch runs on one device */
   if (r->attn_splits == 0) {
     int w = tg_ncpu_workers() + starpu_cuda_worker_get_count();
     r->attn_splits = 1;
@@ -138,6 +144,8 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
+  if ((unsigned)r->data_parallel > TG_DP_REDUX)
+    return tg_fail(EINVAL, "GPT: unknown data-parallel mode %d", (int)r->data_parallel);
   if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
     return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
                    TG_MAX_SPLIT);
@@ -155,9 +163,28 @@ static int tg_gpt_register_params(tg_gpt *g) {
       int global_rank = p == TG_LNFW || p == TG_LNFB ? 0 : L;
       tg_param prm = {.value = &g->w[p][l], .grad = &g->g[p][l], .state1 = &g->m[p][l],
                       .state2 = &g->v[p][l], .lowp = &g->wl[p][l],
-                      .rank = tg_gpt_param_per_layer((tg_gpt_param)p) ? L - l : global_rank};
+                      .rank = tg_gpt_param_per_layer((tg_gpt_param)p) ? L - l : global_rank,
+                      .shard = g->shards ? &g->shards[p * TG_GPT_MAX_LAYERS + l] : NULL};
       snprintf(prm.name, sizeof prm.name, "%s.L%d", tg_gpt_param_names[p], l);
       TG_TRY(tg_optim_add(&g->optim, &prm));
+    }
+  return 0;
+}
+
+/* Sharded data parallelism (shard.h): the devices, and each tensor's
+ * sharding; GEMM weights get replicas in the compute type, the embeddings
+ * (read by f32 code) f32 ones. */
+static int tg_gpt_shard(tg_gpt *g) {
+  g->dp = calloc(1, sizeof *g->dp);
+  g->shards = calloc((size_t)TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS, sizeof *g->shards);
+  if (!g->dp || !g->shards) return tg_fail(ENOMEM, "GPT: out of memory");
+  TG_TRY(tg_dp_init(g->dp, g->run.nmicro, ACT(g)));
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      int readers = tg_gpt_gemm_weight((tg_gpt_param)p) ? TG_SHARD_READ_COMPUTE : 0;
+      if (p == TG_WTE || p == TG_WPE) readers |= TG_SHARD_READ_F32;
+      TG_TRY(tg_shard_create(&g->shards[p * TG_GPT_MAX_LAYERS + l], g->dp, &g->w[p][l],
+                             &g->g[p][l], &g->m[p][l], &g->v[p][l], readers));
     }
   return 0;
 }
@@ -172,6 +199,10 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   if (opt->kind != TG_OPT_ADAMW) return tg_fail(EINVAL, "GPT: only AdamW is supported");
   g->cfg = *cfg;
   g->run = *run;
+  if (g->run.data_parallel == TG_DP_AUTO) { /* shard when every device gets a micro-batch */
+    int ndev = tg_dp_count_devices();
+    g->run.data_parallel = ndev >= 2 && g->run.nmicro >= ndev ? TG_DP_SHARD : TG_DP_REDUX;
+  }
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
   TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
   size_t sizes[TG_GPT_NPARAMS];
@@ -194,7 +225,8 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   if (rc == 0) rc = tg_tensor_alloc(&g->loss, 1, 1, TG_F32);
   if (rc == 0) tg_tensor_enable_reduction(&g->loss);
   tg_dtype lowp = ACT(g);
-  for (int p = 0; p < TG_GPT_NPARAMS && lowp && rc == 0; p++) {
+  if (rc == 0 && g->run.data_parallel == TG_DP_SHARD) rc = tg_gpt_shard(g);
+  for (int p = 0; p < TG_GPT_NPARAMS && lowp && !g->shards && rc == 0; p++) {
     if (!tg_gpt_gemm_weight((tg_gpt_param)p)) continue;
     int rows, cols;
     tg_gpt_param_shape(cfg, (tg_gpt_param)p, &rows, &cols);
@@ -216,6 +248,12 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
 
 void tg_gpt_destroy(tg_gpt *g) {
   tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
+  for (int i = 0; g->shards && i < TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS; i++)
+    if (g->shards[i].dp) tg_shard_destroy(&g->shards[i]);
+  free(g->shards);
+  free(g->dp);
+  g->shards = NULL;
+  g->dp = NULL;
   tg_split_free(&g->g[TG_WTE][0], &g->dwte_split);
   free(g->embed_dres);
   g->embed_dres = NULL;
@@ -248,10 +286,54 @@ typedef struct tg_gpt_micro {
   int attn_stride;
   tg_gpt_layer_acts acts[TG_GPT_MAX_LAYERS];
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
+  int dev;                        /* sharded: its device, else 0 */
+  int worker;                     /* sharded: the worker its tasks run on, else -1 */
 } tg_gpt_micro;
 
+/* The weight of (p, l) that mb's tasks read, f32 or for a GEMM (its 16-bit
+ * copy in mixed precision). */
+static starpu_data_handle_t tg_gpt_weight(const tg_gpt *g, tg_gpt_param p, int l,
+                                          const tg_gpt_micro *mb, int f32) {
+  if (g->shards) return tg_shard_weight(SHARD(g, p, l), mb->dev, f32);
+  if (!f32 && g->wl[p][0].handle) return g->wl[p][SLICE(p, l)].handle;
+  return g->w[p][SLICE(p, l)].handle;
+}
+
+/* Sharded: every task of a micro-batch on its device's worker. */
+static const tg_task_opts *tg_gpt_pin(tg_gopts *go, const tg_gpt_micro *mb) {
+  go->opts.worker = mb->worker;
+  return &go->opts;
+}
+
+/* Sharded: micro-batch mb's device and worker; else anywhere. */
+static void tg_gpt_micro_place(const tg_gpt *g, tg_gpt_micro *mb) {
+  mb->dev = g->dp ? tg_dp_device(g->dp, mb->micro) : 0;
+  mb->worker = g->dp ? g->dp->worker[mb->dev] : -1;
+}
+
+/* Starts the step's sum of gradient (p, l): sharded, or lazy (reduce.h). */
+static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
+  if (!g->shards) return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1);
+  int L = g->cfg.num_layers;
+  tg_gopts go;
+  int rank = tg_gpt_param_per_layer(p) ? L - l : (p == TG_LNFW || p == TG_LNFB ? 0 : L);
+  return tg_sum_begin_sharded(GSUM(g, p, l), SHARD(g, p, l), g->run.nmicro, 1,
+                              tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.exchange",
+                                      tg_gpt_param_names[p], l));
+}
+
+/* Sharded: layer l's gradients are final once the last micro-batch's
+ * backward of layer l is submitted; their exchange goes now, under the
+ * backward of the layers below (the bucket of layer l). */
+static int tg_gpt_exchange_layer(tg_gpt *g, const tg_gpt_micro *mb, int l) {
+  if (!g->shards || mb->micro != g->run.nmicro - 1) return 0;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    if (tg_gpt_param_per_layer((tg_gpt_param)p)) TG_TRY(tg_sum_finish(GSUM(g, p, l)));
+  return 0;
+}
+
 /* every task of the graph names the 16-bit type of its 2-byte buffers */
-#define OPT(...) tg_gopt_lowp(&go, ACT(g), __VA_ARGS__)
+#define OPT(...) (tg_gopt_lowp(&go, ACT(g), __VA_ARGS__), tg_gpt_pin(&go, mb))
 #define FWD(l) OPT(3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
 #define BWD(l) OPT(L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
 #define WGRAD(l) OPT(L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
@@ -441,6 +523,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor_release(&dln);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
+    TG_TRY(tg_gpt_exchange_layer(g, mb, l));
   }
   if (g->dwte_blocks > 1) { /* dwte is in row blocks: after the last classifier */
     g->embed_dres[mb->micro] = dres;
@@ -573,6 +656,7 @@ static int tg_gpt_dwte_join(tg_gpt *g, const tg_batch *batch, int rc) {
       continue;
     }
     tg_gpt_micro mb = {.n = batch->rows / g->run.nmicro, .micro = i, .tokens = batch->x[i]};
+    tg_gpt_micro_place(g, &mb);
     rc = tg_gpt_embed_bwd(g, &mb, dres);
   }
   g->dwte_blocks = 1;
@@ -594,6 +678,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->targets = batch->y[i];
     mb->attn = &g->attn[i];
     mb->attn_stride = M;
+    tg_gpt_micro_place(g, mb);
     int rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
     if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
     if (rc == 0) rc = tg_gpt_classifier(g, mb, loss_sum, backward, scale);
@@ -620,7 +705,7 @@ static int tg_gpt_run(tg_gpt *g, const tg_batch *batch, int backward) {
   int rc = 0;
   for (int p = 0; p < TG_GPT_NPARAMS && backward && rc == 0; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, c) && rc == 0; l++)
-      rc = tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], M, 1);
+      rc = tg_gpt_sum_begin(g, (tg_gpt_param)p, l);
   /* the loss in leaves, one per micro-batch, whatever the gradients do: a
    * loss added in place would make the micro-batches' classifiers take
    * turns (see tg_gpt_classifier_split) */
@@ -671,10 +756,24 @@ int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset) {
 static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], float *dst) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      TG_TRY(tg_tensor_read(&which[p][l], dst));
+      if (g->shards) TG_TRY(tg_shard_read(SHARD(g, p, l), &which[p][l], dst));
+      else TG_TRY(tg_tensor_read(&which[p][l], dst));
       dst += tg_tensor_numel(&which[p][l]);
     }
   return 0;
+}
+
+int tg_gpt_shard_devices(const tg_gpt *g) { return g->dp ? g->dp->ndev : 0; }
+
+int tg_gpt_broadcast_params(tg_gpt *g) {
+  if (tg_dist_size() == 1) return 0;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
+      const tg_shard *sh = g->shards ? SHARD(g, p, l) : NULL;
+      for (int j = 0; j < (sh ? sh->nb : 1); j++)
+        TG_TRY(tg_dist_broadcast(sh ? tg_shard_block(sh, sh->value, j) : g->w[p][l].handle));
+    }
+  return tg_optim_refresh_lowp(&g->optim);
 }
 
 int tg_gpt_read_params(tg_gpt *g, float *params) { return tg_gpt_read(g, g->w, params); }
@@ -692,7 +791,8 @@ int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step) {
 static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], const float *src) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      TG_TRY(tg_tensor_write(&which[p][l], src));
+      if (g->shards) TG_TRY(tg_shard_write(SHARD(g, p, l), &which[p][l], src));
+      else TG_TRY(tg_tensor_write(&which[p][l], src));
       src += tg_tensor_numel(&which[p][l]);
     }
   return 0;
@@ -705,6 +805,7 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
   if (m) TG_TRY(tg_gpt_write(g, g->m, m));
   if (v) TG_TRY(tg_gpt_write(g, g->v, v));
   g->optim.step = step;
+  /* the 16-bit copies, and with sharding the replicas */
   if (params) TG_TRY(tg_optim_refresh_lowp(&g->optim));
   return 0;
 }
@@ -733,6 +834,7 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   tg_tensor out = {0};
   if (rc == 0) {
     mb->n = n;
+    mb->worker = g->dp ? g->dp->worker[0] : -1; /* micro 0's device */
     mb->tokens = tokens->handle;
     mb->attn = attn;
     mb->attn_stride = 1;

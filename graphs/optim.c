@@ -16,6 +16,7 @@
 #include "check.h"
 #include "graph_common.h"
 #include "reduce.h"
+#include "shard.h"
 #include "taskgrad/optim.h"
 #include "taskgrad/parallel.h"
 
@@ -78,6 +79,7 @@ static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
  * several workers exist, and its gradient is not a pending STARPU_REDUX
  * target (StarPU 1.3 cannot partition one: see reduce.h). */
 static int tg_param_nblocks(const tg_param *p) {
+  if (p->shard) return 0; /* its blocks are the shards' */
   int workers = tg_ncpu_workers() + tg_ncuda_workers() + tg_nopencl_workers();
   int n = workers < 8 ? workers : 8;
   if (n > p->value->rows) n = p->value->rows;
@@ -119,9 +121,28 @@ static starpu_data_handle_t tg_param_handle(const tg_param *p, int t, int j) {
   return j < 0 ? x->handle : p->blocks[t].parts[j];
 }
 
+/* A sharded parameter's 16-bit blocks from its master blocks, each on its
+ * owner, then the replicas from them (16-bit or f32). */
+static int tg_shard_refresh(const tg_optim *o, const tg_param *p) {
+  tg_shard *sh = p->shard;
+  tg_gopts g;
+  for (int j = 0; j < sh->nb && o->lowp; j++) {
+    if (!tg_shard_lowp_block(sh, j)) continue;
+    tg_task_opts opts = *tg_gopt(&g, p->rank, o->nranks, "%s.lowp%d", p->name, j);
+    opts.worker = tg_shard_worker(sh, j);
+    TG_TRY(tg_convert_insert(o->lowp, tg_shard_block(sh, sh->value, j),
+                             tg_shard_lowp_block(sh, j), &opts));
+  }
+  return tg_shard_gather(sh, tg_gopt(&g, p->rank, o->nranks, "%s.gather", p->name));
+}
+
 int tg_optim_refresh_lowp(tg_optim *o) {
   for (int k = 0; k < o->nparams; k++) {
     const tg_param *p = &o->params[k];
+    if (p->shard) {
+      TG_TRY(tg_shard_refresh(o, p));
+      continue;
+    }
     if (p->lowp && p->lowp->handle)
       TG_TRY(tg_convert_insert(o->lowp, p->value->handle, p->lowp->handle, NULL));
   }
@@ -129,7 +150,8 @@ int tg_optim_refresh_lowp(tg_optim *o) {
 }
 
 int tg_optim_start(tg_optim *o) {
-  if (!o->lowp) return 0;
+  int sharded = o->nparams > 0 && o->params[0].shard;
+  if (!o->lowp) return sharded ? tg_optim_refresh_lowp(o) : 0;
   TG_TRY(tg_tensor_alloc(&o->overflow, 1, 1, TG_F32));
   TG_TRY(tg_fill_insert(o->overflow.handle, 0.0f, NULL));
   return tg_optim_refresh_lowp(o);
@@ -157,6 +179,13 @@ static int tg_optim_check_grads(tg_optim *o) {
   tg_gopts g;
   for (int k = 0; k < o->nparams; k++) {
     const tg_param *p = &o->params[k];
+    for (int j = 0; p->shard && j < p->shard->nb; j++) {
+      tg_task_opts opts = *tg_gopt(&g, 0, o->nranks, "%s.check%d", p->name, j);
+      opts.worker = tg_shard_worker(p->shard, j);
+      TG_TRY(tg_nonfinite_insert(tg_shard_block(p->shard, p->grad, j), o->overflow.handle,
+                                 &opts));
+    }
+    if (p->shard) continue;
     TG_TRY(tg_nonfinite_insert(p->grad->handle, o->overflow.handle,
                                tg_gopt(&g, 0, o->nranks, "%s.check", p->name)));
   }
@@ -177,6 +206,27 @@ static int tg_param_submit(const tg_optim *o, float lr, const tg_adamw_hyper *am
                               tg_param_handle(p, 2, j), tg_param_handle(p, 3, j), opts);
 }
 
+/* A sharded parameter: one optimizer task per block on the block's owner,
+ * then the all-gather of the updated blocks into the replicas. */
+static int tg_shard_update(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+                           const tg_param *p) {
+  tg_shard *sh = p->shard;
+  tg_gopts g;
+  for (int j = 0; j < sh->nb; j++) {
+    tg_task_opts opts = *tg_gopt(&g, p->rank, o->nranks, "%s.opt%d", p->name, j);
+    opts.worker = tg_shard_worker(sh, j);
+    opts.priority = 0; /* as the exchange's (shard.c) */
+    starpu_data_handle_t w = tg_shard_block(sh, sh->value, j), gr = tg_shard_block(sh, sh->grad, j),
+                         m = tg_shard_block(sh, sh->m, j), v = tg_shard_block(sh, sh->v, j);
+    if (amp)
+      TG_TRY(tg_adamw_amp_insert(o->lowp, w, gr, m, v, tg_shard_lowp_block(sh, j),
+                                 o->overflow.handle, amp, &opts));
+    else
+      TG_TRY(tg_optim_submit_task(o, lr, w, gr, m, v, &opts));
+  }
+  return tg_shard_gather(sh, tg_gopt(&g, p->rank, o->nranks, "%s.gather", p->name));
+}
+
 int tg_optim_update(tg_optim *o, float lr) {
   o->step++;
   const tg_optimizer_config *c = &o->opt;
@@ -189,6 +239,10 @@ int tg_optim_update(tg_optim *o, float lr) {
   tg_gopts g;
   for (int k = 0; k < o->nparams; k++) {
     tg_param *p = &o->params[k];
+    if (p->shard) {
+      TG_TRY(tg_shard_update(o, lr, o->lowp ? &amp : NULL, p));
+      continue;
+    }
     int n;
     TG_TRY(tg_param_blocks(p, &n));
     if (n) tg_param_blocks_switch(p, 0);

@@ -3,11 +3,13 @@
  * wrappers and tensor functions here.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "reduce.h"
+#include "shard.h"
 #include "taskgrad/parallel.h"
 
 static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
@@ -40,17 +42,34 @@ static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro
   return 0;
 }
 
-/* lazy sums: the zeros of a handle nothing has written yet this step */
+/* the handle index micro-batch `micro` adds into */
+static int tg_sum_slot(const tg_sum *s, int micro) {
+  if (s->shard) return tg_dp_slot(s->shard->dp, micro);
+  return s->leaves ? micro : 0;
+}
+
+static int tg_sum_nslots(const tg_sum *s) {
+  if (s->shard) return s->shard->dp->nslots;
+  return s->leaves ? s->nmicro : 1;
+}
+
+/* lazy sums: the zeros of a handle nothing has written yet this step (a
+ * sharded slot's on its device) */
 static int tg_sum_zero_slot(tg_sum *s, int slot) {
   if (!s->started || s->started[slot]) return 0;
   s->started[slot] = 1;
-  return tg_fill_insert(s->leaves ? s->leaves[slot].handle : s->target->handle, 0.0f, NULL);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = TG_F32};
+  if (s->shard) {
+    const tg_dp *dp = s->shard->dp;
+    o.worker = dp->worker[dp->nslots == dp->ndev ? slot : tg_dp_device(dp, slot)];
+  }
+  return tg_fill_insert(s->leaves ? s->leaves[slot].handle : s->target->handle, 0.0f, &o);
 }
 
 int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode) {
   *mode = s->mode;
   if (!s->started) return 0;
-  int slot = s->leaves ? micro : 0;
+  int slot = tg_sum_slot(s, micro);
   if (!s->started[slot] && can_overwrite) {
     s->started[slot] = 1;
     *mode = TG_OVERWRITE;
@@ -82,8 +101,40 @@ int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce) {
   return tg_sum_start(s, target, 0, nmicro, allreduce, 0, 1);
 }
 
+int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int nmicro, int allreduce,
+                         const tg_task_opts *exchange) {
+  memset(s, 0, sizeof *s);
+  s->target = shard->grad;
+  s->nmicro = nmicro;
+  s->allreduce = allreduce && tg_dist_size() > 1;
+  s->mode = TG_ACCUMULATE;
+  s->shard = shard;
+  s->leaves = shard->slots;
+  s->exchange = *exchange;
+  if (exchange->name) {
+    snprintf(s->exchange_name, sizeof s->exchange_name, "%s", exchange->name);
+    s->exchange.name = s->exchange_name;
+  }
+  s->started = calloc((size_t)shard->dp->nslots, 1);
+  if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
+  return 0;
+}
+
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
-  return s->leaves ? s->leaves[micro].handle : s->target->handle;
+  return s->leaves ? s->leaves[tg_sum_slot(s, micro)].handle : s->target->handle;
+}
+
+/* the sharded sum's end: reduce-scatter, then each block over the ranks */
+static int tg_sum_finish_sharded(tg_sum *s) {
+  int rc = 0;
+  for (int k = 0; k < tg_sum_nslots(s) && rc == 0; k++) rc = tg_sum_zero_slot(s, k);
+  free(s->started);
+  s->started = NULL;
+  s->finished = 1;
+  if (rc == 0) rc = tg_shard_reduce(s->shard, &s->exchange);
+  for (int j = 0; rc == 0 && s->allreduce && j < s->shard->nb; j++)
+    rc = tg_dist_allreduce(tg_shard_block(s->shard, s->target, j));
+  return rc;
 }
 
 tg_accum tg_sum_mode(const tg_sum *s) { return s->mode; }
@@ -100,9 +151,10 @@ static int tg_sum_tree(tg_sum *s, int lo, int hi) {
 }
 
 int tg_sum_finish(tg_sum *s) {
+  if (s->shard) return s->finished ? 0 : tg_sum_finish_sharded(s);
   int rc = 0;
   /* lazy: a handle no contribution reached is still zeroed */
-  for (int i = 0; s->started && i < (s->leaves ? s->nmicro : 1) && rc == 0; i++)
+  for (int i = 0; s->started && i < tg_sum_nslots(s) && rc == 0; i++)
     rc = tg_sum_zero_slot(s, i);
   free(s->started);
   s->started = NULL;

@@ -199,6 +199,8 @@ static void tg_stats_task_done(struct starpu_task *task) {
     tg_cur.codelets[i].count++;
     tg_cur.codelets[i].total_us += us;
     tg_cur.codelets[i].flops += task->flops;
+    double end = tg_timespec_us(&pi->end_time);
+    if (end > tg_cur.codelets[i].last_end_us) tg_cur.codelets[i].last_end_us = end;
   }
   pthread_mutex_unlock(&tg_stats_lock);
 }

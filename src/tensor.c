@@ -92,9 +92,27 @@ int tg_tensor_temp(tg_tensor *t, int rows, int cols, tg_dtype dtype) {
   return 0;
 }
 
+int tg_tensor_alloc_on_node(tg_tensor *t, int rows, int cols, tg_dtype dtype, unsigned node) {
+  memset(t, 0, sizeof *t);
+  TG_TRY(tg_check_shape(rows, cols, dtype));
+  size_t bytes = (size_t)rows * (size_t)cols * tg_dtype_size(dtype);
+  uintptr_t p = starpu_malloc_on_node(node, bytes);
+  if (!p)
+    return tg_fail(ENOMEM, "out of memory on memory node %u for a (%d, %d) %s tensor (%zu bytes)",
+                   node, rows, cols, tg_dtype_name(dtype), bytes);
+  starpu_matrix_data_register(&t->handle, (int)node, p, (uint32_t)cols, (uint32_t)cols,
+                              (uint32_t)rows, tg_dtype_size(dtype));
+  t->rows = rows;
+  t->cols = cols;
+  t->dtype = dtype;
+  t->device = p;
+  t->node = (int)node;
+  return 0;
+}
+
 void tg_tensor_release(tg_tensor *t) {
   if (!t->handle) return;
-  if (t->host) {
+  if (t->host || t->device) {
     /* StarPU 1.3 has no completion callback for an asynchronous
      * unregistration, so a host buffer is freed synchronously; host tensors
      * are long-lived, so this never runs inside a step. */
@@ -115,6 +133,8 @@ void tg_tensor_free(tg_tensor *t) {
   if (t->host)
     starpu_free_flags(t->host, tg_tensor_numel(t) * tg_dtype_size(t->dtype),
                       tg_host_flags(tg_tensor_numel(t) * tg_dtype_size(t->dtype)));
+  if (t->device)
+    starpu_free_on_node((unsigned)t->node, t->device, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
   memset(t, 0, sizeof *t);
 }
 
@@ -180,7 +200,7 @@ int tg_tensor_split_static(tg_tensor *t, int n, tg_split *s) {
 
 static int tg_split_plan_dim(tg_tensor *t, int n, tg_split *s, int by_cols) {
   TG_TRY(tg_split_init(t, n, s, by_cols));
-  if (!t->host)
+  if (!t->host && !t->device)
     return tg_fail(EINVAL, "a split plan needs a tensor with a home node (tg_tensor_alloc)");
   struct starpu_data_filter f = tg_block_filter(n, by_cols);
   starpu_data_partition_plan(t->handle, &f, s->parts);
@@ -225,4 +245,29 @@ void tg_split_free(tg_tensor *t, tg_split *s) {
     starpu_data_partition_clean(t->handle, (unsigned)s->n, s->parts);
   }
   memset(s, 0, sizeof *s);
+}
+
+/* acquires (or, release, releases) every block of a static split in main RAM */
+static int tg_split_acquire(const tg_split *s, enum starpu_data_access_mode mode, int release) {
+  for (int i = 0; i < s->n; i++) {
+    if (release) starpu_data_release(s->parts[i]);
+    else TG_STARPU(starpu_data_acquire(s->parts[i], mode));
+  }
+  return 0;
+}
+
+int tg_tensor_read_split(const tg_tensor *t, const tg_split *s, void *dst) {
+  if (!t->host || s->active != 3)
+    return tg_fail(EINVAL, "tg_tensor_read_split: not a host tensor under a static split");
+  TG_TRY(tg_split_acquire(s, STARPU_R, 0));
+  memcpy(dst, t->host, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
+  return tg_split_acquire(s, STARPU_R, 1);
+}
+
+int tg_tensor_write_split(tg_tensor *t, const tg_split *s, const void *src) {
+  if (!t->host || s->active != 3)
+    return tg_fail(EINVAL, "tg_tensor_write_split: not a host tensor under a static split");
+  TG_TRY(tg_split_acquire(s, STARPU_W, 0));
+  memcpy(t->host, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
+  return tg_split_acquire(s, STARPU_W, 1);
 }

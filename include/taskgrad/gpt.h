@@ -36,6 +36,15 @@ extern "C" {
 
 #define TG_GPT_MAX_LAYERS 64
 
+typedef enum tg_data_parallel {
+  TG_DP_AUTO = 0,  /* TG_DP_SHARD on 2 or more devices, else TG_DP_REDUX */
+  TG_DP_SHARD,     /* micro-batches pinned to devices, gradients reduce-scattered
+                      in blocks, AdamW on each block's owner, weights all-gathered
+                      (graphs/shard.h) */
+  TG_DP_REDUX      /* one copy of everything; the scheduler places every task and
+                      StarPU reductions merge the gradients (before sharding) */
+} tg_data_parallel;
+
 typedef struct tg_gpt_run_config {
   int B, T;                    /* sequences per batch, tokens per sequence */
   int nmicro;                  /* micro-batches; divides B */
@@ -51,6 +60,10 @@ typedef struct tg_gpt_run_config {
    * refreshed by the optimizer), master weights, AdamW state and weight
    * gradients f32 */
   tg_amp_config amp;           /* default fp32 */
+  /* how micro-batches on several devices (CUDA GPUs, emulated OpenCL
+   * devices) share the step (docs/distributed.md): TG_DP_AUTO shards on 2
+   * or more devices and keeps one memory node's in-place sums otherwise */
+  tg_data_parallel data_parallel;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -88,6 +101,10 @@ typedef struct tg_gpt {
   /* mixed precision: 16-bit copies of the GEMM weights (qkvw, attprojw,
    * fcw, fcprojw, wte; empty otherwise) */
   tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+  /* internal, sharded data parallelism (graphs/shard.h): the devices, and
+   * each tensor's sharding ([param * MAX_LAYERS + l]); NULL otherwise */
+  struct tg_dp *dp;
+  struct tg_shard *shards;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),
@@ -115,6 +132,13 @@ int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset);
  * host tensor), written to `logits` (n * Vp floats); waits for them. */
 int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits);
 /* Copies parameters or gradients out in llm.c's layout (waits). */
+/* The devices a sharded model spreads over (run.data_parallel ==
+ * TG_DP_SHARD after tg_gpt_create), or 0. */
+int tg_gpt_shard_devices(const tg_gpt *g);
+/* Under StarPU-MPI: every rank's parameters become rank 0's (block by
+ * block when sharded), then the 16-bit copies and replicas follow.
+ * Asynchronous; a no-op with one rank. */
+int tg_gpt_broadcast_params(tg_gpt *g);
 int tg_gpt_read_params(tg_gpt *g, float *params);
 int tg_gpt_read_grads(tg_gpt *g, float *grads);
 /* The training state: parameters, AdamW first and second moments (each

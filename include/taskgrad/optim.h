@@ -73,6 +73,9 @@ typedef struct tg_param {
   /* set by the core, NULL at registration: a large parameter's row blocks
    * (value, grad, state1, state2, lowp), one optimizer task each */
   tg_split *blocks;
+  /* sharded data parallelism (graphs/shard.h), or NULL: updated per row
+   * block on each block's owner device, then gathered into the replicas */
+  struct tg_shard *shard;
 } tg_param;
 
 /* Parameters of at least this many elements are updated in row blocks, one

@@ -24,6 +24,7 @@ typedef struct tg_codelet_stats {
   long count;
   double total_us;    /* sum of task execution times */
   double flops;       /* sum of the tasks' declared flops */
+  double last_end_us; /* when its last task ended (StarPU's profiling clock) */
 } tg_codelet_stats;
 
 typedef struct tg_worker_stats {

@@ -31,11 +31,19 @@ typedef struct tg_tensor {
   int rows, cols;
   tg_dtype dtype;
   void *host; /* pinned buffer (rows * cols elements) or NULL for temporaries */
+  uintptr_t device; /* tg_tensor_alloc_on_node: its buffer on that node, else 0 */
+  int node;         /* tg_tensor_alloc_on_node: the home node, else 0 */
 } tg_tensor;
 
 /* A host tensor in pinned memory, zero-filled, registered on main RAM.
  * Call after tg_init(), so that the memory is really pinned. */
 int tg_tensor_alloc(tg_tensor *t, int rows, int cols, tg_dtype dtype);
+/* A tensor whose home is memory node `node` (a device's memory: sharded
+ * data parallelism keeps each device's gradient contributions and weight
+ * replica there, so that StarPU 1.3's partition switches, which run on the
+ * home node, never bring them to main RAM).  Not initialised: its first
+ * task must write it.  Host pointer NULL; freed by tg_tensor_free. */
+int tg_tensor_alloc_on_node(tg_tensor *t, int rows, int cols, tg_dtype dtype, unsigned node);
 /* A temporary with no home node. */
 int tg_tensor_temp(tg_tensor *t, int rows, int cols, tg_dtype dtype);
 /* End of life.  For a temporary it is asynchronous: StarPU unregisters and
@@ -79,6 +87,10 @@ void tg_split_readonly(tg_tensor *t, tg_split *s);
 void tg_split_write(tg_tensor *t, tg_split *s);
 void tg_split_join(tg_tensor *t, tg_split *s);
 void tg_split_free(tg_tensor *t, tg_split *s);
+/* The same for a tensor under a static split s (tg_tensor_split_static):
+ * every block acquired in main RAM, then the whole host buffer copied. */
+int tg_tensor_read_split(const tg_tensor *t, const tg_split *s, void *dst);
+int tg_tensor_write_split(tg_tensor *t, const tg_split *s, const void *src);
 /* Where block j of an extent split into n blocks starts, and (size) how
  * long it is: the cut of every split above. */
 static inline int tg_split_start(int extent, int n, int j, int *size) {
