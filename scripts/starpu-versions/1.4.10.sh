@@ -35,6 +35,7 @@ STARPU_SRC_DIR=starpu-1.4.10+dfsg
 # cublasSetKernelStream) and the compute mode read as a device attribute.
 STARPU_PATCHES=()
 STARPU_CUDA_PATCHES=(starpu-1.4.10-cuda13.patch)
+STARPU_SIMGRID_PATCHES=()  # patches for --simgrid [--mpi] only; line not stamped
 
 # configure accepts any --enable-maxcpus (STARPU_NMAXWORKERS follows);
 # 256 covers today's largest nodes (2 x 128 cores)
