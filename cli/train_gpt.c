@@ -78,8 +78,8 @@ static void gpt_usage(void) {
        "stops the run (exit status 2) without writing a checkpoint.\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
-       "(--batch and --micro-batches must be multiples of the number of ranks,\n"
-       "a power of two) and gradients are summed over the ranks; rank 0 prints\n"
+       "(--batch and --micro-batches must be multiples of the number of ranks)\n"
+       "and gradients are summed over the ranks; rank 0 prints\n"
        "and writes files (--save, --checkpoint).\n"
        "\n"
        "Bad flags or files: one message on stderr, exit status 2.");

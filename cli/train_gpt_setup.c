@@ -162,8 +162,6 @@ void gpt_build_model(gpt_session *s) {
   s->R = tg_dist_size();
   s->root = tg_cli_is_root();
   int R = s->R;
-  if (s->distributed && (R & (R - 1)))
-    tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
   if (!o->run.cfg.nmicro && o->run.cfg.B % R == 0) {
     o->run.cfg.nmicro = tg_cli_auto_micro_batches(o->run.cfg.B, R, 1, 1);
     tg_cli_check_gpt_micro(o->run.cfg.B, o->run.cfg.nmicro, o->run.cfg.attn_splits);

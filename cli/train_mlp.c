@@ -89,8 +89,8 @@ static void train_usage(void) {
        "training loss stops the run (exit status 2) without writing a checkpoint.\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
-       "(--batch and --micro-batches must be multiples of the number of ranks,\n"
-       "a power of two) and gradients are summed over the ranks; rank 0 prints\n"
+       "(--batch and --micro-batches must be multiples of the number of ranks)\n"
+       "and gradients are summed over the ranks; rank 0 prints\n"
        "and writes files.\n"
        TG_CLI_PRECISION_HELP TG_CLI_RUNTIME_HELP
        "  -h, --help           this text\n"
@@ -413,8 +413,6 @@ static void start_run(mlp_run *r) {
   if (tg_init(&o->rt) < 0) tg_cli_die_last("starting StarPU");
   int R = r->R = tg_dist_size();
   r->root = tg_cli_is_root();
-  if (r->distributed && (R & (R - 1)))
-    tg_cli_die("%d MPI ranks: the gradient reduction tree needs a power of two", R);
   if (!o->micro && o->batch % R == 0)
     o->micro = tg_cli_auto_micro_batches(o->batch, R, 0, TG_MLP_AUTO_MIN_SAMPLES);
   if (o->batch % R || o->micro % R)

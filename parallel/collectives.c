@@ -58,29 +58,93 @@ static void tg_dist_note_tag_use(void) {
 int tg_dist_allreduce(starpu_data_handle_t h) {
   int rank = tg_dist_rank(), size = tg_dist_size();
   if (size == 1) return 0;
-  if (size & (size - 1))
-    return tg_fail(EINVAL, "gradient all-reduce: %d ranks; the reduction tree needs a "
-                   "power of two", size);
   if (starpu_data_get_interface_id(h) != STARPU_MATRIX_INTERFACE_ID)
     return tg_fail(EINVAL, "gradient all-reduce: not a matrix handle");
   int rows = (int)starpu_matrix_get_ny(h), cols = (int)starpu_matrix_get_nx(h);
   tg_dist_note_tag_use();
   int64_t call = tg_reduce_calls++;
-  for (int k = 0; (1 << k) < size; k++) {
-    int partner = rank ^ (1 << k);
-    starpu_mpi_tag_t tag = (starpu_mpi_tag_t)(call * 64 + k + 1);
+  /* any number of ranks: the ranks above the largest power of two P first
+   * add into rank - P, which then take part in the tree, and get the sum
+   * back at the end */
+  int P = 1;
+  while (2 * P <= size) P *= 2;
+  starpu_mpi_tag_t fold = (starpu_mpi_tag_t)(call * 64 + 62), unfold = fold + 1;
+  if (rank >= P) {
+    TG_STARPU(starpu_mpi_isend_detached(h, rank - P, fold, MPI_COMM_WORLD, NULL, NULL));
+    TG_STARPU(starpu_mpi_irecv_detached(h, rank - P, unfold, MPI_COMM_WORLD, NULL, NULL));
+    return 0;
+  }
+  for (int k = -1; k < 0 || (1 << k) < P; k++) {
+    /* k = -1: the folded rank's sum, if any; then recursive doubling */
+    int partner = k < 0 ? rank + P : rank ^ (1 << k);
+    if (partner >= size) continue;
+    starpu_mpi_tag_t tag = k < 0 ? fold : (starpu_mpi_tag_t)(call * 64 + k + 1);
     starpu_data_handle_t recv;
     starpu_matrix_data_register(&recv, -1, 0, (uint32_t)cols, (uint32_t)cols,
                                 (uint32_t)rows, sizeof(float));
     /* both partners send first, then receive: StarPU-MPI's sends are
-     * detached, so neither blocks the other */
-    TG_STARPU(starpu_mpi_isend_detached(h, partner, tag, MPI_COMM_WORLD, NULL, NULL));
+     * detached, so neither blocks the other (the folded rank only sends) */
+    if (k >= 0)
+      TG_STARPU(starpu_mpi_isend_detached(h, partner, tag, MPI_COMM_WORLD, NULL, NULL));
     TG_STARPU(starpu_mpi_irecv_detached(recv, partner, tag, MPI_COMM_WORLD, NULL, NULL));
     int rc = tg_accumulate_insert(h, recv, NULL);
     starpu_data_unregister_submit(recv);
     TG_TRY(rc);
   }
+  if (rank + P < size)
+    TG_STARPU(starpu_mpi_isend_detached(h, rank + P, unfold, MPI_COMM_WORLD, NULL, NULL));
   return 0;
+}
+
+/* The sum over the ranks of host-homed block t, any number of ranks R:
+ * t is planned into R row segments; rank k receives every other rank's
+ * segment k and sums the R of them in rank order with the midpoint tree
+ * (tg_sum_tree), then sends its sum to every other rank (a reduce-scatter
+ * and an all-gather by direct messages: each rank sends and receives
+ * 2 (R - 1) / R of the block, whatever R).  The plan's switches run on the
+ * host, where StarPU-MPI sends from anyway. */
+int tg_dist_allreduce_segments(tg_tensor *t) {
+  int rank = tg_dist_rank(), R = tg_dist_size();
+  if (R == 1) return 0;
+  /* segments of rows, or of columns for a one-row tensor (a bias); the
+   * recursive doubling of tg_dist_allreduce when neither has R */
+  int by_cols = t->rows < R;
+  if (R > TG_EXCHANGE_MAX || (by_cols && (t->rows != 1 || t->cols < R)))
+    return tg_dist_allreduce(t->handle);
+  tg_split seg;
+  TG_TRY(by_cols ? tg_split_plan_cols(t, R, &seg) : tg_split_plan(t, R, &seg));
+  tg_dist_note_tag_use();
+  starpu_mpi_tag_t tag = (starpu_mpi_tag_t)(tg_reduce_calls++ * 64 + 1);
+  int size;
+  tg_split_start(by_cols ? t->cols : t->rows, R, rank, &size);
+  int srows = by_cols ? 1 : size, scols = by_cols ? size : t->cols;
+  tg_split_readonly(t, &seg);
+  starpu_data_handle_t in[TG_EXCHANGE_MAX];
+  for (int k = 0; k < R; k++) {
+    if (k == rank) {
+      in[k] = seg.parts[k];
+      continue;
+    }
+    TG_STARPU(starpu_mpi_isend_detached(seg.parts[k], k, tag, MPI_COMM_WORLD, NULL, NULL));
+    starpu_matrix_data_register(&in[k], -1, 0, (uint32_t)scols, (uint32_t)scols,
+                                (uint32_t)srows, sizeof(float));
+    TG_STARPU(starpu_mpi_irecv_detached(in[k], k, tag, MPI_COMM_WORLD, NULL, NULL));
+  }
+  tg_tensor sum;
+  int rc = tg_tensor_temp(&sum, srows, scols, TG_F32);
+  if (rc == 0) rc = tg_sum_tree_insert(R, in, sum.handle, NULL);
+  for (int k = 0; k < R; k++)
+    if (k != rank) starpu_data_unregister_submit(in[k]);
+  tg_split_write(t, &seg); /* after the sends that read the segments */
+  if (rc == 0) rc = tg_gather_rows_insert(1, &sum.handle, seg.parts[rank], NULL);
+  tg_tensor_release(&sum);
+  for (int k = 0; k < R && rc == 0; k++) {
+    if (k == rank) continue;
+    TG_STARPU(starpu_mpi_isend_detached(seg.parts[rank], k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
+    TG_STARPU(starpu_mpi_irecv_detached(seg.parts[k], k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
+  }
+  tg_split_free(t, &seg);
+  return rc;
 }
 
 int tg_dist_broadcast(starpu_data_handle_t h) {
@@ -115,6 +179,11 @@ void tg_dist_abort(int status) {
 }
 
 #else /* no MPI in this build */
+
+int tg_dist_allreduce_segments(tg_tensor *t) {
+  (void)t;
+  return 0;
+}
 
 int tg_dist_allreduce(starpu_data_handle_t h) {
   (void)h;

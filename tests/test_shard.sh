@@ -14,6 +14,8 @@
 #  - bytes moved per step (--stats, the difference between runs of 5 and 3
 #    steps) within 10% of docs/distributed.md's formula for devices without
 #    a peer link, on 2, 3 and 4 devices;
+#  - under mpirun, 2 ranks of 2 devices give the CPU run's bits
+#    (--deterministic), 3 ranks of 2 devices agree within 1e-6;
 #  - --data-parallel shard without 2 devices, or with fewer micro-batches
 #    than devices, and an unknown mode exit 2 with one message.
 # SKIP (77) when no PoCL device can be started.
@@ -115,6 +117,40 @@ print(f"{n} devices: measured {measured} bytes per step, formula {formula}, {100
 sys.exit(0 if rel <= 0.10 else 1)
 PY
 done
+
+# hierarchical: ranks of 2 devices each (reduce-scatter on the devices, each
+# block's sum over the ranks in segments, all-gather); skipped without mpirun
+# or StarPU-MPI
+if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export STARPU_WORKERS_NOBIND=1
+  mpirun_run() { # TAG RANKS ARGS...
+    local tag=$1 n=$2
+    shift 2
+    timeout 300 mpirun -np "$n" --bind-to none "$tg" "${args[@]}" --emulated-devices 2 --ncpus 0 \
+      "$@" >"$work/$tag.out" 2>"$work/$tag.err" ||
+      { bad "$tag: exit status $? ($(grep 'taskgrad: ' "$work/$tag.err" | head -2))"; return 1; }
+    losses "$work/$tag.out" >"$work/$tag.num"
+  }
+  mpirun_run r2 2 --steps 3 --deterministic --precision fp32 --save "$work/r2.par" &&
+    same cpu-fp32 r2
+  # 3 ranks (not a power of two), 2 micro-batches each: not the CPU run's
+  # tree, so within 1e-6 of it
+  if mpirun_run r3 3 --steps 3 --save "$work/r3.par"; then
+    "$py" - "$work/cpu-free" "$work/r3" <<'PY' && ok "3 ranks x 2 devices: within 1e-6 of the CPU run" || bad "3 ranks x 2 devices: not within 1e-6"
+import sys
+import numpy as np
+a, b = sys.argv[1:3]
+pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
+pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
+rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
+print(f"parameters {rel:.2g} relative")
+sys.exit(0 if rel <= 1e-6 else 1)
+PY
+  fi
+else
+  echo "skip the MPI part: no mpirun or no StarPU-MPI in this build"
+fi
 
 expect_fail "shard on the CPU alone" "at least 2 devices" \
   "${args[@]}" --steps 1 --data-parallel shard

@@ -11,8 +11,8 @@
  * same bits; every rank ends with bitwise-identical gradients, hence
  * identical parameters after the (deterministic, elementwise) optimizer.
  * Nothing waits on the host: transfers and tasks are ordered by StarPU's
- * data dependencies.  The number of ranks must be a power of two for the
- * tree; tg_dist_allreduce refuses otherwise.
+ * data dependencies.  Any number of ranks: above the largest power of two
+ * P, rank P + i first adds its sum into rank i and gets the result back.
  *
  * The tree adds aligned blocks of ranks, so when rank r holds the global
  * micro-batches r*k .. r*k+k-1 and the graphs reduce micro-batches with the
@@ -43,6 +43,12 @@ extern "C" {
  * above); every rank must call it for the same handles in the same order.
  * A no-op with one rank. */
 int tg_dist_allreduce(starpu_data_handle_t h);
+/* Sums the host tensor (or host-homed block view) t over all ranks, in
+ * place, asynchronously, for any number of ranks: a reduce-scatter and an
+ * all-gather of R row segments by direct messages, each segment summed in
+ * rank order by the midpoint tree (collectives.c).  Every rank must call it
+ * for the same tensors in the same order.  A no-op with one rank. */
+int tg_dist_allreduce_segments(tg_tensor *t);
 /* Makes every rank's h equal to rank 0's (parameters at the start):
  * registers h with StarPU-MPI (owner rank 0) and transfers it.
  * Asynchronous; a no-op with one rank. */
