@@ -287,6 +287,7 @@ typedef struct tg_gpt_micro {
   tg_gpt_layer_acts acts[TG_GPT_MAX_LAYERS];
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
   int dev;                        /* sharded: its device, else 0 */
+  int last;                       /* the step's last micro-batch submitted */
   int worker;                     /* sharded: the worker its tasks run on, else -1 */
 } tg_gpt_micro;
 
@@ -326,7 +327,7 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
  * backward of layer l is submitted; their exchange goes now, under the
  * backward of the layers below (the bucket of layer l). */
 static int tg_gpt_exchange_layer(tg_gpt *g, const tg_gpt_micro *mb, int l) {
-  if (!g->shards || mb->micro != g->run.nmicro - 1) return 0;
+  if (!g->shards || !mb->last) return 0;
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     if (tg_gpt_param_per_layer((tg_gpt_param)p)) TG_TRY(tg_sum_finish(GSUM(g, p, l)));
   return 0;
@@ -663,17 +664,35 @@ static int tg_gpt_dwte_join(tg_gpt *g, const tg_batch *batch, int rc) {
   return rc;
 }
 
+/* The micro-batch submitted k-th: in order, or sharded round-robin over the
+ * devices (device 0's first, device 1's first, ..., device 0's second, ...),
+ * so that every device gets work from the start of the step instead of
+ * waiting for the submission of the devices before it (StarPU's submission
+ * takes time, simulated too).  Each device still receives its own
+ * micro-batches in order, so its slot sums them in the same order. */
+static int tg_gpt_submission_order(const tg_gpt *g, int k) {
+  if (!g->dp) return k;
+  int M = g->run.nmicro, N = g->dp->ndev;
+  for (int r = 0, seen = 0;; r++)
+    for (int d = 0; d < N; d++) {
+      int first = (d * M + N - 1) / N, end = ((d + 1) * M + N - 1) / N; /* device d's micros */
+      if (first + r < end && seen++ == k) return first + r;
+    }
+}
+
 /* Submits the micro-batches of a batch into the step's sums (g->sums,
  * loss_sum). */
 static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int backward,
                          float scale) {
   const tg_gpt_config *c = &g->cfg;
   int M = g->run.nmicro;
-  for (int i = 0; i < M; i++) {
+  for (int k = 0; k < M; k++) {
+    int i = tg_gpt_submission_order(g, k);
     tg_gpt_micro *mb = calloc(1, sizeof *mb);
     if (!mb) return tg_fail(ENOMEM, "GPT: out of memory");
     mb->n = batch->rows / M;
     mb->micro = i;
+    mb->last = k == M - 1;
     mb->tokens = batch->x[i];
     mb->targets = batch->y[i];
     mb->attn = &g->attn[i];

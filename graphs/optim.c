@@ -215,7 +215,6 @@ static int tg_shard_update(const tg_optim *o, float lr, const tg_adamw_hyper *am
   for (int j = 0; j < sh->nb; j++) {
     tg_task_opts opts = *tg_gopt(&g, p->rank, o->nranks, "%s.opt%d", p->name, j);
     opts.worker = tg_shard_worker(sh, j);
-    opts.priority = 0; /* as the exchange's (shard.c) */
     starpu_data_handle_t w = tg_shard_block(sh, sh->value, j), gr = tg_shard_block(sh, sh->grad, j),
                          m = tg_shard_block(sh, sh->m, j), v = tg_shard_block(sh, sh->v, j);
     if (amp)

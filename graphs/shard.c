@@ -171,21 +171,24 @@ starpu_data_handle_t tg_shard_lowp_block(const tg_shard *sh, int j) {
   return sh->lowp_block[j].handle;
 }
 
-/* The exchange's tasks run when their device has nothing more urgent:
- * priority 0 puts a pinned task at the back of its worker's queue (StarPU
- * 1.3 pushes pinned tasks of priority > 0 to the front), so the StarPU
- * prefetch of its remote blocks, started when it became ready, runs under
- * the backward tasks instead of stalling the device. */
-static tg_task_opts tg_shard_opts(const tg_task_opts *opts) {
+/* Priorities on a device's queue: StarPU 1.3 puts a pinned task of
+ * priority > 0 at the front of its worker's queue, 0 at the back.  The
+ * reduce-scatter's sums keep their rank (the caller's priority): at the
+ * front they run as soon as their blocks are summable, and their AdamW
+ * (optim.c) right after, which keeps the end of the step short; the
+ * all-gather's copies go to the back, after the backward tasks, since the
+ * next step needs them only at its start.  Measured against the other
+ * choices on the simulated h100x8: bench/results/2026-11-25-shard.md. */
+static tg_task_opts tg_shard_opts(const tg_task_opts *opts, int front) {
   tg_task_opts o = *opts;
-  o.priority = 0;
+  if (!front) o.priority = 0;
   return o;
 }
 
 int tg_shard_reduce(tg_shard *sh, const tg_task_opts *opts) {
   const tg_dp *dp = sh->dp;
   starpu_data_handle_t in[TG_EXCHANGE_MAX];
-  tg_task_opts o = tg_shard_opts(opts);
+  tg_task_opts o = tg_shard_opts(opts, 1);
   for (int k = 0; sh->nb > 1 && k < dp->nslots; k++) tg_split_readonly(&sh->slots[k], &sh->slot_s[k]);
   for (int j = 0; j < sh->nb; j++) {
     for (int k = 0; k < dp->nslots; k++)
@@ -203,7 +206,7 @@ int tg_shard_gather(tg_shard *sh, const tg_task_opts *opts) {
     f32[j] = tg_shard_block(sh, sh->value, j);
     lowp[j] = sh->lowp_block[j].handle ? sh->lowp_block[j].handle : f32[j];
   }
-  tg_task_opts o = tg_shard_opts(opts);
+  tg_task_opts o = tg_shard_opts(opts, 0);
   for (int d = 0; d < sh->dp->ndev; d++) {
     o.worker = sh->dp->worker[d];
     if (sh->replica[d].handle)
