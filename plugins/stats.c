@@ -226,6 +226,20 @@ int tg_stats_begin(void) {
   return 0;
 }
 
+/* every non-RAM memory node: what StarPU counts in use, and its size */
+static void tg_stats_devices(tg_stats *out) {
+  out->ndevices = 0;
+  unsigned n = starpu_memory_nodes_get_count();
+  for (unsigned node = 0; node < n && out->ndevices < TG_STATS_MAX_DEVICES; node++) {
+    if (starpu_node_get_kind(node) == STARPU_CPU_RAM) continue;
+    int i = out->ndevices++;
+    starpu_ssize_t total = starpu_memory_get_total(node), avail = starpu_memory_get_available(node);
+    out->device_node[i] = (int)node;
+    out->device_total[i] = total > 0 ? (double)total : -1;
+    out->device_used[i] = total > 0 && avail >= 0 ? (double)(total - avail) : -1;
+  }
+}
+
 int tg_stats_end(tg_stats *out) {
   starpu_task_wait_for_all();
   double wall = tg_monotonic_us() - tg_window_start_us;
@@ -235,6 +249,7 @@ int tg_stats_end(tg_stats *out) {
   *out = tg_cur;
   pthread_mutex_unlock(&tg_stats_lock);
   out->wall_us = wall;
+  tg_stats_devices(out);
   long long bytes;
   long transfers;
   tg_bus_sum(&bytes, &transfers);
@@ -319,6 +334,15 @@ void tg_stats_print(const tg_stats *s, FILE *f) {
     starpu_memory_node_get_name(bs->dst, dst, sizeof dst);
     fprintf(f, "  %-10s -> %-10s %12lld bytes (%.1f MiB) in %ld transfers\n", src, dst,
             bs->bytes, bs->bytes / 1048576.0, bs->transfers);
+  }
+  for (int d = 0; d < s->ndevices; d++) {
+    char name[32];
+    starpu_memory_node_get_name((unsigned)s->device_node[d], name, sizeof name);
+    if (s->device_used[d] < 0)
+      fprintf(f, "device memory:    %-10s size unknown to StarPU\n", name);
+    else
+      fprintf(f, "device memory:    %-10s %.1f MiB in use of %.1f MiB\n", name,
+              s->device_used[d] / 1048576.0, s->device_total[d] / 1048576.0);
   }
   fprintf(f, "evictions:        %ld device buffers (%.1f MiB) freed to make room\n",
           s->evictions, s->evicted_bytes / 1048576.0);

@@ -18,6 +18,7 @@ extern "C" {
 #define TG_STATS_MAX_CODELETS 32
 #define TG_STATS_MAX_WORKERS 64
 #define TG_STATS_MAX_BUSES 256
+#define TG_STATS_MAX_DEVICES 32
 
 typedef struct tg_codelet_stats {
   const char *name;   /* codelet name, e.g. "tg_gemm" */
@@ -60,6 +61,11 @@ typedef struct tg_stats {
   long long evicted_bytes; /* ... and their bytes */
   long prefetched_batches; /* micro-batches the loader prefetched to devices */
   int prefetch;            /* StarPU's scheduler prefetch on (STARPU_PREFETCH) */
+  /* device memory nodes at tg_stats_end: StarPU's accounting of the bytes
+   * in use (allocated or cached) and its size, -1 when StarPU knows none */
+  int ndevices;
+  int device_node[TG_STATS_MAX_DEVICES];
+  double device_used[TG_STATS_MAX_DEVICES], device_total[TG_STATS_MAX_DEVICES];
 } tg_stats;
 
 int tg_stats_begin(void);
