@@ -27,7 +27,7 @@
 #define SIM_MLP TG_RUN_SIMULATE_MLP
 #define GPT (TRAIN | BENCH | SIM)
 
-typedef enum { K_INT, K_MICRO, K_ATTENTION, K_DATA_PARALLEL, K_PRECISION, K_RUNTIME } opt_kind;
+typedef enum { K_INT, K_MICRO, K_ATTENTION, K_DATA_PARALLEL, K_GRAD_COMM, K_PRECISION, K_RUNTIME } opt_kind;
 
 typedef struct run_option {
   const char *flag, *metavar;
@@ -80,6 +80,8 @@ static const run_option options[] = {
      "shard, redux or auto: on 2 or more devices, shard\n(micro-batches pinned to devices, "
      "gradients\nreduce-scattered, AdamW sharded, weights\nall-gathered) or redux "
      "(one copy, StarPU\nreductions); auto: shard when there are 2 or\nmore devices (default auto)"},
+    {"--grad-comm", "TYPE", K_GRAD_COMM, F(cfg.grad_comm), 0, 0, -1, GPT,
+     "f32 or bf16: the gradient messages between MPI\nranks when sharded (default f32; bf16 halves\nthem)"},
     {"--precision", NULL, K_PRECISION, 0, 0, 0, -1, GPT | SIM_MLP, TG_CLI_PRECISION_HELP},
     {"--sched", NULL, K_RUNTIME, 0, 0, 0, -1, TRAIN | BENCH, TG_CLI_RUNTIME_HELP},
 };
@@ -116,6 +118,10 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     *field(r, o->field) = (int)tg_cli_int(a, v, o->min, o->max);
   } else if (o->kind == K_MICRO) {
     *field(r, o->field) = tg_cli_micro_batches_arg(a, v, (int)o->max);
+  } else if (o->kind == K_GRAD_COMM) {
+    if (!strcmp(v, "f32")) r->cfg.grad_comm = TG_F32;
+    else if (!strcmp(v, "bf16")) r->cfg.grad_comm = TG_BF16;
+    else tg_cli_die("%s: '%s' is not f32 or bf16", a, v);
   } else if (o->kind == K_DATA_PARALLEL) {
     static const char *const names[] = {"auto", "shard", "redux"};
     int k = 0;

@@ -146,6 +146,12 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");
   if ((unsigned)r->data_parallel > TG_DP_REDUX)
     return tg_fail(EINVAL, "GPT: unknown data-parallel mode %d", (int)r->data_parallel);
+  if (r->grad_comm != TG_F32 && r->grad_comm != TG_BF16)
+    return tg_fail(EINVAL, "GPT: gradient messages in %s: f32 or bf16 only",
+                   tg_dtype_name(r->grad_comm));
+  if (r->grad_comm != TG_F32 && r->data_parallel != TG_DP_SHARD)
+    return tg_fail(EINVAL, "GPT: bf16 gradient messages (--grad-comm) need the sharded "
+                   "data parallelism of 2 or more devices (--data-parallel shard)");
   if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
     return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
                    TG_MAX_SPLIT);
@@ -319,7 +325,7 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   tg_gopts go;
   int rank = tg_gpt_param_per_layer(p) ? L - l : (p == TG_LNFW || p == TG_LNFB ? 0 : L);
   return tg_sum_begin_sharded(GSUM(g, p, l), SHARD(g, p, l), g->run.nmicro, 1,
-                              tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.exchange",
+                              g->run.grad_comm, tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.exchange",
                                       tg_gpt_param_names[p], l));
 }
 

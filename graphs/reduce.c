@@ -102,13 +102,14 @@ int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce) {
 }
 
 int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int nmicro, int allreduce,
-                         const tg_task_opts *exchange) {
+                         tg_dtype comm, const tg_task_opts *exchange) {
   memset(s, 0, sizeof *s);
   s->target = shard->grad;
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
   s->mode = TG_ACCUMULATE;
   s->shard = shard;
+  s->comm = comm;
   s->leaves = shard->slots;
   s->exchange = *exchange;
   if (exchange->name) {
@@ -135,7 +136,7 @@ static int tg_sum_finish_sharded(tg_sum *s) {
   /* then each block over the ranks (hierarchical: within the node first) */
   for (int j = 0; rc == 0 && s->allreduce && j < s->shard->nb; j++) {
     tg_tensor block = tg_shard_block_view(s->shard, s->target, j);
-    rc = tg_dist_allreduce_segments(&block);
+    rc = tg_dist_allreduce_segments(&block, s->comm);
   }
   return rc;
 }

@@ -64,6 +64,7 @@ typedef struct tg_sum {
   tg_task_opts exchange;  /* sharded: priority and name of the exchange */
   char exchange_name[48];
   int finished;           /* sharded: tg_sum_finish has run */
+  tg_dtype comm;          /* sharded: type of the messages between ranks */
 } tg_sum;
 
 /* After tg_init: 1 when the sums of tg_sum_begin add in place in any order
@@ -103,7 +104,7 @@ int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode);
  * Contributions must run on their micro-batch's device (tg_dp_device).
  * `exchange` names the exchange's tasks and gives their priority. */
 int tg_sum_begin_sharded(tg_sum *s, struct tg_shard *shard, int nmicro, int allreduce,
-                         const tg_task_opts *exchange);
+                         tg_dtype comm, const tg_task_opts *exchange);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
 /* TG_COMMUTE, TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);

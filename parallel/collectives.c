@@ -30,6 +30,7 @@
 #include "hooks.h"
 #include "mpi_runtime.h"
 #include "taskgrad/codelets.h"
+#include "taskgrad/precision_codelets.h"
 #include "taskgrad/parallel.h"
 
 #ifdef TG_HAVE_MPI
@@ -96,14 +97,26 @@ int tg_dist_allreduce(starpu_data_handle_t h) {
   return 0;
 }
 
+/* a temporary (no home node) of rows x cols elements of dtype */
+static starpu_data_handle_t tg_dist_temp(int rows, int cols, tg_dtype dtype) {
+  starpu_data_handle_t h;
+  starpu_matrix_data_register(&h, -1, 0, (uint32_t)cols, (uint32_t)cols, (uint32_t)rows,
+                              tg_dtype_size(dtype));
+  return h;
+}
+
 /* The sum over the ranks of host-homed block t, any number of ranks R:
  * t is planned into R row segments; rank k receives every other rank's
  * segment k and sums the R of them in rank order with the midpoint tree
  * (tg_sum_tree), then sends its sum to every other rank (a reduce-scatter
  * and an all-gather by direct messages: each rank sends and receives
  * 2 (R - 1) / R of the block, whatever R).  The plan's switches run on the
- * host, where StarPU-MPI sends from anyway. */
-int tg_dist_allreduce_segments(tg_tensor *t) {
+ * host, where StarPU-MPI sends from anyway.  With a 16-bit comm type every
+ * message carries the segment converted to it, half the bytes: each rank's
+ * contribution (its own included) is rounded to 16 bits before the f32 sum,
+ * and the sum is rounded once more before the all-gather, on every rank
+ * alike, so the ranks still end with the same bits. */
+int tg_dist_allreduce_segments(tg_tensor *t, tg_dtype comm) {
   int rank = tg_dist_rank(), R = tg_dist_size();
   if (R == 1) return 0;
   /* segments of rows, or of columns for a one-row tensor (a bias); the
@@ -111,38 +124,77 @@ int tg_dist_allreduce_segments(tg_tensor *t) {
   int by_cols = t->rows < R;
   if (R > TG_EXCHANGE_MAX || (by_cols && (t->rows != 1 || t->cols < R)))
     return tg_dist_allreduce(t->handle);
+  int lowp = comm != TG_F32;
   tg_split seg;
   TG_TRY(by_cols ? tg_split_plan_cols(t, R, &seg) : tg_split_plan(t, R, &seg));
   tg_dist_note_tag_use();
   starpu_mpi_tag_t tag = (starpu_mpi_tag_t)(tg_reduce_calls++ * 64 + 1);
-  int size;
-  tg_split_start(by_cols ? t->cols : t->rows, R, rank, &size);
-  int srows = by_cols ? 1 : size, scols = by_cols ? size : t->cols;
-  tg_split_readonly(t, &seg);
-  starpu_data_handle_t in[TG_EXCHANGE_MAX];
+  int srows[TG_EXCHANGE_MAX] = {0}, scols[TG_EXCHANGE_MAX] = {0}; /* segment k's shape */
   for (int k = 0; k < R; k++) {
-    if (k == rank) {
+    int size;
+    tg_split_start(by_cols ? t->cols : t->rows, R, k, &size);
+    srows[k] = by_cols ? 1 : size;
+    scols[k] = by_cols ? size : t->cols;
+  }
+  int me = rank, rc = 0;
+  tg_split_readonly(t, &seg);
+  /* reduce-scatter: segment k to rank k; my segment from every rank */
+  starpu_data_handle_t in[TG_EXCHANGE_MAX], wire;
+  for (int k = 0; k < R && rc == 0; k++) {
+    if (k == me && !lowp) {
       in[k] = seg.parts[k];
       continue;
     }
-    TG_STARPU(starpu_mpi_isend_detached(seg.parts[k], k, tag, MPI_COMM_WORLD, NULL, NULL));
-    starpu_matrix_data_register(&in[k], -1, 0, (uint32_t)scols, (uint32_t)scols,
-                                (uint32_t)srows, sizeof(float));
-    TG_STARPU(starpu_mpi_irecv_detached(in[k], k, tag, MPI_COMM_WORLD, NULL, NULL));
+    if (lowp) { /* my copy of segment k, in 16 bits */
+      wire = tg_dist_temp(srows[k], scols[k], comm);
+      rc = tg_convert_insert(comm, seg.parts[k], wire, NULL);
+    } else {
+      wire = seg.parts[k];
+    }
+    if (rc == 0 && k != me)
+      TG_STARPU(starpu_mpi_isend_detached(wire, k, tag, MPI_COMM_WORLD, NULL, NULL));
+    starpu_data_handle_t got = wire; /* rank k's copy of my segment (mine: wire) */
+    if (k != me) {
+      got = tg_dist_temp(srows[me], scols[me], comm);
+      TG_STARPU(starpu_mpi_irecv_detached(got, k, tag, MPI_COMM_WORLD, NULL, NULL));
+    }
+    if (lowp) { /* widened for the f32 sum */
+      in[k] = tg_dist_temp(srows[me], scols[me], TG_F32);
+      if (rc == 0) rc = tg_convert_insert(comm, got, in[k], NULL);
+      if (got != wire) starpu_data_unregister_submit(got);
+      starpu_data_unregister_submit(wire);
+    } else {
+      in[k] = got;
+    }
   }
-  tg_tensor sum;
-  int rc = tg_tensor_temp(&sum, srows, scols, TG_F32);
-  if (rc == 0) rc = tg_sum_tree_insert(R, in, sum.handle, NULL);
+  starpu_data_handle_t sum = tg_dist_temp(srows[me], scols[me], TG_F32);
+  if (rc == 0) rc = tg_sum_tree_insert(R, in, sum, NULL);
   for (int k = 0; k < R; k++)
-    if (k != rank) starpu_data_unregister_submit(in[k]);
+    if (lowp || k != me) starpu_data_unregister_submit(in[k]);
   tg_split_write(t, &seg); /* after the sends that read the segments */
-  if (rc == 0) rc = tg_gather_rows_insert(1, &sum.handle, seg.parts[rank], NULL);
-  tg_tensor_release(&sum);
-  for (int k = 0; k < R && rc == 0; k++) {
-    if (k == rank) continue;
-    TG_STARPU(starpu_mpi_isend_detached(seg.parts[rank], k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
-    TG_STARPU(starpu_mpi_irecv_detached(seg.parts[k], k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
+  /* all-gather: my sum to every rank, theirs into their segments */
+  starpu_data_handle_t mine = sum;
+  if (lowp && rc == 0) {
+    mine = tg_dist_temp(srows[me], scols[me], comm);
+    rc = tg_convert_insert(comm, sum, mine, NULL);
+    if (rc == 0) rc = tg_convert_insert(comm, mine, seg.parts[me], NULL);
+  } else if (rc == 0) {
+    rc = tg_gather_rows_insert(1, &sum, seg.parts[me], NULL);
+    mine = seg.parts[me];
   }
+  starpu_data_unregister_submit(sum);
+  for (int k = 0; k < R && rc == 0; k++) {
+    if (k == me) continue;
+    TG_STARPU(starpu_mpi_isend_detached(mine, k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
+    starpu_data_handle_t got = seg.parts[k];
+    if (lowp) got = tg_dist_temp(srows[k], scols[k], comm);
+    TG_STARPU(starpu_mpi_irecv_detached(got, k, tag + 1, MPI_COMM_WORLD, NULL, NULL));
+    if (lowp) {
+      rc = tg_convert_insert(comm, got, seg.parts[k], NULL);
+      starpu_data_unregister_submit(got);
+    }
+  }
+  if (lowp && mine != sum) starpu_data_unregister_submit(mine);
   tg_split_free(t, &seg);
   return rc;
 }
@@ -180,8 +232,9 @@ void tg_dist_abort(int status) {
 
 #else /* no MPI in this build */
 
-int tg_dist_allreduce_segments(tg_tensor *t) {
+int tg_dist_allreduce_segments(tg_tensor *t, tg_dtype comm) {
   (void)t;
+  (void)comm;
   return 0;
 }
 

@@ -15,7 +15,8 @@
 #    steps) within 10% of docs/distributed.md's formula for devices without
 #    a peer link, on 2, 3 and 4 devices;
 #  - under mpirun, 2 ranks of 2 devices give the CPU run's bits
-#    (--deterministic), 3 ranks of 2 devices agree within 1e-6;
+#    (--deterministic), 3 ranks of 2 devices agree within 1e-6, and
+#    --grad-comm bf16 halves the bytes between the ranks;
 #  - --data-parallel shard without 2 devices, or with fewer micro-batches
 #    than devices, and an unknown mode exit 2 with one message.
 # SKIP (77) when no PoCL device can be started.
@@ -148,9 +149,38 @@ print(f"parameters {rel:.2g} relative")
 sys.exit(0 if rel <= 1e-6 else 1)
 PY
   fi
+  # --grad-comm bf16: half the bytes from rank 1 to rank 0 (StarPU-MPI's
+  # own count; the loss, 4 bytes a step, stays f32), parameters within bf16
+  # rounding of the CPU run
+  for gc in f32 bf16; do
+    STARPU_COMM_STATS=1 mpirun_run "gc-$gc" 2 --steps 3 --grad-comm $gc --save "$work/gc-$gc.par" || continue
+    sed -n 's/.*comm_stats\]\[1:0\][[:space:]]*\([0-9.]*\) B.*/\1/p' "$work/gc-$gc.out" "$work/gc-$gc.err" \
+      | head -1 >"$work/gc-$gc.bytes"
+  done
+  if [ -s "$work/gc-f32.bytes" ] && [ -s "$work/gc-bf16.bytes" ]; then
+    awk -v a="$(cat "$work/gc-f32.bytes")" -v b="$(cat "$work/gc-bf16.bytes")" \
+      'BEGIN { exit !(a > 0 && b >= a / 2 && b <= a / 2 * 1.001) }' \
+      && ok "--grad-comm bf16: rank 1 sent $(cat "$work/gc-bf16.bytes") bytes, half of f32's" \
+      || bad "--grad-comm bf16: $(cat "$work/gc-bf16.bytes") bytes against f32's $(cat "$work/gc-f32.bytes")"
+    "$py" - "$work/cpu-free" "$work/gc-bf16" <<'PY' && ok "--grad-comm bf16: within 2e-3 of the CPU run" || bad "--grad-comm bf16: too far from the CPU run"
+import sys
+import numpy as np
+a, b = sys.argv[1:3]
+pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
+pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
+rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
+print(f"parameters {rel:.2g} relative")
+sys.exit(0 if 0 < rel <= 2e-3 else 1)
+PY
+  else
+    bad "--grad-comm: no StarPU-MPI byte count printed"
+  fi
 else
   echo "skip the MPI part: no mpirun or no StarPU-MPI in this build"
 fi
+expect_fail "--grad-comm bf16 without sharding" "need the sharded" \
+  "${args[@]}" --steps 1 --grad-comm bf16
+expect_fail "--grad-comm f16" "not f32 or bf16" "${args[@]}" --steps 1 --grad-comm f16
 
 expect_fail "shard on the CPU alone" "at least 2 devices" \
   "${args[@]}" --steps 1 --data-parallel shard

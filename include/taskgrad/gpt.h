@@ -64,6 +64,9 @@ typedef struct tg_gpt_run_config {
    * devices) share the step (docs/distributed.md): TG_DP_AUTO shards on 2
    * or more devices and keeps one memory node's in-place sums otherwise */
   tg_data_parallel data_parallel;
+  /* the type of the gradient messages between ranks when sharded: TG_F32
+   * (default) or TG_BF16 (half the bytes; parallel.h) */
+  tg_dtype grad_comm;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
