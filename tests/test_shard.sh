@@ -48,6 +48,25 @@ same() { # same A B: bitwise losses and parameters
   fi
 }
 
+# near A B TOL: parameters (and losses, when both runs printed them) of run
+# B within TOL relative of those of run A
+near() {
+  "$py" - "$work/$1" "$work/$2" "$3" <<'PY' && ok "$2: within $3 of $1" || bad "$2: not within $3 of $1"
+import os, sys
+import numpy as np
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
+pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
+rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
+lrel = 0.0
+if os.path.getsize(a + '.num') and os.path.getsize(b + '.num'):
+    la, lb = np.loadtxt(a + '.num', ndmin=2)[:, 1], np.loadtxt(b + '.num', ndmin=2)[:, 1]
+    lrel = np.abs(la - lb).max() / np.abs(la).max()
+print(f"parameters {rel:.2g}, losses {lrel:.2g} relative")
+sys.exit(0 if rel <= tol and lrel <= tol else 1)
+PY
+}
+
 for prec in fp32 bf16; do
   run "cpu-$prec" 0 --steps 3 --deterministic --precision $prec --save "$work/cpu-$prec.par" || continue
   devs="2 3 4"
@@ -64,19 +83,7 @@ for n in 2 3; do
   grep -q "sharded over $n devices" "$work/e$n-free.err" \
     && ok "e$n-free: sharding is the default on $n devices" \
     || bad "e$n-free: no 'sharded over $n devices' line: $(grep 'taskgrad: GPT' "$work/e$n-free.err")"
-  "$py" - "$work/cpu-free" "$work/e$n-free" <<'PY' && ok "e$n-free: within 1e-6 of the CPU run" || bad "e$n-free: not within 1e-6"
-import sys
-import numpy as np
-a, b = sys.argv[1:3]
-pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
-pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
-la = np.loadtxt(a + '.num')[:, 1]
-lb = np.loadtxt(b + '.num')[:, 1]
-rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
-lrel = np.abs(la - lb).max() / np.abs(la).max()
-print(f"parameters {rel:.2g}, losses {lrel:.2g} relative")
-sys.exit(0 if rel <= 1e-6 and lrel <= 1e-6 else 1)
-PY
+  near cpu-free "e$n-free" 1e-6
 done
 
 # resume across device counts: 6 steps in one run = 2 on 3 devices + 2 on 2
@@ -138,16 +145,7 @@ if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; 
   # 3 ranks (not a power of two), 2 micro-batches each: not the CPU run's
   # tree, so within 1e-6 of it
   if mpirun_run r3 3 --steps 3 --save "$work/r3.par"; then
-    "$py" - "$work/cpu-free" "$work/r3" <<'PY' && ok "3 ranks x 2 devices: within 1e-6 of the CPU run" || bad "3 ranks x 2 devices: not within 1e-6"
-import sys
-import numpy as np
-a, b = sys.argv[1:3]
-pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
-pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
-rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
-print(f"parameters {rel:.2g} relative")
-sys.exit(0 if rel <= 1e-6 else 1)
-PY
+    near cpu-free r3 1e-6
   fi
   # --grad-comm bf16: half the bytes from rank 1 to rank 0 (StarPU-MPI's
   # own count; the loss, 4 bytes a step, stays f32), parameters within bf16
@@ -162,16 +160,7 @@ PY
       'BEGIN { exit !(a > 0 && b >= a / 2 && b <= a / 2 * 1.001) }' \
       && ok "--grad-comm bf16: rank 1 sent $(cat "$work/gc-bf16.bytes") bytes, half of f32's" \
       || bad "--grad-comm bf16: $(cat "$work/gc-bf16.bytes") bytes against f32's $(cat "$work/gc-f32.bytes")"
-    "$py" - "$work/cpu-free" "$work/gc-bf16" <<'PY' && ok "--grad-comm bf16: within 2e-3 of the CPU run" || bad "--grad-comm bf16: too far from the CPU run"
-import sys
-import numpy as np
-a, b = sys.argv[1:3]
-pa = np.fromfile(a + '.par', dtype='<f4')[256:].astype(np.float64)
-pb = np.fromfile(b + '.par', dtype='<f4')[256:].astype(np.float64)
-rel = np.linalg.norm(pa - pb) / np.linalg.norm(pa)
-print(f"parameters {rel:.2g} relative")
-sys.exit(0 if 0 < rel <= 2e-3 else 1)
-PY
+    near cpu-free gc-bf16 2e-3
   else
     bad "--grad-comm: no StarPU-MPI byte count printed"
   fi
