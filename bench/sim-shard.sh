@@ -6,7 +6,8 @@
 #  1. GPT-2 124M bf16, T=1024, 8 sequences and 2 micro-batches per GPU (weak
 #     scaling), 1, 2, 4 and 8 GPUs: step, tokens/s, efficiency against 1 GPU,
 #     bytes between GPUs, exposed exchange;
-#  2. GPT-2 124M fp32, a fixed batch of 8 sequences, 1 and 4 GPUs (speed-up);
+#  2. GPT-2 124M fp32, a fixed batch of 8 sequences, 1 and 4 GPUs: there the
+#     efficiency column is the speed-up over 1 GPU (1-GPU step / step);
 #  3. GPT-2 350M bf16, weak scaling on 1 and 8 GPUs.
 # 3 warm-up steps, then 3 measured: the first steps after the start allocate
 # the replicas and slots.  Prints a markdown table per part to OUTDIR/shard.md.
@@ -48,7 +49,7 @@ ms_of() { field "simulated step ms" "$out/$1"; }
     for n in 2 4 8; do row w124 $mode $n "$base" "${g124[@]}" --precision bf16; done
   done
   echo
-  echo "## GPT-2 124M fp32, a fixed batch of 8 sequences (speed-up = efficiency x GPUs)"
+  echo "## GPT-2 124M fp32, a fixed batch of 8 sequences (efficiency column: speed-up over 1 GPU)"
   echo
   header
   row f124 redux 1 0 "${g124[@]}" --precision fp32 --batch 8
