@@ -7,9 +7,10 @@
  * micro-batch runs whole on one device (micro i on device i * N / M, its
  * tasks pinned to that device's worker), and each parameter tensor is
  * either
- *  - sharded (a GEMM weight or the position embedding: numel >= 
- *    TG_SHARD_MIN): N row blocks, block j owned by device j; or
- *  - whole: owned by one device, chosen to balance the bytes.
+ *  - sharded (what GEMMs or the embeddings read: the graph asks for
+ *    replicas): min(N, rows) row blocks, block j owned by device j; or
+ *  - whole (LayerNorm and bias vectors): owned by one device, the one that
+ *    owns the fewest bytes so far, and read by all from its master.
  * What lives where:
  *  - every device: its own replica of each sharded weight, in the dtype its
  *    readers take (the compute dtype for GEMMs; f32 for the embeddings),
@@ -44,8 +45,6 @@
 #include "taskgrad/tensor.h"
 
 #define TG_DP_MAX_DEVICES 16
-/* Parameters of at least this many values are sharded by rows. */
-#define TG_SHARD_MIN (1 << 18)
 
 /* The devices of a run and how micro-batches map onto them. */
 typedef struct tg_dp {
