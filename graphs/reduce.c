@@ -134,10 +134,8 @@ static int tg_sum_finish_sharded(tg_sum *s) {
   s->finished = 1;
   if (rc == 0) rc = tg_shard_reduce(s->shard, &s->exchange);
   /* then each block over the ranks (hierarchical: within the node first) */
-  for (int j = 0; rc == 0 && s->allreduce && j < s->shard->nb; j++) {
-    tg_tensor block = tg_shard_block_view(s->shard, s->target, j);
-    rc = tg_dist_allreduce_segments(&block, s->comm);
-  }
+  for (int j = 0; rc == 0 && s->allreduce && j < s->shard->nb; j++)
+    rc = tg_dist_allreduce_comm(tg_shard_block(s->shard, s->target, j), s->comm);
   return rc;
 }
 

@@ -156,15 +156,6 @@ starpu_data_handle_t tg_shard_block(const tg_shard *sh, const tg_tensor *t, int 
   return sh->nb > 1 ? tg_shard_split_of(sh, t)->parts[j] : t->handle;
 }
 
-tg_tensor tg_shard_block_view(const tg_shard *sh, const tg_tensor *t, int j) {
-  if (sh->nb == 1) return *t;
-  int size, start = tg_split_start(t->rows, sh->nb, j, &size);
-  tg_tensor v = {.handle = tg_shard_block(sh, t, j), .rows = size, .cols = t->cols,
-                 .dtype = t->dtype,
-                 .host = (char *)t->host + (size_t)start * t->cols * tg_dtype_size(t->dtype)};
-  return v;
-}
-
 int tg_shard_worker(const tg_shard *sh, int j) { return sh->dp->worker[sh->owner[j]]; }
 
 starpu_data_handle_t tg_shard_lowp_block(const tg_shard *sh, int j) {

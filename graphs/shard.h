@@ -94,9 +94,6 @@ starpu_data_handle_t tg_shard_weight(const tg_shard *sh, int dev, int f32);
 /* Block j's handle of the master value, gradient, m, v (the wholes when
  * nb == 1). */
 starpu_data_handle_t tg_shard_block(const tg_shard *sh, const tg_tensor *t, int j);
-/* Block j of host tensor t as a tensor of its own (handle, shape, host
- * pointer into t's buffer): t itself when nb == 1. */
-tg_tensor tg_shard_block_view(const tg_shard *sh, const tg_tensor *t, int j);
 /* The worker that runs block j's tasks. */
 int tg_shard_worker(const tg_shard *sh, int j);
 /* Steps 2 and 4 above: the reduce-scatter of the slots into the gradient's

@@ -43,14 +43,11 @@ extern "C" {
  * above); every rank must call it for the same handles in the same order.
  * A no-op with one rank. */
 int tg_dist_allreduce(starpu_data_handle_t h);
-/* Sums the host tensor (or host-homed block view) t over all ranks, in
- * place, asynchronously, for any number of ranks: a reduce-scatter and an
- * all-gather of R row segments by direct messages, each segment summed in
- * rank order by the midpoint tree (collectives.c).  comm: TG_F32, or
- * TG_BF16 / TG_F16 to send 16-bit messages (half the bytes; each
- * contribution and the sum rounded to it).  Every rank must call it for
- * the same tensors in the same order.  A no-op with one rank. */
-int tg_dist_allreduce_segments(tg_tensor *t, tg_dtype comm);
+/* tg_dist_allreduce with messages in comm: TG_F32 (the same), or TG_BF16 /
+ * TG_F16, half the bytes: at each level both partners round their partial
+ * sum to comm and add the two rounded values in f32, so they still get the
+ * same bits. */
+int tg_dist_allreduce_comm(starpu_data_handle_t h, tg_dtype comm);
 /* Makes every rank's h equal to rank 0's (parameters at the start):
  * registers h with StarPU-MPI (owner rank 0) and transfers it.
  * Asynchronous; a no-op with one rank. */
