@@ -77,10 +77,15 @@ fi
 # memory limit: the GPT's data per GPU without a limit, then a limit of
 # 60% of it (at 40% StarPU 1.3 waits for memory forever): the run must complete with at most the limit in use, so StarPU
 # had to evict (write back or drop) data to make room
-peak=$(peak_gb "$work/gpt")
+# (--data-parallel redux: the sharded mode's per-device replicas and
+# gradient slots are homed on their GPU, so they cannot be evicted: under
+# such a limit sharding is refused, next)
+run "$work/gpt-redux" "${gpt[@]}" --platform h100x4 --gpus 4 --ncpus 0 --steps 2 \
+  --data-parallel redux
+peak=$(peak_gb "$work/gpt-redux")
 limit=$(awk -v p="$peak" 'BEGIN { m = int(p * 1e9 / 1048576 * 0.6); print (m < 4 ? 4 : m) }')
 if STARPU_LIMIT_CUDA_MEM=$limit run "$work/gpt-lim" "${gpt[@]}" --platform h100x4 --gpus 4 \
-  --ncpus 0 --steps 2; then
+  --ncpus 0 --steps 2 --data-parallel redux; then
   check_run "gpt under ${limit} MiB per GPU" "$work/gpt-lim"
   lim_peak=$(peak_gb "$work/gpt-lim")
   if awk -v a="$peak" -v b="$lim_peak" -v l="$limit" \
@@ -89,6 +94,19 @@ if STARPU_LIMIT_CUDA_MEM=$limit run "$work/gpt-lim" "${gpt[@]}" --platform h100x
   else
     bad "limit of $limit MiB: peak $lim_peak GB under it, $peak GB without"
   fi
+fi
+
+# sharded under the same limit: it completes, or, when its GPU-homed state
+# does not fit, says so and exits 2 before the first step; never a hang
+timeout 150 env STARPU_LIMIT_CUDA_MEM=$limit "$tg" simulate "${gpt[@]}" --platform h100x4 \
+  --gpus 4 --ncpus 0 --steps 2 --data-parallel shard >"$work/shard-lim.out" 2>"$work/shard-lim.err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^simulated step ms: [0-9]' "$work/shard-lim.out"; then
+  ok "sharded under $limit MiB: completes"
+elif [ $rc -eq 2 ] && grep -q "out of memory on memory node" "$work/shard-lim.err"; then
+  ok "sharded under $limit MiB: refused with '$(grep 'taskgrad: error' "$work/shard-lim.err" | head -1)'"
+else
+  bad "sharded under $limit MiB: exit status $rc ($(tail -2 "$work/shard-lim.err"))"
 fi
 
 # a CPU node (platforms/cpu64) with calibrated histories on 8 and 64
