@@ -61,7 +61,7 @@ static int tg_sum_zero_slot(tg_sum *s, int slot) {
   tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = TG_F32};
   if (s->shard) {
     const tg_dp *dp = s->shard->dp;
-    o.worker = dp->worker[dp->nslots == dp->ndev ? slot : tg_dp_device(dp, slot)];
+    o.worker = dp->worker[tg_dp_slot_device(dp, slot)];
   }
   return tg_fill_insert(s->leaves ? s->leaves[slot].handle : s->target->handle, 0.0f, &o);
 }

@@ -57,6 +57,10 @@ int tg_dp_init(tg_dp *dp, int nmicro, tg_dtype compute) {
  * of the deterministic tree's leaves is consecutive */
 int tg_dp_device(const tg_dp *dp, int micro) { return micro * dp->ndev / dp->nmicro; }
 
+int tg_dp_slot_device(const tg_dp *dp, int slot) {
+  return dp->nslots == dp->ndev ? slot : tg_dp_device(dp, slot); /* per device, or per micro */
+}
+
 int tg_dp_slot(const tg_dp *dp, int micro) {
   return dp->nslots == dp->nmicro ? micro : tg_dp_device(dp, micro);
 }
@@ -96,8 +100,8 @@ int tg_shard_create(tg_shard *sh, tg_dp *dp, tg_tensor *value, tg_tensor *grad, 
   sh->slot_s = calloc((size_t)dp->nslots, sizeof *sh->slot_s);
   if (!sh->slots || !sh->slot_s) return tg_fail(ENOMEM, "sharding: out of memory");
   for (int k = 0; k < dp->nslots; k++) {
-    int dev = dp->nslots == dp->ndev ? k : tg_dp_device(dp, k);
-    TG_TRY(tg_tensor_alloc_on_node(&sh->slots[k], rows, cols, TG_F32, dp->node[dev]));
+    TG_TRY(tg_tensor_alloc_on_node(&sh->slots[k], rows, cols, TG_F32,
+                                   dp->node[tg_dp_slot_device(dp, k)]));
     if (sh->nb > 1) TG_TRY(tg_split_plan(&sh->slots[k], sh->nb, &sh->slot_s[k]));
   }
   int lowp = dp->compute != TG_F32;

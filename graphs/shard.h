@@ -65,6 +65,8 @@ int tg_dp_count_devices(void);
 int tg_dp_init(tg_dp *dp, int nmicro, tg_dtype compute);
 int tg_dp_device(const tg_dp *dp, int micro);
 int tg_dp_slot(const tg_dp *dp, int micro);
+/* The device gradient slot `slot` lives on. */
+int tg_dp_slot_device(const tg_dp *dp, int slot);
 
 /* Which replicas a sharded parameter needs. */
 enum { TG_SHARD_READ_COMPUTE = 1, TG_SHARD_READ_F32 = 2 };
