@@ -94,7 +94,10 @@ double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
 /* The f32 weight micro-batch mb's tasks read: the master, or with sharding
  * its device's replica of a sharded tensor. */
 #define W(g, p, l) tg_gpt_weight((g), (p), (l), mb, 1)
-#define SHARD(g, p, l) (&(g)->shards[(p) * TG_GPT_MAX_LAYERS + SLICE(p, l)])
+/* Sharded: the bucket of (p, l), and the tensor's place in it. */
+#define SHARD_AT(g, p, l) ((g)->shard_of[(p) * TG_GPT_MAX_LAYERS + SLICE(p, l)])
+#define SHARD(g, p, l) (&(g)->shards[SHARD_AT(g, p, l) / TG_SHARD_MAX_MEMBERS])
+#define MEMBER(g, p, l) (SHARD_AT(g, p, l) % TG_SHARD_MAX_MEMBERS)
 /* This step's sum of a gradient (reduce.h), and where micro-batch mb->micro
  * adds into it, with which access mode (the same for every gradient). */
 #define GSUM(g, p, l) (&(g)->sums[(p) * TG_GPT_MAX_LAYERS + (tg_gpt_param_per_layer(p) ? (l) : 0)])
@@ -158,41 +161,84 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   return tg_amp_config_check(&r->amp, "GPT");
 }
 
-/* Registers every slice of every parameter tensor with the optimizer, in
- * the order of their update tasks, with the priorities of their place on
- * the critical path: layer l's parameters gate the next step's layer l, the
- * embeddings its very start, the final LayerNorm its end. */
-static int tg_gpt_register_params(tg_gpt *g) {
+/* The critical-path rank of (p, l)'s update: layer l's parameters gate the
+ * next step's layer l, the embeddings its very start, the final LayerNorm
+ * its end. */
+static int tg_gpt_param_rank(const tg_gpt *g, tg_gpt_param p, int l) {
   int L = g->cfg.num_layers;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+  if (tg_gpt_param_per_layer(p)) return L - l;
+  return p == TG_LNFW || p == TG_LNFB ? 0 : L;
+}
+
+/* Registers every slice of every parameter tensor with the optimizer (or,
+ * sharded, every bucket), in the order of their update tasks, with the
+ * priorities of their place on the critical path. */
+static int tg_gpt_register_params(tg_gpt *g) {
+  for (int b = 0; b < g->nshards; b++) {
+    tg_shard *sh = &g->shards[b];
+    int p = 0, l = 0; /* its first member */
+    for (int i = 0; i < TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS; i++)
+      if (g->shard_of[i] == b * TG_SHARD_MAX_MEMBERS) {
+        p = i / TG_GPT_MAX_LAYERS;
+        l = i % TG_GPT_MAX_LAYERS;
+        break;
+      }
+    tg_param prm = {.value = sh->value, .grad = sh->grad, .state1 = sh->m, .state2 = sh->v,
+                    .rank = tg_gpt_param_rank(g, (tg_gpt_param)p, l), .shard = sh};
+    snprintf(prm.name, sizeof prm.name, "%s%s.L%d", tg_gpt_param_names[p],
+             sh->nmem > 1 ? "+" : "", l);
+    TG_TRY(tg_optim_add(&g->optim, &prm));
+  }
+  for (int p = 0; p < TG_GPT_NPARAMS && !g->shards; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      int global_rank = p == TG_LNFW || p == TG_LNFB ? 0 : L;
       tg_param prm = {.value = &g->w[p][l], .grad = &g->g[p][l], .state1 = &g->m[p][l],
                       .state2 = &g->v[p][l], .lowp = &g->wl[p][l],
-                      .rank = tg_gpt_param_per_layer((tg_gpt_param)p) ? L - l : global_rank,
-                      .shard = g->shards ? &g->shards[p * TG_GPT_MAX_LAYERS + l] : NULL};
+                      .rank = tg_gpt_param_rank(g, (tg_gpt_param)p, l)};
       snprintf(prm.name, sizeof prm.name, "%s.L%d", tg_gpt_param_names[p], l);
       TG_TRY(tg_optim_add(&g->optim, &prm));
     }
   return 0;
 }
 
-/* Sharded data parallelism (shard.h): the devices, and each tensor's
- * sharding; GEMM weights get replicas in the compute type, the embeddings
- * (read by f32 code) f32 ones. */
+/* One bucket of layer l's tensors ps[0 .. n-1] (shard.h). */
+static int tg_gpt_bucket(tg_gpt *g, const tg_gpt_param *ps, int n, int l, int readers) {
+  tg_tensor *values[TG_SHARD_MAX_MEMBERS];
+  int b = g->nshards++;
+  for (int i = 0; i < n; i++) {
+    values[i] = &g->w[ps[i]][l];
+    g->shard_of[ps[i] * TG_GPT_MAX_LAYERS + l] = b * TG_SHARD_MAX_MEMBERS + i;
+  }
+  return tg_shard_create(&g->shards[b], g->dp, n, values, readers);
+}
+
+/* Sharded data parallelism (shard.h): the devices and the buckets.  A
+ * layer's tensors go in one bucket, or in 16-bit runs two: the GEMM
+ * weights (16-bit replicas) and the LayerNorm and bias vectors (f32 ones).
+ * The embeddings and the final LayerNorm get a bucket each: their
+ * gradients are final at different times (lnf first, wte last). */
 static int tg_gpt_shard(tg_gpt *g) {
+  int L = g->cfg.num_layers;
   g->dp = calloc(1, sizeof *g->dp);
-  g->shards = calloc((size_t)TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS, sizeof *g->shards);
-  if (!g->dp || !g->shards) return tg_fail(ENOMEM, "GPT: out of memory");
+  g->shards = calloc((size_t)2 * L + 3, sizeof *g->shards);
+  g->shard_of = calloc((size_t)TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS, sizeof *g->shard_of);
+  if (!g->dp || !g->shards || !g->shard_of) return tg_fail(ENOMEM, "GPT: out of memory");
   TG_TRY(tg_dp_init(g->dp, g->run.nmicro, ACT(g)));
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      int readers = tg_gpt_gemm_weight((tg_gpt_param)p) ? TG_SHARD_READ_COMPUTE : 0;
-      if (p == TG_WTE || p == TG_WPE) readers |= TG_SHARD_READ_F32;
-      TG_TRY(tg_shard_create(&g->shards[p * TG_GPT_MAX_LAYERS + l], g->dp, &g->w[p][l],
-                             &g->g[p][l], &g->m[p][l], &g->v[p][l], readers));
+  int lowp = ACT(g) != TG_F32;
+  const tg_gpt_param wte = TG_WTE, wpe = TG_WPE, lnf[2] = {TG_LNFW, TG_LNFB};
+  TG_TRY(tg_gpt_bucket(g, &wte, 1, 0, TG_SHARD_READ_COMPUTE | TG_SHARD_READ_F32));
+  TG_TRY(tg_gpt_bucket(g, &wpe, 1, 0, TG_SHARD_READ_F32));
+  for (int l = 0; l < L; l++) {
+    tg_gpt_param gemm[TG_SHARD_MAX_MEMBERS], vec[TG_SHARD_MAX_MEMBERS];
+    int ng = 0, nv = 0;
+    for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+      if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
+      if (tg_gpt_gemm_weight((tg_gpt_param)p) || !lowp) gemm[ng++] = (tg_gpt_param)p;
+      else vec[nv++] = (tg_gpt_param)p;
     }
-  return 0;
+    TG_TRY(tg_gpt_bucket(g, gemm, ng, l, lowp ? TG_SHARD_READ_COMPUTE : TG_SHARD_READ_F32));
+    if (nv) TG_TRY(tg_gpt_bucket(g, vec, nv, l, TG_SHARD_READ_F32));
+  }
+  return tg_gpt_bucket(g, lnf, 2, 0, TG_SHARD_READ_F32);
 }
 
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
@@ -254,11 +300,13 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
 
 void tg_gpt_destroy(tg_gpt *g) {
   tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
-  for (int i = 0; g->shards && i < TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS; i++)
-    if (g->shards[i].dp) tg_shard_destroy(&g->shards[i]);
+  for (int i = 0; g->shards && i < g->nshards; i++) tg_shard_destroy(&g->shards[i]);
   free(g->shards);
+  free(g->shard_of);
   free(g->dp);
   g->shards = NULL;
+  g->shard_of = NULL;
+  g->nshards = 0;
   g->dp = NULL;
   tg_split_free(&g->g[TG_WTE][0], &g->dwte_split);
   free(g->embed_dres);
@@ -301,7 +349,7 @@ typedef struct tg_gpt_micro {
  * copy in mixed precision). */
 static starpu_data_handle_t tg_gpt_weight(const tg_gpt *g, tg_gpt_param p, int l,
                                           const tg_gpt_micro *mb, int f32) {
-  if (g->shards) return tg_shard_weight(SHARD(g, p, l), mb->dev, f32);
+  if (g->shards) return tg_shard_weight(SHARD(g, p, l), MEMBER(g, p, l), mb->dev, f32);
   if (!f32 && g->wl[p][0].handle) return g->wl[p][SLICE(p, l)].handle;
   return g->w[p][SLICE(p, l)].handle;
 }
@@ -323,8 +371,8 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   if (!g->shards) return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1);
   int L = g->cfg.num_layers;
   tg_gopts go;
-  int rank = tg_gpt_param_per_layer(p) ? L - l : (p == TG_LNFW || p == TG_LNFB ? 0 : L);
-  return tg_sum_begin_sharded(GSUM(g, p, l), SHARD(g, p, l), g->run.nmicro, 1,
+  int rank = tg_gpt_param_rank(g, p, l);
+  return tg_sum_begin_sharded(GSUM(g, p, l), SHARD(g, p, l), MEMBER(g, p, l), g->run.nmicro, 1,
                               g->run.grad_comm, tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.exchange",
                                       tg_gpt_param_names[p], l));
 }
@@ -687,15 +735,28 @@ static int tg_gpt_submission_order(const tg_gpt *g, int k) {
 }
 
 /* Submits the micro-batches of a batch into the step's sums (g->sums,
- * loss_sum). */
+ * loss_sum).  Each micro-batch's forward and classifier, then its backward;
+ * sharded over more than 2 devices, every forward first, then every
+ * backward (both round-robin over the devices): a device runs its forwards
+ * before its backwards anyway (their priorities), and StarPU's submission,
+ * one task after the other, would otherwise reach the last device only
+ * after the whole step of every device before it was submitted.  On 2
+ * devices the phases were slower (simulated, both orders:
+ * bench/results/2026-11-26-buckets.md). */
 static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int backward,
                          float scale) {
   const tg_gpt_config *c = &g->cfg;
-  int M = g->run.nmicro;
-  for (int k = 0; k < M; k++) {
+  int M = g->run.nmicro, phased = backward && g->dp && g->dp->ndev > 2;
+  tg_gpt_micro **mbs = calloc((size_t)M, sizeof *mbs);
+  if (!mbs) return tg_fail(ENOMEM, "GPT: out of memory");
+  int rc = 0;
+  for (int k = 0; k < M && rc == 0; k++) {
     int i = tg_gpt_submission_order(g, k);
-    tg_gpt_micro *mb = calloc(1, sizeof *mb);
-    if (!mb) return tg_fail(ENOMEM, "GPT: out of memory");
+    tg_gpt_micro *mb = mbs[k] = calloc(1, sizeof *mb);
+    if (!mb) {
+      rc = tg_fail(ENOMEM, "GPT: out of memory");
+      break;
+    }
     mb->n = batch->rows / M;
     mb->micro = i;
     mb->last = k == M - 1;
@@ -704,17 +765,26 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->attn = &g->attn[i];
     mb->attn_stride = M;
     tg_gpt_micro_place(g, mb);
-    int rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
+    rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
     if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
     if (rc == 0) rc = tg_gpt_classifier(g, mb, loss_sum, backward, scale);
-    if (rc == 0 && backward)
+    if (rc == 0 && backward && !phased)
       rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
-    else if (rc == 0)
+    else if (rc == 0 && !backward)
       tg_gpt_release_forward(g, mb);
-    free(mb);
-    TG_TRY(rc);
+    if (!phased) {
+      free(mb);
+      mbs[k] = NULL;
+    }
   }
-  return 0;
+  for (int k = 0; k < M && phased && rc == 0; k++)
+    rc = tg_gpt_backward_micro(g, mbs[k], g->run.attn_splits);
+  for (int k = 0; k < M; k++) {
+    if (mbs[k] && rc) tg_gpt_release_forward(g, mbs[k]); /* after an error */
+    free(mbs[k]);
+  }
+  free(mbs);
+  return rc;
 }
 
 /* One batch: training (backward) is summed over the ranks too, each rank
@@ -778,10 +848,11 @@ int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset) {
 }
 
 /* Copies every slice of the tensors selected by `which` (w or g). */
-static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], float *dst) {
+static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], tg_shard_part part,
+                       float *dst) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      if (g->shards) TG_TRY(tg_shard_read(SHARD(g, p, l), &which[p][l], dst));
+      if (g->shards) TG_TRY(tg_shard_read(SHARD(g, p, l), part, MEMBER(g, p, l), dst));
       else TG_TRY(tg_tensor_read(&which[p][l], dst));
       dst += tg_tensor_numel(&which[p][l]);
     }
@@ -792,31 +863,35 @@ int tg_gpt_shard_devices(const tg_gpt *g) { return g->dp ? g->dp->ndev : 0; }
 
 int tg_gpt_broadcast_params(tg_gpt *g) {
   if (tg_dist_size() == 1) return 0;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++)
-    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      const tg_shard *sh = g->shards ? SHARD(g, p, l) : NULL;
-      for (int j = 0; j < (sh ? sh->nb : 1); j++)
-        TG_TRY(tg_dist_broadcast(sh ? tg_shard_block(sh, sh->value, j) : g->w[p][l].handle));
-    }
+  for (int b = 0; b < g->nshards; b++) {
+    const tg_shard *sh = &g->shards[b];
+    for (int j = 0; j < sh->nb; j++) TG_TRY(tg_dist_broadcast(tg_shard_block(sh, sh->value, j)));
+  }
+  for (int p = 0; p < TG_GPT_NPARAMS && !g->shards; p++)
+    for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++)
+      TG_TRY(tg_dist_broadcast(g->w[p][l].handle));
   return tg_optim_refresh_lowp(&g->optim);
 }
 
-int tg_gpt_read_params(tg_gpt *g, float *params) { return tg_gpt_read(g, g->w, params); }
-int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, g->g, grads); }
+int tg_gpt_read_params(tg_gpt *g, float *params) {
+  return tg_gpt_read(g, g->w, TG_SHARD_VALUE, params);
+}
+int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, g->g, TG_SHARD_GRAD, grads); }
 
 int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step) {
-  if (params) TG_TRY(tg_gpt_read(g, g->w, params));
-  if (m) TG_TRY(tg_gpt_read(g, g->m, m));
-  if (v) TG_TRY(tg_gpt_read(g, g->v, v));
+  if (params) TG_TRY(tg_gpt_read(g, g->w, TG_SHARD_VALUE, params));
+  if (m) TG_TRY(tg_gpt_read(g, g->m, TG_SHARD_M, m));
+  if (v) TG_TRY(tg_gpt_read(g, g->v, TG_SHARD_V, v));
   if (step) *step = g->optim.step;
   return 0;
 }
 
 /* Overwrites every slice of `which` from src (llm.c layout). */
-static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], const float *src) {
+static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], tg_shard_part part,
+                        const float *src) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      if (g->shards) TG_TRY(tg_shard_write(SHARD(g, p, l), &which[p][l], src));
+      if (g->shards) TG_TRY(tg_shard_write(SHARD(g, p, l), part, MEMBER(g, p, l), src));
       else TG_TRY(tg_tensor_write(&which[p][l], src));
       src += tg_tensor_numel(&which[p][l]);
     }
@@ -826,9 +901,9 @@ static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], const 
 int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
                        int step) {
   if (step < 0) return tg_fail(EINVAL, "GPT: optimizer step %d must be >= 0", step);
-  if (params) TG_TRY(tg_gpt_write(g, g->w, params));
-  if (m) TG_TRY(tg_gpt_write(g, g->m, m));
-  if (v) TG_TRY(tg_gpt_write(g, g->v, v));
+  if (params) TG_TRY(tg_gpt_write(g, g->w, TG_SHARD_VALUE, params));
+  if (m) TG_TRY(tg_gpt_write(g, g->m, TG_SHARD_M, m));
+  if (v) TG_TRY(tg_gpt_write(g, g->v, TG_SHARD_V, v));
   g->optim.step = step;
   /* the 16-bit copies, and with sharding the replicas */
   if (params) TG_TRY(tg_optim_refresh_lowp(&g->optim));

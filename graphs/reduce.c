@@ -101,7 +101,7 @@ int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce) {
   return tg_sum_start(s, target, 0, nmicro, allreduce, 0, 1);
 }
 
-int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int nmicro, int allreduce,
+int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int member, int nmicro, int allreduce,
                          tg_dtype comm, const tg_task_opts *exchange) {
   memset(s, 0, sizeof *s);
   s->target = shard->grad;
@@ -110,7 +110,7 @@ int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int nmicro, int allreduce,
   s->mode = TG_ACCUMULATE;
   s->shard = shard;
   s->comm = comm;
-  s->leaves = shard->slots;
+  s->leaves = tg_shard_member_slots(shard, member);
   s->exchange = *exchange;
   if (exchange->name) {
     snprintf(s->exchange_name, sizeof s->exchange_name, "%s", exchange->name);
@@ -118,6 +118,7 @@ int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int nmicro, int allreduce,
   }
   s->started = calloc((size_t)shard->dp->nslots, 1);
   if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
+  tg_shard_open(shard);
   return 0;
 }
 
@@ -125,18 +126,16 @@ starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
   return s->leaves ? s->leaves[tg_sum_slot(s, micro)].handle : s->target->handle;
 }
 
-/* the sharded sum's end: reduce-scatter, then each block over the ranks */
+/* the sharded sum's end: the member's untouched slots zeroed; after the
+ * bucket's last member, its exchange (shard.h) */
 static int tg_sum_finish_sharded(tg_sum *s) {
   int rc = 0;
   for (int k = 0; k < tg_sum_nslots(s) && rc == 0; k++) rc = tg_sum_zero_slot(s, k);
   free(s->started);
   s->started = NULL;
   s->finished = 1;
-  if (rc == 0) rc = tg_shard_reduce(s->shard, &s->exchange);
-  /* then each block over the ranks (hierarchical: within the node first) */
-  for (int j = 0; rc == 0 && s->allreduce && j < s->shard->nb; j++)
-    rc = tg_dist_allreduce_comm(tg_shard_block(s->shard, s->target, j), s->comm);
-  return rc;
+  if (rc == 0) rc = tg_shard_member_done(s->shard, &s->exchange, s->allreduce, s->comm);
+  return rc < 0 ? rc : 0;
 }
 
 tg_accum tg_sum_mode(const tg_sum *s) { return s->mode; }

@@ -60,7 +60,7 @@ typedef struct tg_sum {
                              contributions go to (leaves, or the target),
                              1 once it holds a value this step; NULL: eager */
   struct tg_shard *shard; /* sharded (tg_sum_begin_sharded): the leaves are
-                             its slots, borrowed */
+                             a member's views of its slots, borrowed */
   tg_task_opts exchange;  /* sharded: priority and name of the exchange */
   char exchange_name[48];
   int finished;           /* sharded: tg_sum_finish has run */
@@ -97,14 +97,15 @@ int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce);
  * (tg_sum_mode), after submitting the zeros of the handle if nothing wrote
  * it yet.  For eager sums, always tg_sum_mode. */
 int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode);
-/* A lazy sum of a sharded gradient (graphs/shard.h): micro-batch i adds
- * into its slot (its device's, or its own when deterministic) in
- * submission order; tg_sum_finish reduce-scatters the slots into the
- * gradient's blocks on their owners (then over the ranks, block by block).
+/* A lazy sum of member `member` of a sharded bucket (graphs/shard.h):
+ * micro-batch i adds into its slot's view (its device's, or its own when
+ * deterministic) in submission order; once every member's tg_sum_finish
+ * has run, the bucket's slots are reduce-scattered into the gradient's
+ * blocks on their owners (then over the ranks, block by block).
  * Contributions must run on their micro-batch's device (tg_dp_device).
  * `exchange` names the exchange's tasks and gives their priority. */
-int tg_sum_begin_sharded(tg_sum *s, struct tg_shard *shard, int nmicro, int allreduce,
-                         tg_dtype comm, const tg_task_opts *exchange);
+int tg_sum_begin_sharded(tg_sum *s, struct tg_shard *shard, int member, int nmicro,
+                         int allreduce, tg_dtype comm, const tg_task_opts *exchange);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
 /* TG_COMMUTE, TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);

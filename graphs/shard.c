@@ -3,6 +3,7 @@
  * insert wrappers, tensor functions and StarPU's worker queries here.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,99 +66,132 @@ int tg_dp_slot(const tg_dp *dp, int micro) {
   return dp->nslots == dp->nmicro ? micro : tg_dp_device(dp, micro);
 }
 
-static int tg_shard_layout(tg_shard *sh, tg_dp *dp, int readers) {
-  const tg_tensor *v = sh->value;
-  sh->nb = readers ? (v->rows < dp->ndev ? v->rows : dp->ndev) : 1;
-  if (sh->nb > 1 || readers) {
-    for (int j = 0; j < sh->nb; j++) sh->owner[j] = j;
-    return 0;
+/* The flat tensors of a bucket: f32 masters on the host, split statically
+ * into the owners' blocks. */
+static int tg_shard_masters(tg_shard *sh, tg_tensor *const *values) {
+  int n = (int)sh->numel;
+  for (int t = 0; t < 4; t++) {
+    TG_TRY(tg_tensor_alloc(&sh->master[t], n, 1, TG_F32));
+    if (sh->nb > 1) TG_TRY(tg_tensor_split_static(&sh->master[t], sh->nb, &sh->master_s[t]));
   }
-  int best = 0; /* a whole tensor: to the device that owns the fewest bytes */
-  for (int d = 1; d < dp->ndev; d++)
-    if (dp->owned[d] < dp->owned[best]) best = d;
-  sh->owner[0] = best;
-  dp->owned[best] += (double)tg_tensor_numel(v) * sizeof(float);
+  sh->value = &sh->master[TG_SHARD_VALUE];
+  sh->grad = &sh->master[TG_SHARD_GRAD];
+  sh->m = &sh->master[TG_SHARD_M];
+  sh->v = &sh->master[TG_SHARD_V];
+  /* no task has touched the fresh buffers: plain copies are safe */
+  for (int i = 0; i < sh->nmem; i++)
+    memcpy((float *)sh->value->host + sh->start[i], values[i]->host,
+           (size_t)sh->rows[i] * sh->cols[i] * sizeof(float));
   return 0;
 }
 
-int tg_shard_create(tg_shard *sh, tg_dp *dp, tg_tensor *value, tg_tensor *grad, tg_tensor *m,
-                    tg_tensor *v, int readers) {
-  memset(sh, 0, sizeof *sh);
-  sh->dp = dp;
-  sh->value = value;
-  sh->grad = grad;
-  sh->m = m;
-  sh->v = v;
-  TG_TRY(tg_shard_layout(sh, dp, readers));
-  int rows = value->rows, cols = value->cols;
-  if (sh->nb > 1) {
-    TG_TRY(tg_tensor_split_static(value, sh->nb, &sh->value_s));
-    TG_TRY(tg_tensor_split_static(grad, sh->nb, &sh->grad_s));
-    TG_TRY(tg_tensor_split_static(m, sh->nb, &sh->m_s));
-    if (v) TG_TRY(tg_tensor_split_static(v, sh->nb, &sh->v_s));
-  }
+/* A flat buffer homed on device d, with its plan of member views. */
+static int tg_shard_flat(tg_shard *sh, tg_tensor *t, tg_split *views, tg_dtype dtype, int d) {
+  TG_TRY(tg_tensor_alloc_on_node(t, (int)sh->numel, 1, dtype, sh->dp->node[d]));
+  return tg_split_plan_views(t, sh->nmem, sh->rows, sh->cols, views);
+}
+
+static int tg_shard_slots(tg_shard *sh) {
+  const tg_dp *dp = sh->dp;
   sh->slots = calloc((size_t)dp->nslots, sizeof *sh->slots);
   sh->slot_s = calloc((size_t)dp->nslots, sizeof *sh->slot_s);
-  if (!sh->slots || !sh->slot_s) return tg_fail(ENOMEM, "sharding: out of memory");
+  sh->slot_v = calloc((size_t)dp->nslots, sizeof *sh->slot_v);
+  sh->views = calloc((size_t)dp->nslots * sh->nmem, sizeof *sh->views);
+  if (!sh->slots || !sh->slot_s || !sh->slot_v || !sh->views)
+    return tg_fail(ENOMEM, "sharding: out of memory");
   for (int k = 0; k < dp->nslots; k++) {
-    TG_TRY(tg_tensor_alloc_on_node(&sh->slots[k], rows, cols, TG_F32,
-                                   dp->node[tg_dp_slot_device(dp, k)]));
+    TG_TRY(tg_shard_flat(sh, &sh->slots[k], &sh->slot_v[k], TG_F32, tg_dp_slot_device(dp, k)));
     if (sh->nb > 1) TG_TRY(tg_split_plan(&sh->slots[k], sh->nb, &sh->slot_s[k]));
-  }
-  int lowp = dp->compute != TG_F32;
-  for (int d = 0; readers && d < dp->ndev; d++) {
-    tg_dtype t = readers & TG_SHARD_READ_COMPUTE ? dp->compute : TG_F32;
-    TG_TRY(tg_tensor_alloc_on_node(&sh->replica[d], rows, cols, t, dp->node[d]));
-    if (lowp && (readers & TG_SHARD_READ_COMPUTE) && (readers & TG_SHARD_READ_F32))
-      TG_TRY(tg_tensor_alloc_on_node(&sh->replica32[d], rows, cols, TG_F32, dp->node[d]));
-  }
-  for (int j = 0; lowp && readers & TG_SHARD_READ_COMPUTE && j < sh->nb; j++) {
-    int size;
-    tg_split_start(rows, sh->nb, j, &size);
-    TG_TRY(tg_tensor_temp(&sh->lowp_block[j], size, cols, dp->compute));
+    for (int i = 0; i < sh->nmem; i++) /* handles only: the plan owns them */
+      sh->views[i * dp->nslots + k] = (tg_tensor){.handle = sh->slot_v[k].parts[i],
+                                                  .rows = sh->rows[i], .cols = sh->cols[i],
+                                                  .dtype = TG_F32};
   }
   return 0;
+}
+
+int tg_shard_create(tg_shard *sh, tg_dp *dp, int nmem, tg_tensor *const *values, int readers) {
+  memset(sh, 0, sizeof *sh);
+  sh->dp = dp;
+  if (nmem < 1 || nmem > TG_SHARD_MAX_MEMBERS)
+    return tg_fail(EINVAL, "sharding: a bucket of %d tensors (1 to %d)", nmem,
+                   TG_SHARD_MAX_MEMBERS);
+  sh->nmem = nmem;
+  for (int i = 0; i < nmem; i++) {
+    sh->rows[i] = values[i]->rows;
+    sh->cols[i] = values[i]->cols;
+    sh->start[i] = sh->numel;
+    sh->numel += (size_t)values[i]->rows * (size_t)values[i]->cols;
+  }
+  if (sh->numel > INT_MAX)
+    return tg_fail(EINVAL, "sharding: a bucket of %zu values (at most %d)", sh->numel, INT_MAX);
+  sh->nb = sh->numel < (size_t)dp->ndev ? (int)sh->numel : dp->ndev;
+  for (int j = 0; j < sh->nb; j++) sh->owner[j] = j;
+  TG_TRY(tg_shard_masters(sh, values));
+  TG_TRY(tg_shard_slots(sh));
+  int lowp = dp->compute != TG_F32 && (readers & TG_SHARD_READ_COMPUTE);
+  for (int d = 0; d < dp->ndev; d++) {
+    TG_TRY(tg_shard_flat(sh, &sh->replica[d], &sh->replica_v[d], lowp ? dp->compute : TG_F32, d));
+    if (lowp && (readers & TG_SHARD_READ_F32))
+      TG_TRY(tg_shard_flat(sh, &sh->replica32[d], &sh->replica32_v[d], TG_F32, d));
+  }
+  for (int j = 0; lowp && j < sh->nb; j++) {
+    int size;
+    tg_split_start((int)sh->numel, sh->nb, j, &size);
+    TG_TRY(tg_tensor_alloc_on_node(&sh->lowp_block[j], size, 1, dp->compute,
+                                   dp->node[sh->owner[j]]));
+  }
+  return 0;
+}
+
+static void tg_shard_flat_free(tg_tensor *t, tg_split *s) {
+  tg_split_free(t, s);
+  tg_tensor_free(t);
 }
 
 void tg_shard_destroy(tg_shard *sh) {
   for (int k = 0; sh->slots && k < sh->dp->nslots; k++) {
     if (sh->slot_s) tg_split_free(&sh->slots[k], &sh->slot_s[k]);
+    if (sh->slot_v) tg_split_free(&sh->slots[k], &sh->slot_v[k]);
     tg_tensor_free(&sh->slots[k]);
   }
   free(sh->slots);
   free(sh->slot_s);
-  sh->slots = NULL;
-  sh->slot_s = NULL;
+  free(sh->slot_v);
+  free(sh->views);
+  sh->slots = sh->views = NULL;
+  sh->slot_s = sh->slot_v = NULL;
   for (int d = 0; d < TG_DP_MAX_DEVICES; d++) {
-    tg_tensor_free(&sh->replica[d]);
-    tg_tensor_free(&sh->replica32[d]);
-    tg_tensor_release(&sh->lowp_block[d]);
+    tg_shard_flat_free(&sh->replica[d], &sh->replica_v[d]);
+    tg_shard_flat_free(&sh->replica32[d], &sh->replica32_v[d]);
+    tg_tensor_free(&sh->lowp_block[d]);
   }
-  if (sh->nb > 1) {
-    tg_split_free(sh->value, &sh->value_s);
-    tg_split_free(sh->grad, &sh->grad_s);
-    tg_split_free(sh->m, &sh->m_s);
-    if (sh->v) tg_split_free(sh->v, &sh->v_s);
+  for (int t = 0; t < 4; t++) {
+    if (sh->nb > 1) tg_split_free(&sh->master[t], &sh->master_s[t]);
+    tg_tensor_free(&sh->master[t]);
   }
   sh->nb = 0;
 }
 
-starpu_data_handle_t tg_shard_weight(const tg_shard *sh, int dev, int f32) {
-  if (!sh->replica[dev].handle) return sh->value->handle;
-  if (f32 && sh->replica32[dev].handle) return sh->replica32[dev].handle;
-  return sh->replica[dev].handle;
+starpu_data_handle_t tg_shard_weight(const tg_shard *sh, int member, int dev, int f32) {
+  if (f32 && sh->replica32[dev].handle) return sh->replica32_v[dev].parts[member];
+  return sh->replica_v[dev].parts[member];
 }
 
-static const tg_split *tg_shard_split_of(const tg_shard *sh, const tg_tensor *t) {
-  if (t == sh->value) return &sh->value_s;
-  if (t == sh->grad) return &sh->grad_s;
-  if (t == sh->m) return &sh->m_s;
-  return &sh->v_s;
+tg_tensor *tg_shard_member_slots(tg_shard *sh, int member) {
+  return &sh->views[member * sh->dp->nslots];
+}
+
+void tg_shard_open(tg_shard *sh) {
+  if (sh->open) return;
+  for (int k = 0; k < sh->dp->nslots; k++) tg_split_write(&sh->slots[k], &sh->slot_v[k]);
+  sh->open = 1;
+  sh->finished = 0;
 }
 
 starpu_data_handle_t tg_shard_block(const tg_shard *sh, const tg_tensor *t, int j) {
   if (!t) return NULL;
-  return sh->nb > 1 ? tg_shard_split_of(sh, t)->parts[j] : t->handle;
+  return sh->nb > 1 ? sh->master_s[t - sh->master].parts[j] : t->handle;
 }
 
 int tg_shard_worker(const tg_shard *sh, int j) { return sh->dp->worker[sh->owner[j]]; }
@@ -180,11 +214,14 @@ static tg_task_opts tg_shard_opts(const tg_task_opts *opts, int front) {
   return o;
 }
 
-int tg_shard_reduce(tg_shard *sh, const tg_task_opts *opts) {
+static int tg_shard_reduce(tg_shard *sh, const tg_task_opts *opts) {
   const tg_dp *dp = sh->dp;
   starpu_data_handle_t in[TG_EXCHANGE_MAX];
   tg_task_opts o = tg_shard_opts(opts, 1);
-  for (int k = 0; sh->nb > 1 && k < dp->nslots; k++) tg_split_readonly(&sh->slots[k], &sh->slot_s[k]);
+  for (int k = 0; k < dp->nslots; k++) {
+    tg_split_join(&sh->slots[k], &sh->slot_v[k]);
+    if (sh->nb > 1) tg_split_readonly(&sh->slots[k], &sh->slot_s[k]);
+  }
   for (int j = 0; j < sh->nb; j++) {
     for (int k = 0; k < dp->nslots; k++)
       in[k] = sh->nb > 1 ? sh->slot_s[k].parts[j] : sh->slots[k].handle;
@@ -192,6 +229,26 @@ int tg_shard_reduce(tg_shard *sh, const tg_task_opts *opts) {
     TG_TRY(tg_sum_tree_insert(dp->nslots, in, tg_shard_block(sh, sh->grad, j), &o));
   }
   for (int k = 0; sh->nb > 1 && k < dp->nslots; k++) tg_split_join(&sh->slots[k], &sh->slot_s[k]);
+  return 0;
+}
+
+int tg_shard_member_done(tg_shard *sh, const tg_task_opts *opts, int allreduce, tg_dtype comm) {
+  if (++sh->finished < sh->nmem) return 0;
+  sh->open = 0;
+  TG_TRY(tg_shard_reduce(sh, opts));
+  /* then each block over the ranks (hierarchical: within the node first) */
+  for (int j = 0; allreduce && j < sh->nb; j++)
+    TG_TRY(tg_dist_allreduce_comm(tg_shard_block(sh, sh->grad, j), comm));
+  return 1;
+}
+
+/* replica r of device d: its views inactive while the gather writes it */
+static int tg_shard_gather_into(tg_tensor *r, tg_split *views, int nb,
+                                const starpu_data_handle_t *blocks, const tg_task_opts *o) {
+  if (!r->handle) return 0;
+  tg_split_join(r, views);
+  TG_TRY(tg_gather_rows_insert(nb, blocks, r->handle, o));
+  tg_split_readonly(r, views);
   return 0;
 }
 
@@ -204,21 +261,41 @@ int tg_shard_gather(tg_shard *sh, const tg_task_opts *opts) {
   tg_task_opts o = tg_shard_opts(opts, 0);
   for (int d = 0; d < sh->dp->ndev; d++) {
     o.worker = sh->dp->worker[d];
-    if (sh->replica[d].handle)
-      TG_TRY(tg_gather_rows_insert(sh->nb, sh->replica[d].dtype == TG_F32 ? f32 : lowp,
-                                   sh->replica[d].handle, &o));
-    if (sh->replica32[d].handle)
-      TG_TRY(tg_gather_rows_insert(sh->nb, f32, sh->replica32[d].handle, &o));
+    tg_tensor *r = &sh->replica[d];
+    TG_TRY(tg_shard_gather_into(r, &sh->replica_v[d], sh->nb, r->dtype == TG_F32 ? f32 : lowp,
+                                &o));
+    TG_TRY(tg_shard_gather_into(&sh->replica32[d], &sh->replica32_v[d], sh->nb, f32, &o));
   }
   return 0;
 }
 
-int tg_shard_read(const tg_shard *sh, const tg_tensor *t, void *dst) {
-  if (sh->nb > 1) return tg_tensor_read_split(t, tg_shard_split_of(sh, t), dst);
-  return tg_tensor_read(t, dst);
+/* Acquires (release: releases) in main RAM the blocks of part that hold
+ * member i's values. */
+static int tg_shard_member_blocks(const tg_shard *sh, tg_shard_part part, int member,
+                                  enum starpu_data_access_mode mode, int release) {
+  size_t lo = sh->start[member], hi = lo + (size_t)sh->rows[member] * sh->cols[member];
+  for (int j = 0; j < sh->nb; j++) {
+    int size;
+    size_t first = (size_t)tg_split_start((int)sh->numel, sh->nb, j, &size);
+    if (first >= hi || first + (size_t)size <= lo) continue;
+    starpu_data_handle_t h = tg_shard_block(sh, &sh->master[part], j);
+    if (release) starpu_data_release(h);
+    else TG_STARPU(starpu_data_acquire(h, mode));
+  }
+  return 0;
 }
 
-int tg_shard_write(tg_shard *sh, tg_tensor *t, const void *src) {
-  if (sh->nb > 1) return tg_tensor_write_split(t, tg_shard_split_of(sh, t), src);
-  return tg_tensor_write(t, src);
+int tg_shard_read(const tg_shard *sh, tg_shard_part part, int member, float *dst) {
+  TG_TRY(tg_shard_member_blocks(sh, part, member, STARPU_R, 0));
+  memcpy(dst, (const float *)sh->master[part].host + sh->start[member],
+         (size_t)sh->rows[member] * sh->cols[member] * sizeof(float));
+  return tg_shard_member_blocks(sh, part, member, STARPU_R, 1);
+}
+
+int tg_shard_write(tg_shard *sh, tg_shard_part part, int member, const float *src) {
+  /* RW: the blocks also hold other members' values */
+  TG_TRY(tg_shard_member_blocks(sh, part, member, STARPU_RW, 0));
+  memcpy((float *)sh->master[part].host + sh->start[member], src,
+         (size_t)sh->rows[member] * sh->cols[member] * sizeof(float));
+  return tg_shard_member_blocks(sh, part, member, STARPU_RW, 1);
 }

@@ -209,6 +209,58 @@ static int tg_split_plan_dim(tg_tensor *t, int n, tg_split *s, int by_cols) {
 
 int tg_split_plan(tg_tensor *t, int n, tg_split *s) { return tg_split_plan_dim(t, n, s, 0); }
 
+/* Views: child i is the (rows[i], cols[i]) matrix that starts at element
+ * start[i] of a contiguous (n, 1) parent, with ld = cols[i]. */
+typedef struct tg_view_layout {
+  const int *rows, *cols;
+  const size_t *start;
+} tg_view_layout;
+
+static void tg_filter_views(void *parent, void *child, struct starpu_data_filter *f,
+                            unsigned id, unsigned nparts) {
+  (void)nparts;
+  const tg_view_layout *v = f->filter_arg_ptr;
+  struct starpu_matrix_interface *p = parent, *c = child;
+  size_t offset = v->start[id] * p->elemsize;
+  c->id = p->id;
+  c->nx = (uint32_t)v->cols[id];
+  c->ny = (uint32_t)v->rows[id];
+  c->ld = c->nx;
+  c->elemsize = p->elemsize;
+  c->allocsize = (size_t)c->nx * c->ny * c->elemsize;
+  if (p->dev_handle) { /* allocated on this node: the child is inside */
+    if (p->ptr) c->ptr = p->ptr + offset;
+    c->dev_handle = p->dev_handle;
+    c->offset = p->offset + offset;
+  }
+}
+
+int tg_split_plan_views(tg_tensor *t, int n, const int *rows, const int *cols, tg_split *s) {
+  memset(s, 0, sizeof *s);
+  size_t start[TG_MAX_SPLIT], end = 0;
+  if (n < 1 || n > TG_MAX_SPLIT || t->cols != 1)
+    return tg_fail(EINVAL, "cannot view a (%d, %d) tensor as %d matrices (a column of at most "
+                   "%d)", t->rows, t->cols, n, TG_MAX_SPLIT);
+  for (int i = 0; i < n; i++) {
+    start[i] = end;
+    end += (size_t)rows[i] * (size_t)cols[i];
+  }
+  if (end != (size_t)t->rows)
+    return tg_fail(EINVAL, "%d views of %zu elements do not tile a tensor of %d", n, end,
+                   t->rows);
+  if (!t->host && !t->device)
+    return tg_fail(EINVAL, "a split plan needs a tensor with a home node (tg_tensor_alloc)");
+  tg_view_layout layout = {.rows = rows, .cols = cols, .start = start};
+  struct starpu_data_filter f;
+  memset(&f, 0, sizeof f);
+  f.filter_func = tg_filter_views;
+  f.nchildren = (unsigned)n;
+  f.filter_arg_ptr = &layout; /* StarPU 1.3 and 1.4 call the filter during the plan only */
+  starpu_data_partition_plan(t->handle, &f, s->parts);
+  s->n = n;
+  return 0;
+}
+
 int tg_split_plan_cols(tg_tensor *t, int n, tg_split *s) {
   return tg_split_plan_dim(t, n, s, 1);
 }

@@ -104,10 +104,13 @@ typedef struct tg_gpt {
   /* mixed precision: 16-bit copies of the GEMM weights (qkvw, attprojw,
    * fcw, fcprojw, wte; empty otherwise) */
   tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
-  /* internal, sharded data parallelism (graphs/shard.h): the devices, and
-   * each tensor's sharding ([param * MAX_LAYERS + l]); NULL otherwise */
+  /* internal, sharded data parallelism (graphs/shard.h): the devices, the
+   * buckets, and where each tensor is ([param * MAX_LAYERS + l]: bucket *
+   * TG_SHARD_MAX_MEMBERS + member); NULL otherwise */
   struct tg_dp *dp;
   struct tg_shard *shards;
+  int nshards;
+  int *shard_of;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),

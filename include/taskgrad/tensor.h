@@ -83,6 +83,10 @@ int tg_split_plan(tg_tensor *t, int n, tg_split *s);
  * cut at the same places (the first extent % n blocks one element larger),
  * so W (out, in) by rows matches b (1, out) and Z (rows, out) by columns. */
 int tg_split_plan_cols(tg_tensor *t, int n, tg_split *s);
+/* A plan of n views of a contiguous (sum of rows[i] * cols[i], 1) tensor:
+ * view i is the (rows[i], cols[i]) matrix that follows view i - 1 (one flat
+ * buffer that tasks see as several tensors: a gradient bucket). */
+int tg_split_plan_views(tg_tensor *t, int n, const int *rows, const int *cols, tg_split *s);
 void tg_split_readonly(tg_tensor *t, tg_split *s);
 void tg_split_write(tg_tensor *t, tg_split *s);
 void tg_split_join(tg_tensor *t, tg_split *s);
