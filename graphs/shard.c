@@ -110,7 +110,8 @@ static int tg_shard_slots(tg_shard *sh) {
   return 0;
 }
 
-int tg_shard_create(tg_shard *sh, tg_dp *dp, int nmem, tg_tensor *const *values, int readers) {
+int tg_shard_create(tg_shard *sh, const tg_dp *dp, int nmem, tg_tensor *const *values,
+                    int readers) {
   memset(sh, 0, sizeof *sh);
   sh->dp = dp;
   if (nmem < 1 || nmem > TG_SHARD_MAX_MEMBERS)

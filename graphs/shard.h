@@ -57,7 +57,6 @@ typedef struct tg_dp {
   int nmicro;
   int nslots;                      /* ndev, or nmicro when deterministic */
   tg_dtype compute;                /* TG_F32, or the 16-bit type of the GEMMs */
-  double owned[TG_DP_MAX_DEVICES]; /* bytes of whole tensors owned (balance) */
 } tg_dp;
 
 /* The accelerator devices StarPU started (memory nodes with a CUDA or
@@ -109,7 +108,8 @@ typedef struct tg_shard {
 /* A bucket of nmem tensors (values: host tensors that hold their initial
  * values; readers: TG_SHARD_READ_*).  The values are copied: the bucket's
  * master is what the graph reads and updates from now on. */
-int tg_shard_create(tg_shard *sh, tg_dp *dp, int nmem, tg_tensor *const *values, int readers);
+int tg_shard_create(tg_shard *sh, const tg_dp *dp, int nmem, tg_tensor *const *values,
+                    int readers);
 void tg_shard_destroy(tg_shard *sh);
 /* The handle of member i that device dev's tasks read: its view of the
  * device's replica (f32 one when f32, for 16-bit runs). */
