@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # bench/sim-mpi.sh SIM_MPI_DIR OUTDIR MODEL [PRECISION] [NODES...]: multi-node
 # predictions (issue 13): taskgrad's data-parallel GPT training (StarPU-MPI,
-# parallel/collectives.c's recursive-doubling gradient sum) on NODES simulated nodes of
-# 8 H100 (platforms/h100x8.*) joined by the 400 Gb/s network of
+# the sharded mode's per-block sum over the ranks, parallel/halving.c) on
+# NODES simulated nodes of 8 H100 (platforms/h100x8.*) joined by the 400 Gb/s network of
 # platforms/cluster-h100x8.xml, through StarPU-MPI over SimGrid's SMPI.
 #   SIM_MPI_DIR  where scripts/build-sim-mpi put taskgrad-sim-mpi
 #   MODEL        d4 (L=4 C=256 NH=4 V=256, T=256) or 124m (GPT-2 124M, T=1024)
 #   PRECISION    fp32 (default) or bf16
-#   NODES        node counts, default 1 2 4 8 (powers of two: parallel/collectives.c's tree)
+#   NODES        node counts from 1 to 8 (the hostfile's nodes), default 1 2 4 8
 # Weak scaling, as bench/sim-h100.sh: 8 sequences and 2 micro-batches per GPU,
-# so 64 sequences per node; --batch and --micro-batches are global.  1 warm-up
-# step and 2 measured ones; lws on 8 GPUs per node, no CPU worker.  Writes
+# so 64 sequences per node; --batch and --micro-batches are global.  3 warm-up
+# steps (TG_SIM_WARMUP; the first steps allocate the buffers that later steps
+# reuse) and 2 measured ones; lws on 8 GPUs per node, no CPU worker.
+# TG_SIM_EXTRA: more `simulate gpt` arguments (e.g. "--grad-comm bf16" or
+# "--trace F.json"); TG_SMPI_CFG: more SimGrid --cfg options.  Writes
 # OUTDIR/<model>-<precision>-<n>nodes.txt (the run's report, rank 0's node;
 # STARPU_COMM_STATS's bytes between ranks) and OUTDIR/<model>-<precision>.csv
 # (nodes, step ms, tokens/s, efficiency vs the first NODES entry, peak host
@@ -34,7 +37,7 @@ case "$model" in
   *) echo "sim-mpi: unknown model '$model' (d4 or 124m)" >&2; exit 2 ;;
 esac
 for n in "${nodes[@]}"; do
-  case "$n" in 1|2|4|8) ;; *) echo "sim-mpi: $n nodes: 1, 2, 4 or 8" >&2; exit 2 ;; esac
+  case "$n" in [1-8]) ;; *) echo "sim-mpi: $n nodes: 1 to 8" >&2; exit 2 ;; esac
 done
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -60,7 +63,7 @@ for n in "${nodes[@]}"; do
   head -n "$n" "$src/platforms/cluster-h100x8.hostfile" > "$work/hostfile"
   report="$out/$model-$precision-${n}nodes.txt"
   args=(simulate gpt "${shape[@]}" --precision "$precision" --platform h100x8 --gpus 8
-        --batch $((64 * n)) --micro-batches $((16 * n)) --steps 2 --warmup 1)
+        --batch $((64 * n)) --micro-batches $((16 * n)) --steps 2 --warmup "${TG_SIM_WARMUP:-3}")
   echo "== $n node(s): starpu_smpirun -np $n ${network_cfg[*]} taskgrad-sim-mpi ${args[*]}" | tee "$report"
   t0=$(date +%s)
   # Under SMPI, src/tensor.c's folded host tensors are SMPI_SHARED_MALLOC's
@@ -79,8 +82,8 @@ for n in "${nodes[@]}"; do
      "$src/bench/sim-mpi/peak-host-mem.sh" \
      "$prefix/bin/starpu_smpirun" -np "$n" -platform "$src/platforms/cluster-h100x8.xml" \
      -hostfile "$work/hostfile" --cfg=smpi/shared-malloc-blocksize:$((16 << 20)) "${network_cfg[@]}" \
-     --cfg=contexts/guard-size:0 \
-     "$prog" --log=root.thres:critical "${args[@]}") \
+     --cfg=contexts/guard-size:0 ${TG_SMPI_CFG:-} \
+     "$prog" --log=root.thres:critical "${args[@]}" ${TG_SIM_EXTRA:-}) \
      >> "$report" 2> "$report.err" || echo "(exit status $?)" >> "$report"
   grep -h 'starpu_comm_stats\|host peak anonymous' "$report.err" >> "$report" || true
   echo "(wall $(( $(date +%s) - t0 )) s)" >> "$report"

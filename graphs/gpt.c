@@ -207,22 +207,33 @@ static int tg_gpt_register_params(tg_gpt *g) {
   return 0;
 }
 
-/* One bucket of layer l's tensors ps[0 .. n-1] (shard.h). */
-static int tg_gpt_bucket(tg_gpt *g, const tg_gpt_param *ps, int n, int l, int readers) {
+/* One bucket of the tensors (ps[i], ls[i]), i < n (shard.h).  Member 0
+ * names the bucket and sets its update's priority. */
+static int tg_gpt_bucket(tg_gpt *g, const tg_gpt_param *ps, const int *ls, int n, int readers) {
   tg_tensor *values[TG_SHARD_MAX_MEMBERS];
   int b = g->nshards++;
   for (int i = 0; i < n; i++) {
-    values[i] = &g->w[ps[i]][l];
-    g->shard_of[ps[i] * TG_GPT_MAX_LAYERS + l] = b * TG_SHARD_MAX_MEMBERS + i;
+    values[i] = &g->w[ps[i]][ls[i]];
+    g->shard_of[ps[i] * TG_GPT_MAX_LAYERS + ls[i]] = b * TG_SHARD_MAX_MEMBERS + i;
   }
   return tg_shard_create(&g->shards[b], g->dp, n, values, readers);
 }
 
-/* Sharded data parallelism (shard.h): the devices and the buckets.  A
- * layer's tensors go in one bucket, or in 16-bit runs two: the GEMM
- * weights (16-bit replicas) and the LayerNorm and bias vectors (f32 ones).
- * The embeddings and the final LayerNorm get a bucket each: their
+/* Sharded data parallelism (shard.h): the devices and the buckets.
+ * Consecutive layers share buckets until their f32 gradient reaches
+ * TG_GPT_BUCKET_BYTES: every bucket costs its exchange a copy per pair of
+ * devices and a few tasks per device, each of which keeps a device's
+ * driver busy (SimGrid charges 10 us a copy or task), and on 8 simulated
+ * H100s one layer of GPT-2 124M a bucket (28 MB) left a third of the steps'
+ * idle time to that (bench/results/2026-11-26-bucket-size.md).  Megatron's
+ * buckets hold 40M parameters, PyTorch DDP's 25 MB.  In 16-bit runs the
+ * GEMM weights (16-bit replicas) and the LayerNorm and bias vectors (f32
+ * replicas) have buckets of their own, the vectors' as many layers as
+ * TG_SHARD_MAX_MEMBERS allows (a few kB a layer).  Member 0 of a bucket is
+ * from its lowest layer, whose backward ends it and whose forward needs it
+ * first.  The embeddings and the final LayerNorm get a bucket each: their
  * gradients are final at different times (lnf first, wte last). */
+#define TG_GPT_BUCKET_BYTES ((size_t)64 << 20)
 static int tg_gpt_shard(tg_gpt *g) {
   int L = g->cfg.num_layers;
   g->dp = calloc(1, sizeof *g->dp);
@@ -232,20 +243,34 @@ static int tg_gpt_shard(tg_gpt *g) {
   TG_TRY(tg_dp_init(g->dp, g->run.nmicro, ACT(g)));
   int lowp = ACT(g) != TG_F32;
   const tg_gpt_param wte = TG_WTE, wpe = TG_WPE, lnf[2] = {TG_LNFW, TG_LNFB};
-  TG_TRY(tg_gpt_bucket(g, &wte, 1, 0, TG_SHARD_READ_COMPUTE | TG_SHARD_READ_F32));
-  TG_TRY(tg_gpt_bucket(g, &wpe, 1, 0, TG_SHARD_READ_F32));
+  const int l0[2] = {0, 0};
+  TG_TRY(tg_gpt_bucket(g, &wte, l0, 1, TG_SHARD_READ_COMPUTE | TG_SHARD_READ_F32));
+  TG_TRY(tg_gpt_bucket(g, &wpe, l0, 1, TG_SHARD_READ_F32));
+  tg_gpt_param vec[TG_SHARD_MAX_MEMBERS], gemm[TG_SHARD_MAX_MEMBERS];
+  int vl[TG_SHARD_MAX_MEMBERS], gl[TG_SHARD_MAX_MEMBERS], nv = 0, ng = 0, per_layer = 0;
+  size_t bytes = 0;
   for (int l = 0; l < L; l++) {
-    tg_gpt_param gemm[TG_SHARD_MAX_MEMBERS], vec[TG_SHARD_MAX_MEMBERS];
-    int ng = 0, nv = 0;
     for (int p = 0; p < TG_GPT_NPARAMS; p++) {
       if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
-      if (tg_gpt_gemm_weight((tg_gpt_param)p) || !lowp) gemm[ng++] = (tg_gpt_param)p;
-      else vec[nv++] = (tg_gpt_param)p;
+      if (l == 0) per_layer++;
+      if (tg_gpt_gemm_weight((tg_gpt_param)p) || !lowp) {
+        gemm[ng] = (tg_gpt_param)p, gl[ng++] = l;
+        bytes += tg_tensor_numel(&g->w[p][l]) * sizeof(float);
+      } else {
+        vec[nv] = (tg_gpt_param)p, vl[nv++] = l;
+      }
     }
-    TG_TRY(tg_gpt_bucket(g, gemm, ng, l, lowp ? TG_SHARD_READ_COMPUTE : TG_SHARD_READ_F32));
-    if (nv) TG_TRY(tg_gpt_bucket(g, vec, nv, l, TG_SHARD_READ_F32));
+    if (nv && (nv + per_layer > TG_SHARD_MAX_MEMBERS || l == L - 1)) {
+      TG_TRY(tg_gpt_bucket(g, vec, vl, nv, TG_SHARD_READ_F32));
+      nv = 0;
+    }
+    if (bytes < TG_GPT_BUCKET_BYTES && ng + per_layer <= TG_SHARD_MAX_MEMBERS && l < L - 1)
+      continue;
+    TG_TRY(tg_gpt_bucket(g, gemm, gl, ng, lowp ? TG_SHARD_READ_COMPUTE : TG_SHARD_READ_F32));
+    ng = 0;
+    bytes = 0;
   }
-  return tg_gpt_bucket(g, lnf, 2, 0, TG_SHARD_READ_F32);
+  return tg_gpt_bucket(g, lnf, l0, 2, TG_SHARD_READ_F32);
 }
 
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
@@ -447,15 +472,21 @@ static int tg_gpt_bgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l
   return tg_bias_grad_insert(dY, G(g, p, l), mode, o);
 }
 
-static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+/* Layers [first, end) of micro-batch mb's forward: the embedding before
+ * layer 0, the final LayerNorm after the last; the residual stream between
+ * two calls in mb->xL. */
+static int tg_gpt_forward_layers(tg_gpt *g, tg_gpt_micro *mb, int S, int first, int end) {
   const tg_gpt_config *c = &g->cfg;
   int n = mb->n, C = c->channels, L = c->num_layers;
   tg_gopts go;
-  tg_tensor x;
-  TG_TRY(TEMP(&x, n, C));
-  TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
-                                 x.handle, OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
-  for (int l = 0; l < c->num_layers; l++) {
+  tg_tensor x = mb->xL;
+  if (first == 0) {
+    TG_TRY(TEMP(&x, n, C));
+    TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
+                                   x.handle,
+                                   OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
+  }
+  for (int l = first; l < end; l++) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     A->x = x;
@@ -491,12 +522,17 @@ static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_tensor_release(&proj);
   }
   mb->xL = x;
+  if (end < L) return 0;
   TG_TRY(TEMP(&mb->lnf, n, C));
   TG_TRY(tg_temp(&mb->meanf, n, 1));
   TG_TRY(tg_temp(&mb->rstdf, n, 1));
   return tg_layernorm_fwd_insert(x.handle, W(g, TG_LNFW, 0), W(g, TG_LNFB, 0),
                                  mb->lnf.handle, mb->meanf.handle, mb->rstdf.handle,
                                  OPT(2 * L, TG_GPT_RANKS(L), "m%d.head", mb->micro));
+}
+
+static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+  return tg_gpt_forward_layers(g, mb, S, 0, g->cfg.num_layers);
 }
 
 /* Releases what a forward-only pass left registered. */
@@ -745,17 +781,19 @@ static int tg_gpt_submission_order(const tg_gpt *g, int k) {
 
 /* Submits the micro-batches of a batch into the step's sums (g->sums,
  * loss_sum).  Each micro-batch's forward and classifier, then its backward;
- * sharded over more than 2 devices, every forward first, then every
- * backward (both round-robin over the devices): a device runs its forwards
- * before its backwards anyway (their priorities), and StarPU's submission,
- * one task after the other, would otherwise reach the last device only
- * after the whole step of every device before it was submitted.  On 2
- * devices the phases were slower (simulated, both orders:
- * bench/results/2026-11-26-buckets.md). */
+ * sharded, in phases: the forwards layer by layer (layer l of every
+ * micro-batch, round-robin over the devices, then layer l + 1), the
+ * classifiers, then every backward.  A device runs its forwards before its
+ * backwards anyway (their priorities), and StarPU's submission, one task
+ * after the other, would otherwise reach the last device only after the
+ * whole step of every device before it was submitted (by whole forwards,
+ * after 1 ms of a simulated 8-GPU step; layer by layer, 8 GPUs 29.2 ->
+ * 28.5 ms, 2 GPUs 26.8 -> 26.6: bench/results/2026-11-26-bucket-size.md). */
 static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int backward,
                          float scale) {
   const tg_gpt_config *c = &g->cfg;
-  int M = g->run.nmicro, phased = backward && g->dp && g->dp->ndev > 2;
+  int M = g->run.nmicro, S = g->run.attn_splits, L = c->num_layers;
+  int phased = backward && g->dp;
   tg_gpt_micro **mbs = calloc((size_t)M, sizeof *mbs);
   if (!mbs) return tg_fail(ENOMEM, "GPT: out of memory");
   int rc = 0;
@@ -774,20 +812,24 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->attn = &g->attn[i];
     mb->attn_stride = M;
     tg_gpt_micro_place(g, mb);
-    rc = tg_gpt_forward_micro(g, mb, g->run.attn_splits);
+    if (phased) continue;
+    rc = tg_gpt_forward_micro(g, mb, S);
     if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
     if (rc == 0) rc = tg_gpt_classifier(g, mb, loss_sum, backward, scale);
-    if (rc == 0 && backward && !phased)
-      rc = tg_gpt_backward_micro(g, mb, g->run.attn_splits);
-    else if (rc == 0 && !backward)
+    if (rc == 0 && backward)
+      rc = tg_gpt_backward_micro(g, mb, S);
+    else if (rc == 0)
       tg_gpt_release_forward(g, mb);
-    if (!phased) {
-      free(mb);
-      mbs[k] = NULL;
-    }
+    free(mb);
+    mbs[k] = NULL;
   }
-  for (int k = 0; k < M && phased && rc == 0; k++)
-    rc = tg_gpt_backward_micro(g, mbs[k], g->run.attn_splits);
+  for (int l = 0; l < L && phased; l++)
+    for (int k = 0; k < M && rc == 0; k++) rc = tg_gpt_forward_layers(g, mbs[k], S, l, l + 1);
+  for (int k = 0; k < M && phased && rc == 0; k++) {
+    rc = TEMP(&mbs[k]->dlnf, mbs[k]->n, c->channels);
+    if (rc == 0) rc = tg_gpt_classifier(g, mbs[k], loss_sum, backward, scale);
+  }
+  for (int k = 0; k < M && phased && rc == 0; k++) rc = tg_gpt_backward_micro(g, mbs[k], S);
   for (int k = 0; k < M; k++) {
     if (mbs[k] && rc) tg_gpt_release_forward(g, mbs[k]); /* after an error */
     free(mbs[k]);

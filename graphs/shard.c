@@ -167,6 +167,9 @@ void tg_shard_destroy(tg_shard *sh) {
     tg_shard_flat_free(&sh->replica32[d], &sh->replica32_v[d]);
     tg_tensor_free(&sh->lowp_block[d]);
   }
+  for (int j = 0; sh->ar && j < sh->nb; j++) tg_dist_plan_free(&sh->ar[j]);
+  free(sh->ar);
+  sh->ar = NULL;
   for (int t = 0; t < 4; t++) {
     if (sh->nb > 1) tg_split_free(&sh->master[t], &sh->master_s[t]);
     tg_tensor_free(&sh->master[t]);
@@ -237,9 +240,19 @@ int tg_shard_member_done(tg_shard *sh, const tg_task_opts *opts, int allreduce, 
   if (++sh->finished < sh->nmem) return 0;
   sh->open = 0;
   TG_TRY(tg_shard_reduce(sh, opts));
-  /* then each block over the ranks (hierarchical: within the node first) */
-  for (int j = 0; allreduce && j < sh->nb; j++)
-    TG_TRY(tg_dist_allreduce_comm(tg_shard_block(sh, sh->grad, j), comm));
+  /* then each block over the ranks (hierarchical: within the node first),
+   * by its owner, in pieces through buffers kept from step to step */
+  tg_task_opts o = tg_shard_opts(opts, 1);
+  for (int j = 0; allreduce && j < sh->nb; j++) {
+    if (!sh->ar) {
+      sh->ar = calloc((size_t)sh->nb, sizeof *sh->ar);
+      if (!sh->ar) return tg_fail(ENOMEM, "shard: out of memory");
+      for (int b = 0; b < sh->nb; b++)
+        TG_TRY(tg_dist_plan_init(&sh->ar[b], tg_shard_block(sh, sh->grad, b), comm));
+    }
+    o.worker = tg_shard_worker(sh, j);
+    TG_TRY(tg_dist_plan_allreduce(&sh->ar[j], &o));
+  }
   return 1;
 }
 

@@ -45,6 +45,7 @@
 #define TASKGRAD_GRAPH_SHARD_H
 
 #include "taskgrad/codelets.h"
+#include "taskgrad/parallel.h"
 #include "taskgrad/tensor.h"
 
 #define TG_DP_MAX_DEVICES 16
@@ -76,7 +77,7 @@ enum { TG_SHARD_READ_COMPUTE = 1, TG_SHARD_READ_F32 = 2 };
 /* A bucket's master tensors, for tg_shard_read and tg_shard_write. */
 typedef enum { TG_SHARD_VALUE, TG_SHARD_GRAD, TG_SHARD_M, TG_SHARD_V } tg_shard_part;
 
-#define TG_SHARD_MAX_MEMBERS 16
+#define TG_SHARD_MAX_MEMBERS 64
 
 /* One bucket: nmem parameter tensors laid end to end in flat (numel, 1)
  * buffers, exchanged and updated as one. */
@@ -101,6 +102,8 @@ typedef struct tg_shard {
   tg_tensor replica32[TG_DP_MAX_DEVICES]; /* 16-bit runs with f32 readers too */
   tg_split replica32_v[TG_DP_MAX_DEVICES];
   tg_tensor lowp_block[TG_DP_MAX_DEVICES]; /* 16-bit replicas: block j after its update */
+  tg_dist_plan *ar;                      /* [nb] over the ranks (allocated at the first
+                                            exchange, with more than one rank) */
   int open;                              /* the slots' views are active */
   int finished;                          /* members whose sums this step finished */
 } tg_shard;

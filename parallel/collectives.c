@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "dist_calls.h"
 #include "hooks.h"
 #include "mpi_runtime.h"
 #include "taskgrad/codelets.h"
@@ -94,6 +95,11 @@ static int tg_dist_exchange(starpu_data_handle_t h, int rows, int cols, int part
   return rc;
 }
 
+int64_t tg_dist_next_call(void) {
+  tg_dist_note_tag_use();
+  return tg_reduce_calls++;
+}
+
 int tg_dist_allreduce_comm(starpu_data_handle_t h, tg_dtype comm) {
   int rank = tg_dist_rank(), size = tg_dist_size();
   if (size == 1) return 0;
@@ -102,8 +108,7 @@ int tg_dist_allreduce_comm(starpu_data_handle_t h, tg_dtype comm) {
   if (comm != TG_F32 && comm != TG_BF16 && comm != TG_F16)
     return tg_fail(EINVAL, "gradient all-reduce: messages in %s", tg_dtype_name(comm));
   int rows = (int)starpu_matrix_get_ny(h), cols = (int)starpu_matrix_get_nx(h);
-  tg_dist_note_tag_use();
-  int64_t call = tg_reduce_calls++;
+  int64_t call = tg_dist_next_call();
   /* any number of ranks: the ranks above the largest power of two P first
    * add into rank - P, which then take part in the tree, and get the sum
    * back (in f32) at the end */

@@ -14,7 +14,7 @@
 #  - bytes moved per step (--stats, the difference between runs of 5 and 3
 #    steps) within 10% of docs/distributed.md's formula for devices without
 #    a peer link, on 2, 3 and 4 devices;
-#  - under mpirun, 2 ranks of 2 devices give the CPU run's bits
+#  - under mpirun, 2 and 4 ranks of 2 devices give the CPU run's bits
 #    (--deterministic), 3 ranks of 2 devices agree within 1e-6, and
 #    --grad-comm bf16 halves the bytes between the ranks;
 #  - --data-parallel shard without 2 devices, or with fewer micro-batches
@@ -142,6 +142,14 @@ if command -v mpirun >/dev/null && "$tg" --version | grep -q "StarPU-MPI: yes"; 
   }
   mpirun_run r2 2 --steps 3 --deterministic --precision fp32 --save "$work/r2.par" &&
     same cpu-fp32 r2
+  # 4 ranks: two levels of recursive halving and doubling over pieces of
+  # each block (parallel/halving.c), the same pairs as the CPU's tree
+  if run cpu-b8 0 --steps 2 --deterministic --precision fp32 --batch 8 --micro-batches 8 \
+      --save "$work/cpu-b8.par" &&
+    mpirun_run r4 4 --steps 2 --deterministic --precision fp32 --batch 8 --micro-batches 8 \
+      --save "$work/r4.par"; then
+    same cpu-b8 r4
+  fi
   # 3 ranks (not a power of two), 2 micro-batches each: not the CPU run's
   # tree, so within 1e-6 of it
   if mpirun_run r3 3 --steps 3 --save "$work/r3.par"; then

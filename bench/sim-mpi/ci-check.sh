@@ -8,14 +8,19 @@
 #    training alone, reports 0);
 #  - the 1-node run through StarPU-MPI predicts the step of the single-node
 #    simulation (BUILD_SIM/bin/taskgrad simulate, same flags) within 10% (a
-#    lost network configuration made it 4x slower).
+#    lost network configuration made it 4x slower);
+#  - 2 nodes take less than 1.5 times the step of 1 (6.1 against 5.2 ms on
+#    2026-11-26): a guard against a collapse of the multi-node step.  d4's
+#    blocks are too small to show the one that pinned temporaries caused at
+#    124M (7 times slower on 2 nodes,
+#    bench/results/2026-11-26-sim-mpi-halving.md): with them d4 took 5.5 ms.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: bench/sim-mpi/ci-check.sh SIM_MPI_DIR BUILD_SIM" >&2; exit 2; }
 here="$(cd "$(dirname "$0")" && pwd)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "sim-mpi ci-check: FAIL: $*" >&2; exit 1; }
-"$here/../sim-mpi.sh" "$1" "$out" d4 fp32 1 2 > "$out/log" 2>&1 || { cat "$out/log" >&2; fail "bench/sim-mpi.sh failed"; }
+TG_SIM_WARMUP=1 "$here/../sim-mpi.sh" "$1" "$out" d4 fp32 1 2 > "$out/log" 2>&1 || { cat "$out/log" >&2; fail "bench/sim-mpi.sh failed"; }
 for n in 1 2; do
   report="$out/d4-fp32-${n}nodes.txt"
   grep -q '^simulated step ms: [0-9]' "$report" || fail "$n node(s): no simulated step (see below)
@@ -32,4 +37,7 @@ single=$("$2/bin/taskgrad" simulate gpt --layers 4 --channels 256 --heads 4 --vo
 [ -n "$single" ] || fail "the single-node simulation ($2/bin/taskgrad simulate) failed"
 awk -v t="$one" -v s="$single" 'BEGIN { exit !(t > 0.9 * s && t < 1.1 * s) }' ||
   fail "1 node: $one ms per step through StarPU-MPI, $single ms in the single-node simulation"
-echo "sim-mpi ci-check: ok (1 node: $one ms, single-node simulation $single ms; 2 nodes: rank 1 sent $sent bytes)"
+two=$(sed -n 's/^simulated step ms: //p' "$out/d4-fp32-2nodes.txt")
+awk -v t="$two" -v o="$one" 'BEGIN { exit !(t < 1.5 * o) }' ||
+  fail "2 nodes: $two ms per step, against $one ms on 1 node"
+echo "sim-mpi ci-check: ok (1 node: $one ms, single-node simulation $single ms; 2 nodes: $two ms, rank 1 sent $sent bytes)"

@@ -48,6 +48,33 @@ int tg_dist_allreduce(starpu_data_handle_t h);
  * sum to comm and add the two rounded values in f32, so they still get the
  * same bits. */
 int tg_dist_allreduce_comm(starpu_data_handle_t h, tg_dtype comm);
+/* A float (n, 1) block's sum over the ranks in pieces, with buffers kept
+ * from step to step (parallel/halving.c): reduce-scatter by recursive
+ * halving, then all-gather by recursive doubling, so that each rank sends
+ * and receives 2 (P - 1) / P of the block (P: the largest power of two
+ * <= the ranks) instead of log2(P) blocks; the same bits as
+ * tg_dist_allreduce_comm.  Init once per block (after tg_init; a no-op
+ * with one rank), then tg_dist_plan_allreduce each step, every rank for the
+ * same blocks in the same order; its adding and converting tasks run as
+ * opts says (NULL: anywhere).  Blocks too small to cut into P pieces go
+ * through tg_dist_allreduce_comm.  Free before the block is unregistered. */
+#define TG_DIST_PLAN_MAX_PIECES 64
+typedef struct tg_dist_plan {
+  tg_tensor block;                               /* the block (not owned) */
+  tg_tensor work;                                /* its f32 copy, cut in pieces */
+  tg_tensor wire;                                /* 16-bit: its copy in the comm type */
+  tg_dtype comm;                                 /* message type */
+  int P;                                         /* pieces; 0: the tree */
+  int folded;                                    /* a rank above P */
+  tg_split pieces, wire_pieces;                  /* plans of the P pieces */
+  tg_tensor recv[TG_DIST_PLAN_MAX_PIECES];       /* pieces received (comm) */
+  tg_tensor widened[TG_DIST_PLAN_MAX_PIECES];    /* 16-bit: recv in f32 */
+  tg_tensor fold_recv, fold_widened, fold_wire;  /* ranks above P */
+} tg_dist_plan;
+struct tg_task_opts;
+int tg_dist_plan_init(tg_dist_plan *p, starpu_data_handle_t block, tg_dtype comm);
+int tg_dist_plan_allreduce(tg_dist_plan *p, const struct tg_task_opts *opts);
+void tg_dist_plan_free(tg_dist_plan *p);
 /* Makes every rank's h equal to rank 0's (parameters at the start):
  * registers h with StarPU-MPI (owner rank 0) and transfers it.
  * Asynchronous; a no-op with one rank. */
