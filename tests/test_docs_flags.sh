@@ -44,6 +44,7 @@ EXTERNAL='
 --cflags          pkg-config
 --libs            pkg-config
 --with-fxt        configure
+--dry-run         gpu-check
 '
 
 # flags < text: the --flag tokens of a text, one per line, sorted, unique
