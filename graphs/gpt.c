@@ -170,30 +170,15 @@ static int tg_gpt_param_rank(const tg_gpt *g, tg_gpt_param p, int l) {
   return p == TG_LNFW || p == TG_LNFB ? 0 : L;
 }
 
-/* Bucket b's name in task names ("qkvw+.L3": its first tensor, + when it
- * holds more), and that tensor's (p, l). */
-static void tg_gpt_bucket_name(const tg_gpt *g, int b, char *name, size_t size, int *p, int *l) {
-  *p = *l = 0;
-  for (int i = 0; i < TG_GPT_NPARAMS * TG_GPT_MAX_LAYERS; i++)
-    if (g->shard_of[i] == b * TG_SHARD_MAX_MEMBERS) {
-      *p = i / TG_GPT_MAX_LAYERS;
-      *l = i % TG_GPT_MAX_LAYERS;
-      break;
-    }
-  snprintf(name, size, "%s%s.L%d", tg_gpt_param_names[*p], g->shards[b].nmem > 1 ? "+" : "", *l);
-}
-
 /* Registers every slice of every parameter tensor with the optimizer (or,
  * sharded, every bucket), in the order of their update tasks, with the
  * priorities of their place on the critical path. */
 static int tg_gpt_register_params(tg_gpt *g) {
   for (int b = 0; b < g->nshards; b++) {
     tg_shard *sh = &g->shards[b];
-    int p, l;
     tg_param prm = {.value = sh->value, .grad = sh->grad, .state1 = sh->m, .state2 = sh->v,
-                    .shard = sh};
-    tg_gpt_bucket_name(g, b, prm.name, sizeof prm.name, &p, &l);
-    prm.rank = tg_gpt_param_rank(g, (tg_gpt_param)p, l);
+                    .shard = sh, .rank = sh->rank};
+    snprintf(prm.name, sizeof prm.name, "%s", sh->name);
     TG_TRY(tg_optim_add(&g->optim, &prm));
   }
   for (int p = 0; p < TG_GPT_NPARAMS && !g->shards; p++)
@@ -208,7 +193,8 @@ static int tg_gpt_register_params(tg_gpt *g) {
 }
 
 /* One bucket of the tensors (ps[i], ls[i]), i < n (shard.h).  Member 0
- * names the bucket and sets its update's priority. */
+ * names the bucket ("qkvw+.L3": + when it holds more) and sets its
+ * update's priority. */
 static int tg_gpt_bucket(tg_gpt *g, const tg_gpt_param *ps, const int *ls, int n, int readers) {
   tg_tensor *values[TG_SHARD_MAX_MEMBERS];
   int b = g->nshards++;
@@ -216,7 +202,12 @@ static int tg_gpt_bucket(tg_gpt *g, const tg_gpt_param *ps, const int *ls, int n
     values[i] = &g->w[ps[i]][ls[i]];
     g->shard_of[ps[i] * TG_GPT_MAX_LAYERS + ls[i]] = b * TG_SHARD_MAX_MEMBERS + i;
   }
-  return tg_shard_create(&g->shards[b], g->dp, n, values, readers);
+  tg_shard *sh = &g->shards[b];
+  TG_TRY(tg_shard_create(sh, g->dp, n, values, readers));
+  snprintf(sh->name, sizeof sh->name, "%s%s.L%d", tg_gpt_param_names[ps[0]], n > 1 ? "+" : "",
+           ls[0]);
+  sh->rank = tg_gpt_param_rank(g, ps[0], ls[0]);
+  return 0;
 }
 
 /* Sharded data parallelism (shard.h): the devices and the buckets.
@@ -403,12 +394,11 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   if (!g->shards) return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1);
   int L = g->cfg.num_layers;
   tg_gopts go;
-  int rank = tg_gpt_param_rank(g, p, l), p0, l0;
-  char name[32]; /* the exchange is the bucket's */
-  tg_gpt_bucket_name(g, SHARD_AT(g, p, l) / TG_SHARD_MAX_MEMBERS, name, sizeof name, &p0, &l0);
-  return tg_sum_begin_sharded(GSUM(g, p, l), SHARD(g, p, l), MEMBER(g, p, l), g->run.nmicro, 1,
+  int rank = tg_gpt_param_rank(g, p, l);
+  tg_shard *sh = SHARD(g, p, l); /* the exchange is the bucket's */
+  return tg_sum_begin_sharded(GSUM(g, p, l), sh, MEMBER(g, p, l), g->run.nmicro, 1,
                               g->run.grad_comm,
-                              tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.exchange", name));
+                              tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.exchange", sh->name));
 }
 
 /* Sharded: layer l's gradients are final once the last micro-batch's

@@ -242,14 +242,14 @@ int tg_shard_member_done(tg_shard *sh, const tg_task_opts *opts, int allreduce, 
   TG_TRY(tg_shard_reduce(sh, opts));
   /* then each block over the ranks (hierarchical: within the node first),
    * by its owner, in pieces through buffers kept from step to step */
+  if (allreduce && !sh->ar) { /* the first exchange over the ranks */
+    sh->ar = calloc((size_t)sh->nb, sizeof *sh->ar);
+    if (!sh->ar) return tg_fail(ENOMEM, "shard: out of memory");
+    for (int j = 0; j < sh->nb; j++)
+      TG_TRY(tg_dist_plan_init(&sh->ar[j], tg_shard_block(sh, sh->grad, j), comm));
+  }
   tg_task_opts o = tg_shard_opts(opts, 1);
   for (int j = 0; allreduce && j < sh->nb; j++) {
-    if (!sh->ar) {
-      sh->ar = calloc((size_t)sh->nb, sizeof *sh->ar);
-      if (!sh->ar) return tg_fail(ENOMEM, "shard: out of memory");
-      for (int b = 0; b < sh->nb; b++)
-        TG_TRY(tg_dist_plan_init(&sh->ar[b], tg_shard_block(sh, sh->grad, b), comm));
-    }
     o.worker = tg_shard_worker(sh, j);
     TG_TRY(tg_dist_plan_allreduce(&sh->ar[j], &o));
   }

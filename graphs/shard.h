@@ -106,6 +106,8 @@ typedef struct tg_shard {
                                             exchange, with more than one rank) */
   int open;                              /* the slots' views are active */
   int finished;                          /* members whose sums this step finished */
+  char name[32];                         /* the caller's: in task names */
+  int rank;                              /* the caller's: its update's critical-path rank */
 } tg_shard;
 
 /* A bucket of nmem tensors (values: host tensors that hold their initial

@@ -13,16 +13,20 @@ ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
 # expect_fail "description" "message regex" taskgrad-args...
-expect_fail() {
-  local what=$1 pattern=$2
-  shift 2
-  "$tg" "$@" >"$work/out" 2>"$work/err"
+expect_fail() { expect_fail_of "$tg" 'taskgrad: error: ' "$@"; }
+
+# expect_fail_of PROGRAM PREFIX "description" "message regex" args...: the
+# same for another program, whose one message line starts with PREFIX
+expect_fail_of() {
+  local prog=$1 prefix=$2 what=$3 pattern=$4
+  shift 4
+  "$prog" "$@" >"$work/out" 2>"$work/err"
   local rc=$?
   if [ $rc -ne 2 ]; then
     bad "$what: exit status $rc, expected 2 ($(head -c 300 "$work/err"))"
   elif ! grep -Eq -e "$pattern" "$work/err"; then
     bad "$what: message '$(cat "$work/err")' does not match /$pattern/"
-  elif [ "$(grep -c 'taskgrad: error: ' "$work/err")" -ne 1 ]; then
+  elif [ "$(grep -c "$prefix" "$work/err")" -ne 1 ]; then
     bad "$what: expected one error line, got: $(cat "$work/err")"
   else
     ok "$what: $(cat "$work/err")"
