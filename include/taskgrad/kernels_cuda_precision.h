@@ -28,6 +28,11 @@ cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols, const float *X,
 cudaError_t tg_cuda_from_lowp(tg_dtype lowp, int rows, int cols,
                               const uint16_t *X, int ldx, float *Y, int ldy,
                               cudaStream_t stream);
+/* tg_cpu_add_round on the device (the same bits: one float addition and the
+ * hardware's round to nearest even); n < 2^31 */
+cudaError_t tg_cuda_add_round(tg_dtype comm, size_t n, const float *a, const void *recv,
+                              float *out, size_t out_off, size_t out_len, void *send,
+                              size_t send_off, size_t send_len, cudaStream_t stream);
 /* X = lowp(beta * f32(X)), beta == 0 writing zeros (the k == 0 GEMM) */
 cudaError_t tg_cuda_scale_lowp(tg_dtype lowp, int rows, int cols, uint16_t *X,
                                int ldx, float beta, cudaStream_t stream);

@@ -59,17 +59,18 @@ int tg_dist_allreduce_comm(starpu_data_handle_t h, tg_dtype comm);
  * opts says (NULL: anywhere).  Blocks too small to cut into P pieces go
  * through tg_dist_allreduce_comm.  Free before the block is unregistered. */
 #define TG_DIST_PLAN_MAX_PIECES 64
+#define TG_DIST_PLAN_MAX_LEVELS 6 /* log2(TG_DIST_PLAN_MAX_PIECES) */
 typedef struct tg_dist_plan {
-  tg_tensor block;                               /* the block (not owned) */
-  tg_tensor work;                                /* its f32 copy, cut in pieces */
-  tg_tensor wire;                                /* 16-bit: its copy in the comm type */
-  tg_dtype comm;                                 /* message type */
-  int P;                                         /* pieces; 0: the tree */
-  int folded;                                    /* a rank above P */
-  tg_split pieces, wire_pieces;                  /* plans of the P pieces */
-  tg_tensor recv[TG_DIST_PLAN_MAX_PIECES];       /* pieces received (comm) */
-  tg_tensor widened[TG_DIST_PLAN_MAX_PIECES];    /* 16-bit: recv in f32 */
-  tg_tensor fold_recv, fold_widened, fold_wire;  /* ranks above P */
+  tg_tensor block;                              /* the block (not owned) */
+  tg_tensor sum;                                /* the sum in the comm type, cut in pieces */
+  tg_split pieces;                              /* plan of sum's P pieces (the all-gather's) */
+  tg_dtype comm;                                /* message type */
+  int P, levels;                                /* pieces, log2(P); P 0: the tree */
+  int folded;                                   /* a rank above P */
+  tg_tensor send[TG_DIST_PLAN_MAX_LEVELS];      /* level k's message: the half given (comm) */
+  tg_tensor recv[TG_DIST_PLAN_MAX_LEVELS];      /* level k's: the partner's half (comm) */
+  tg_tensor kept[TG_DIST_PLAN_MAX_LEVELS];      /* after level k: the half kept (f32) */
+  tg_tensor fold_recv, fold_sum, fold_wire;     /* ranks above P */
 } tg_dist_plan;
 struct tg_task_opts;
 int tg_dist_plan_init(tg_dist_plan *p, starpu_data_handle_t block, tg_dtype comm);

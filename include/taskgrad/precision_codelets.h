@@ -22,6 +22,16 @@ extern "C" {
 int tg_convert_insert(tg_dtype lowp, starpu_data_handle_t src,
                       starpu_data_handle_t dst, const tg_task_opts *opts);
 
+/* One level of the ranks' reduce-scatter (codelets/add_round.c, kernel
+ * tg_cpu_add_round): v = a[a_off, a_off + n) + recv (n rows in comm: TG_F32,
+ * TG_BF16 or TG_F16; NULL: a's rows alone), then v[out_off, out_off +
+ * rows(out)) into out (f32) and v[send_off, send_off + rows(send)) rounded
+ * into send (comm).  All contiguous (rows, 1) columns; out or send may be
+ * NULL, not both. */
+int tg_add_round_insert(tg_dtype comm, starpu_data_handle_t a, int a_off, int n,
+                        starpu_data_handle_t recv, starpu_data_handle_t out, int out_off,
+                        starpu_data_handle_t send, int send_off, const tg_task_opts *opts);
+
 /* C = alpha op(A) op(B) + beta C (see tg_cpu_gemm_lowp): A, B in lowp,
  * C f32 (4-byte elements) or lowp (2-byte).  accum as tg_gemm_insert;
  * TG_REDUCE only with an f32 C (the reduction codelets add floats). */
@@ -43,7 +53,7 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w,
                         starpu_data_handle_t flag, const tg_adamw_hyper *h,
                         const tg_task_opts *opts);
 
-extern struct starpu_codelet tg_convert_cl, tg_gemm_lowp_cl, tg_nonfinite_cl,
+extern struct starpu_codelet tg_convert_cl, tg_add_round_cl, tg_gemm_lowp_cl, tg_nonfinite_cl,
     tg_adamw_amp_cl;
 
 #ifdef __cplusplus

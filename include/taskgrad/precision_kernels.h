@@ -70,6 +70,16 @@ void tg_cpu_to_lowp(tg_dtype lowp, int rows, int cols, const float *X, int ldx,
 /* Y(rows, cols) = f32(X), exact */
 void tg_cpu_from_lowp(tg_dtype lowp, int rows, int cols, const uint16_t *X,
                       int ldx, float *Y, int ldy);
+/* One level of a reduce-scatter by recursive halving (parallel/halving.c):
+ * v[i] = a[i] + f32(recv[i]) (recv NULL: v[i] = a[i]) for i < n, comm the
+ * messages' type (TG_F32, TG_BF16 or TG_F16; f32 widening is exact), then
+ * out[i - out_off] = v[i] for out_off <= i < out_off + out_len and
+ * send[i - send_off] = comm(v[i]) (rounded to nearest even) for send_off <=
+ * i < send_off + send_len.  out or send may be NULL (length 0); both ranges
+ * lie in [0, n).  The addition is a + recv, as tg_cpu_accumulate's. */
+void tg_cpu_add_round(tg_dtype comm, size_t n, const float *a, const void *recv, float *out,
+                      size_t out_off, size_t out_len, void *send, size_t send_off,
+                      size_t send_len);
 
 /* Floats of workspace tg_cpu_gemm_lowp needs for an (m, n, k) problem
  * (bounded: at most three 256 x 256 tiles, whatever the sizes). */

@@ -102,6 +102,29 @@ __global__ void adamw_amp_kernel(size_t n, float *__restrict__ w,  /* (n) */
   }
 }
 
+/* tg_cpu_add_round (precision_kernels.h): kind 0 f32 messages, 1 bf16, 2
+ * fp16; one thread per element of [0, n) */
+template <int KIND> struct AddRound {
+  const float *a;          // (n)
+  const void *recv;        // (n) in the message type, or NULL
+  float *out;              // (out_len)
+  size_t out_off, out_len;
+  void *send;              // (send_len) in the message type
+  size_t send_off, send_len;
+  __device__ float widen(size_t i) const {
+    if (KIND == 0) return ((const float *)recv)[i];
+    return from_low<KIND == 1>(((const uint16_t *)recv)[i]);
+  }
+  __device__ void operator()(size_t i, size_t) const {
+    const float v = recv ? a[i] + widen(i) : a[i]; /* a + recv, as tg_cpu_accumulate */
+    if (out && i - out_off < out_len) out[i - out_off] = v;
+    if (send && i - send_off < send_len) {
+      if (KIND == 0) ((float *)send)[i - send_off] = v;
+      else ((uint16_t *)send)[i - send_off] = to_low<KIND == 1>(v);
+    }
+  }
+};
+
 } // namespace
 
 extern "C" cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols,
@@ -152,4 +175,18 @@ extern "C" cudaError_t tg_cuda_adamw_amp(size_t n, float *w, const float *grad,
         n, w, grad, m, v, flag, w_low, lr, beta1, beta2, eps, weight_decay, bc1,
         bc2, grad_scale);
   return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_add_round(tg_dtype comm, size_t n, const float *a,
+                                         const void *recv, float *out, size_t out_off,
+                                         size_t out_len, void *send, size_t send_off,
+                                         size_t send_len, cudaStream_t stream) {
+  if (n > 0x7fffffffu) return cudaErrorInvalidValue;
+  if (comm == TG_F32)
+    return tg_map2d((int)n, 1, AddRound<0>{a, recv, out, out_off, out_len, send, send_off, send_len}, stream);
+  if (comm == TG_BF16)
+    return tg_map2d((int)n, 1, AddRound<1>{a, recv, out, out_off, out_len, send, send_off, send_len}, stream);
+  if (comm == TG_F16)
+    return tg_map2d((int)n, 1, AddRound<2>{a, recv, out, out_off, out_len, send, send_off, send_len}, stream);
+  return cudaErrorInvalidValue;
 }
