@@ -24,7 +24,7 @@ row() {
   shift 4
   local f="$out/$name-$mode-$gpus.txt"
   "$tg" simulate gpt "$@" --platform h100x8 --gpus "$gpus" --data-parallel "$mode" \
-    --warmup 3 --steps 3 > "$f" 2> "$f.err" || { echo "| $mode | $gpus | failed: $(tail -1 "$f.err") |"; return; }
+    --warmup 3 --steps 3 --cost peak > "$f" 2> "$f.err" || { echo "| $mode | $gpus | failed: $(tail -1 "$f.err") |"; return; }
   local ms tok bytes exposed
   ms=$(field "simulated step ms" "$f")
   tok=$(field "simulated tokens\/s" "$f")

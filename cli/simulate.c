@@ -56,6 +56,11 @@ static void simulate_usage(void) {
        "                       simulate-<model>.png in the current directory)\n"
        "  --csv FILE           the sweep's or comparison's rows\n"
        "  --trace FILE.json    Chrome trace in simulated time (single run)\n"
+       "  --cost peak|expected|both  task times from the peak roofline (an upper\n"
+       "                       bound), from the expected model (per-class fractions\n"
+       "                       of the peaks in platforms/NAME.roofline), or both:\n"
+       "                       a second simulation (default: both for a single run\n"
+       "                       on a platform with the factors, peak otherwise)\n"
        "  --no-priorities      every task at priority 0\n"
        "\n"
        "gpt (the GPT run options of train gpt and bench gpt):\n",
@@ -138,7 +143,14 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r)
       {.key = "gpu_mem_bytes_per_s", .v = &r->gpu_bw},
       {.key = "cpu_core_flops", .v = &r->cpu_flops},
       {.key = "cpu_core_bytes_per_s", .v = &r->cpu_bw},
-      {.key = "launch_us", .v = &r->launch_us}};
+      {.key = "launch_us", .v = &r->launch_us},
+      /* optional: the expected model's factors (all or none) */
+      {.key = "expected_gemm_fraction", .v = &r->gemm_fraction},
+      {.key = "expected_memory_fraction", .v = &r->memory_fraction},
+      {.key = "expected_core_fraction", .v = &r->core_fraction},
+      {.key = "gemm_tile", .v = &r->gemm_tile},
+      {.key = "gpu_sms", .v = &r->gpu_sms}};
+  enum { REQUIRED = 7 };
   int nkeys = (int)(sizeof keys / sizeof keys[0]), seen = 0;
   while (fgets(line, sizeof line, f)) {
     double v;
@@ -155,8 +167,18 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r)
     seen |= 1 << k;
   }
   fclose(f);
-  if (seen != (1 << nkeys) - 1) tg_cli_die("%s: a rate is missing (see platforms/gen-h100.py)", path);
+  if ((seen & ((1 << REQUIRED) - 1)) != (1 << REQUIRED) - 1)
+    tg_cli_die("%s: a rate is missing (see platforms/gen-h100.py)", path);
+  int optional = seen >> REQUIRED, all = (1 << (nkeys - REQUIRED)) - 1;
+  if (optional && optional != all)
+    tg_cli_die("%s: the expected model needs all of expected_gemm_fraction, "
+               "expected_memory_fraction, expected_core_fraction, gemm_tile and gpu_sms", path);
+  if (optional && !(r->gemm_fraction <= 1 && r->memory_fraction <= 1 && r->core_fraction <= 1))
+    tg_cli_die("%s: an expected_*_fraction above 1", path);
 }
+
+/* 1 when the platform's roofline file has the expected model's factors */
+static int has_expected(const tg_sim_roofline *r) { return r->gemm_fraction > 0; }
 
 /* A private perfmodel directory for StarPU: bus/NAME.* linked to the
  * platform files, codelets/ linked to --perfmodels DIR/codelets. */
@@ -221,7 +243,7 @@ static void prepare_model_dir(const char *dir, const char *name, const char *per
 typedef struct sim_row {
   int gpus;
   char sched[64];
-  double step_ms, rate, gpu_bytes;
+  double step_ms, rate, gpu_bytes, mfu;
   int ok;
 } sim_row;
 
@@ -248,6 +270,7 @@ static void run_child(char **argv, sim_row *row) {
     seen += sscanf(line, "simulated tokens/s: %lf", &row->rate) == 1;
     seen += sscanf(line, "simulated samples/s: %lf", &row->rate) == 1;
     sscanf(line, "bytes between GPUs: %lf", &row->gpu_bytes);
+    sscanf(line, "simulated MFU: %lf", &row->mfu);
   }
   fclose(f);
   int status;
@@ -398,7 +421,7 @@ typedef struct sim_cmd {
   tg_sim_options o;
   unsigned cmd;                  /* TG_RUN_SIMULATE_GPT or _MLP */
   tg_runtime_config rt;
-  const char *gpus_text, *sched_text, *chart, *csv, *perfmodels;
+  const char *gpus_text, *sched_text, *chart, *csv, *perfmodels, *cost_text;
   char *pass[MAX_PASS];          /* the flags a child of a sweep gets */
   int npass;
   char dir[4096];                /* the platform files' directory */
@@ -426,6 +449,7 @@ static int parse_flags(int argc, char **argv, sim_cmd *c) {
     else if (!strcmp(a, "--csv")) c->csv = VAL, keep = 0;
     else if (!strcmp(a, "--trace")) tg_cli_instr.trace = VAL, keep = 0;
     else if (!strcmp(a, "--perfmodels")) c->perfmodels = VAL;
+    else if (!strcmp(a, "--cost")) c->cost_text = VAL, keep = 0;
     else if (!strcmp(a, "--ncpus")) o->ncpus = INT(0, 4096);
     else if (!strcmp(a, "--steps")) o->steps = INT(1, 1 << 20);
     else if (!strcmp(a, "--warmup")) o->warmup = INT(0, 1 << 20);
@@ -454,6 +478,27 @@ static int parse_flags(int argc, char **argv, sim_cmd *c) {
   return 0;
 }
 
+/* --cost against the platform (after read_roofline and --gpus) */
+static void check_cost(sim_cmd *c) {
+  tg_sim_options *o = &c->o;
+  int expected = has_expected(&o->roofline);
+  int many = c->ngpus > 1 || (c->sched_text && strchr(c->sched_text, ','));
+  if (!c->cost_text) {
+    o->cost = expected && !many ? TG_SIM_COST_BOTH : TG_SIM_COST_PEAK;
+    return;
+  }
+  if (!strcmp(c->cost_text, "peak")) o->cost = TG_SIM_COST_PEAK;
+  else if (!strcmp(c->cost_text, "expected")) o->cost = TG_SIM_COST_EXPECTED;
+  else if (!strcmp(c->cost_text, "both")) o->cost = TG_SIM_COST_BOTH;
+  else tg_cli_die("--cost: '%s' is not peak, expected or both", c->cost_text);
+  if (o->cost != TG_SIM_COST_PEAK && !expected)
+    tg_cli_die("--cost %s: platforms/%s.roofline has no expected model (expected_* factors, "
+               "see platforms/gen-h100.py)", c->cost_text, o->platform);
+  if (o->cost == TG_SIM_COST_BOTH && many)
+    tg_cli_die("--cost both runs one configuration twice: give a sweep or a comparison "
+               "--cost peak or --cost expected");
+}
+
 /* The platform's files and hosts against --ncpus and --gpus, the --sched
  * list and --perfmodels. */
 static void check_machine(sim_cmd *c) {
@@ -464,6 +509,7 @@ static void check_machine(sim_cmd *c) {
     tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o->ncpus, o->platform, have_cpus);
   read_roofline(c->dir, o->platform, &o->roofline);
   c->ngpus = tg_cli_int_list("--gpus", c->gpus_text, c->gpus, MAX_LIST, 0, 64);
+  check_cost(c);
   for (int g = 0; g < c->ngpus; g++) {
     if (c->gpus[g] > have)
       tg_cli_die("--gpus %d: platform %s has %d GPU(s)", c->gpus[g], o->platform, have);
@@ -515,6 +561,45 @@ static void check_single_run(sim_cmd *c) {
   }
 }
 
+/* --cost both: the same run again under the expected model, in a child
+ * (no trace), and its figures beside the peak report printed above. */
+static int run_expected(sim_cmd *c) {
+  const tg_sim_options *o = &c->o;
+  char gbuf[16], *argv[MAX_PASS + 10];
+  int a = 0;
+  argv[a++] = "taskgrad";
+  argv[a++] = "simulate";
+  argv[a++] = o->is_gpt ? "gpt" : "mlp";
+  for (int i = 0; i < c->npass; i++) argv[a++] = c->pass[i];
+  snprintf(gbuf, sizeof gbuf, "%d", o->gpus);
+  argv[a++] = "--gpus";
+  argv[a++] = gbuf;
+  if (c->sched_text) {
+    argv[a++] = "--sched";
+    argv[a++] = c->sched[0];
+  }
+  argv[a++] = "--cost";
+  argv[a++] = "expected";
+  argv[a] = NULL;
+  /* the child prepares its own simulation process */
+  if (unsetenv("TG_SIM_PREPARED") != 0) tg_cli_die("simulate: unsetenv failed");
+  sim_row r = {.gpus = o->gpus};
+  run_child(argv, &r);
+  if (!r.ok) {
+    fprintf(stderr, "taskgrad: error: the expected model's simulation failed\n");
+    return 1;
+  }
+  const tg_sim_roofline *rf = &o->roofline;
+  printf("expected step ms: %.3f (the expected model: GEMMs at %.1f%% of peak times their "
+         "wave quantization, memory at %.0f%% of the bandwidth, other kernels at %.0f%% of "
+         "the CUDA-core peak, from platforms/%s.roofline; a prediction)\n",
+         r.step_ms, 100 * rf->gemm_fraction, 100 * rf->memory_fraction,
+         100 * rf->core_fraction, o->platform);
+  printf("expected %s: %.0f\n", o->is_gpt ? "tokens/s" : "samples/s", r.rate);
+  if (r.mfu > 0) printf("expected MFU: %.1f%%\n", r.mfu);
+  return 0;
+}
+
 int tg_cmd_simulate(int argc, char **argv) {
   if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
     simulate_usage();
@@ -544,6 +629,8 @@ int tg_cmd_simulate(int argc, char **argv) {
     const char *chart = c.chart ? c.chart : def;
     tg_cli_check_output("--chart", chart);
     if (c.csv) tg_cli_check_output("--csv", c.csv);
+    c.pass[c.npass++] = "--cost";
+    c.pass[c.npass++] = o->cost == TG_SIM_COST_EXPECTED ? "expected" : "peak";
     return run_many(o, c.pass, c.npass, c.gpus, c.ngpus, c.sched, c.nsched, chart, c.csv);
   }
   check_single_run(&c);
@@ -553,5 +640,7 @@ int tg_cmd_simulate(int argc, char **argv) {
   tg_cli_instrument_check(&c.rt);
   if (getenv("TG_SIM_PREPARED")) return tg_sim_run(o, &c.rt); /* in taskgrad-sim */
   prepare_model_dir(c.dir, o->platform, c.perfmodels);
-  return run_in_sim_process(argc, argv);
+  int rc = run_in_sim_process(argc, argv);
+  if (rc != 0 || o->cost != TG_SIM_COST_BOTH) return rc;
+  return run_expected(&c);
 }

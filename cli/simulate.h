@@ -24,7 +24,12 @@ typedef struct tg_sim_options {
   tg_cli_gpt_run run;
   tg_mlp_config mlp;
   tg_sim_roofline roofline; /* from platforms/<platform>.roofline */
+  int cost;                 /* TG_SIM_COST_*: --cost */
 } tg_sim_options;
+
+/* --cost: the peak roofline, the expected model (per-class fractions of
+ * the peaks, platforms/<platform>.roofline), or both (two simulations) */
+enum { TG_SIM_COST_PEAK, TG_SIM_COST_EXPECTED, TG_SIM_COST_BOTH };
 
 typedef struct tg_sim_result {
   double step_ms;     /* simulated, mean over the measured steps */

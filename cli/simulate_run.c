@@ -180,6 +180,15 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   printf("simulated %s: %.0f\n", unit, r->items / (r->step_ms * 1e-3));
   printf("simulated TFLOP/s: %.1f (%s count)\n", r->flops / (r->step_ms * 1e9),
          o->is_gpt ? "llm.c" : "6 per weight per sample");
+  if (o->gpus > 0) { /* model FLOPs over the GEMMs' dense peak of the precision */
+    int prec = o->run.prec.precision;
+    double peak = prec == TG_PREC_FP32 ? o->roofline.gpu_fp32
+                  : prec == TG_PREC_TF32 ? o->roofline.gpu_tf32
+                                         : o->roofline.gpu_bf16;
+    printf("simulated MFU: %.1f%% (of %d x %.1f TFLOP/s, the dense %s peak)\n",
+           100 * r->flops / (r->step_ms * 1e-3) / (peak * o->gpus), o->gpus, peak * 1e-12,
+           tg_precision_name(prec));
+  }
   long on_cuda = 0, all = 0;
   for (int w = 0; w < st->nworkers; w++) {
     const tg_worker_stats *ws = &st->workers[w];
@@ -216,9 +225,17 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   }
   long hist, roof;
   tg_sim_counts(&hist, &roof);
-  printf("cost model: %ld estimates from calibrated history, %ld from the roofline%s\n", hist,
-         roof, roof ? " (roofline figures are predictions until calibrated on real hardware)"
-                    : "");
+  const tg_sim_roofline *rf = &o->roofline;
+  if (o->cost == TG_SIM_COST_EXPECTED)
+    printf("cost model: %ld estimates from calibrated history, %ld from the expected model "
+           "(GEMMs at %.1f%% of peak times their wave quantization, memory at %.0f%% of the "
+           "bandwidth, other kernels at %.0f%% of the CUDA-core peak; predictions)\n",
+           hist, roof, 100 * rf->gemm_fraction, 100 * rf->memory_fraction,
+           100 * rf->core_fraction);
+  else
+    printf("cost model: %ld estimates from calibrated history, %ld from the peak roofline%s\n",
+           hist, roof,
+           roof ? " (an upper bound; predictions until calibrated on real hardware)" : "");
 }
 
 int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
@@ -236,6 +253,7 @@ int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
   }
   tg_sim_roofline roof = o->roofline;
   roof.tensor_f32 = o->run.prec.precision != TG_PREC_FP32;
+  roof.expected = o->cost == TG_SIM_COST_EXPECTED;
   if (tg_sim_set_roofline(&roof) < 0) tg_cli_die_last("--platform roofline");
   tg_cli_instrument_begin_bench(rt);
   /* --batch and --micro-batches are global; each rank takes its share */

@@ -15,6 +15,7 @@
  * In other builds only tg_sim_available (0) exists.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,10 +48,16 @@ static tg_sim_roofline tg_roof = {
     .cpu_flops = 50e9, .cpu_bw = 10e9, .launch_us = 4.0, .tensor_f32 = 0};
 static atomic_long tg_hits, tg_misses;
 
+static int tg_fraction_ok(double f) { return f > 0 && f <= 1; }
+
 int tg_sim_set_roofline(const tg_sim_roofline *r) {
   if (!(r->gpu_fp32 > 0 && r->gpu_tf32 > 0 && r->gpu_bf16 > 0 && r->gpu_bw > 0 &&
         r->cpu_flops > 0 && r->cpu_bw > 0 && r->launch_us > 0))
     return tg_fail(EINVAL, "roofline: every rate and the launch cost must be positive");
+  if (r->expected && !(tg_fraction_ok(r->gemm_fraction) && tg_fraction_ok(r->memory_fraction) &&
+                       tg_fraction_ok(r->core_fraction) && r->gemm_tile >= 1 && r->gpu_sms >= 1))
+    return tg_fail(EINVAL, "expected cost model: fractions must lie in (0, 1], the GEMM tile "
+                           "and the SM count be >= 1");
   tg_roof = *r;
   return 0;
 }
@@ -67,6 +74,38 @@ static int tg_gemm_class(const char *name) {
   for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++)
     if (name && !strcmp(name, gemms[i])) return 1;
   return 0;
+}
+
+/* The expected model's GEMM efficiency from the shape: the output, the
+ * task's largest written matrix (m, n), is cut in gemm_tile x gemm_tile
+ * tiles that run in waves of gpu_sms; a partly filled last wave idles the
+ * rest.  With fewer tiles than SMs, K (flops / 2mn) is split into at most
+ * gpu_sms / tiles parts of >= 2 tiles' depth each (split-K, as cuBLAS does
+ * for such shapes), filling more SMs.  Assumptions, stated in
+ * platforms/gen-h100.py and docs/simulation.md. */
+static double tg_wave_efficiency(struct starpu_task *task) {
+  double m = 0, n = 0, best = 0;
+  for (int i = 0; i < task->nbuffers; i++) {
+    enum starpu_data_access_mode md = STARPU_TASK_GET_MODE(task, i);
+    starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, i);
+    if ((md & STARPU_SCRATCH) || !((md & STARPU_W) || (md & STARPU_REDUX))) continue;
+    if (starpu_data_get_interface_id(h) != STARPU_MATRIX_INTERFACE_ID) continue;
+    double sz = (double)starpu_data_get_size(h);
+    if (sz > best) {
+      best = sz;
+      m = starpu_matrix_get_ny(h);
+      n = starpu_matrix_get_nx(h);
+    }
+  }
+  if (!(m > 0 && n > 0 && task->flops > 0)) return 1;
+  double tile = tg_roof.gemm_tile, sms = tg_roof.gpu_sms;
+  double tiles = ceil(m / tile) * ceil(n / tile), k = task->flops / (2 * m * n);
+  if (tiles < sms) {
+    double split = floor(sms / tiles), deepest = floor(k / (2 * tile));
+    tiles *= split < deepest ? split : deepest > 1 ? deepest : 1;
+  }
+  double waves = ceil(tiles / sms);
+  return tiles / (waves * sms);
 }
 
 /* Bytes a task reads plus writes (scratch space is neither). */
@@ -143,6 +182,10 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
            : lowp ? tg_roof.gpu_bf16
            : tg_roof.tensor_f32 ? tg_roof.gpu_tf32 : tg_roof.gpu_fp32;
     bw = tg_roof.gpu_bw;
+    if (tg_roof.expected) {
+      peak *= gemm ? tg_roof.gemm_fraction * tg_wave_efficiency(task) : tg_roof.core_fraction;
+      bw *= tg_roof.memory_fraction;
+    }
   } else {
     int cores = arch->ndevices > 0 && arch->devices[0].ncores > 0 ? arch->devices[0].ncores : 1;
     peak = tg_roof.cpu_flops * cores;

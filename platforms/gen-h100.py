@@ -4,7 +4,8 @@
 For N in 1, 2, 4, 8: h100xN.platform.v4.xml (SimGrid hosts and links, read
 by StarPU's SimGrid mode), h100xN.latency and h100xN.bandwidth (the matrices
 StarPU's schedulers use to predict transfers, indexed by memory node: 0 =
-RAM, i = CUDA(i-1)) and h100xN.roofline (the peak rates of codelets/sim_cost.c).
+RAM, i = CUDA(i-1)) and h100xN.roofline (the peak rates of codelets/sim_cost.c,
+and the fractions of them of its expected model).
 StarPU names these files after the host (STARPU_HOSTNAME = h100xN).
 
 Every figure is cited below.  The output is committed; tests/test_simulate.sh
@@ -30,6 +31,13 @@ import sys
 #      Xeon Platinum 8480C (56 cores each), 2 TB DDR5 system memory.
 # [XEON] Intel Xeon Platinum 8480+ product brief: 8 channels DDR5-4800 per
 #      socket = 8 * 38.4 GB/s = 307 GB/s per socket.
+# [MAMF] S. Bekman, "Machine Learning Engineering", compute/accelerator/
+#      README.md, "Maximum Achievable Matmul FLOPS comparison table"
+#      (https://github.com/stas00/ml-engineering): NVIDIA H100 SXM, BF16
+#      matmul, 792.1 of 989 TFLOPS measured (80.1%), best shape
+#      6144x17920x2816, CUDA 12.1.
+# [HOP] NVIDIA H100 Tensor Core GPU architecture whitepaper (2022): H100 SXM5
+#      has 132 SMs.
 # [ASSUME] not from a source: our assumptions, stated as such wherever the
 #      results are shown.
 GPU_MEM_BYTES = 80 * 10**9            # [DS] 80 GB
@@ -50,6 +58,16 @@ NVLINK_LAT_US = 5.0                   # [ASSUME] peer cudaMemcpy latency over NV
 LAUNCH_US = 4.0                       # [ASSUME] per-task cost: kernel launch and
                                       # StarPU's CUDA driver, about 2-5 us
 CPU_HOSTS = 8                         # simulated CPU workers available (--ncpus)
+# The expected model (`simulate --cost expected`, codelets/sim_cost.c):
+EXPECTED_GEMM = 792.1 / 989           # [MAMF] best-shape GEMM rate over the peak; for
+                                      # TF32 and FP32 GEMMs too [ASSUME]
+EXPECTED_MEMORY = 0.90                # [ASSUME] a streaming kernel's share of the HBM
+                                      # datasheet rate
+EXPECTED_CORE = 0.50                  # [ASSUME] compute-bound CUDA-core kernels (our
+                                      # f32 attention, softmax) against the FP32 peak
+GEMM_TILE = 128                       # [ASSUME] output tile edge of cuBLAS's Hopper
+                                      # bf16 kernels; tiles run in waves of SMS
+SMS = 132                             # [HOP]
 
 
 def platform_xml(n):
@@ -125,6 +143,14 @@ def roofline():
         "cpu_core_flops %.6g" % CPU_CORE_FLOPS,
         "cpu_core_bytes_per_s %.6g" % CPU_CORE_BW,
         "launch_us %.6g" % LAUNCH_US,
+        "# The expected model (--cost expected): each GPU task class at a",
+        "# fraction of its peak above; GEMMs also lose a partly filled last wave",
+        "# of gemm_tile x gemm_tile output tiles over gpu_sms SMs.",
+        "expected_gemm_fraction %.6g" % EXPECTED_GEMM,
+        "expected_memory_fraction %.6g" % EXPECTED_MEMORY,
+        "expected_core_fraction %.6g" % EXPECTED_CORE,
+        "gemm_tile %d" % GEMM_TILE,
+        "gpu_sms %d" % SMS,
     ]) + "\n"
 
 

@@ -6,7 +6,9 @@
 #    without one (so StarPU must evict), staying within the limit;
 #  - the trace is JSON in simulated time with events on the CUDA workers;
 #  - a --gpus 1,2 sweep writes its CSV and chart.
-#  - a 64-core CPU node with calibrated histories runs on 8 and 64 workers.
+#  - a 64-core CPU node with calibrated histories runs on 8 and 64 workers;
+#  - --cost both prints the expected model's step (longer than the peak
+#    roofline's) after the report, and --cost expected times one run with it.
 # These check the simulation's plumbing, not the roofline's figures.
 source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
@@ -72,6 +74,24 @@ assert sum(1 for e in ev if e.get("ph") == "X") > 0, "no task events"
 assert any("CUDA" in n for n in names), names
 PY
   then ok "gpt: trace is JSON with CUDA worker tracks"; else bad "gpt: trace"; fi
+  # --cost both (the default for a single run on h100x4): the expected
+  # model's run follows; every GPU task class is at <= 90% of its peak
+  # there, so its step is longer than the peak roofline's
+  peak_ms=$(value "simulated step ms" "$work/gpt")
+  exp_ms=$(value "expected step ms" "$work/gpt")
+  if [ -n "$exp_ms" ] && awk -v e="$exp_ms" -v p="$peak_ms" 'BEGIN { exit !(e > p) }' &&
+     grep -q '^expected MFU: ' "$work/gpt"; then
+    ok "gpt: expected model $exp_ms ms, beside the peak roofline's $peak_ms ms"
+  else
+    bad "gpt: expected step '$exp_ms' ms not above the peak's '$peak_ms'"
+  fi
+fi
+if run "$work/gpt-exp" "${gpt[@]}" --platform h100x4 --gpus 2 --ncpus 0 --steps 2 \
+  --cost expected && grep -q '^cost model: .* from the expected model' "$work/gpt-exp" &&
+  ! grep -q '^expected step ms' "$work/gpt-exp"; then
+  ok "gpt --cost expected: one run, timed by the expected model"
+else
+  bad "gpt --cost expected: $(grep '^cost model' "$work/gpt-exp")"
 fi
 
 # memory limit: the GPT's data per GPU without a limit, then a limit of

@@ -29,6 +29,22 @@ TG_PLATFORM_DIR="$work/plat" expect_fail "roofline without bf16" "a rate is miss
 echo "gpu_fp32_flops -3" >> "$work/plat/h100x1.roofline"
 TG_PLATFORM_DIR="$work/plat" expect_fail "negative rate" "bad line 'gpu_fp32_flops -3'" simulate mlp --platform h100x1
 
+# the expected model's factors: all or none, fractions <= 1
+grep -v '^gpu_fp32_flops -3' "$work/plat/h100x1.roofline" | grep -v '^gpu_sms' > "$work/plat/r" &&
+  echo "gpu_bf16_flops 9.895e+14" >> "$work/plat/r" && mv "$work/plat/r" "$work/plat/h100x1.roofline"
+TG_PLATFORM_DIR="$work/plat" expect_fail "expected model without gpu_sms" \
+  "the expected model needs all of" simulate mlp --platform h100x1
+echo "gpu_sms 132" >> "$work/plat/h100x1.roofline"
+sed -i 's/^expected_memory_fraction .*/expected_memory_fraction 1.5/' "$work/plat/h100x1.roofline"
+TG_PLATFORM_DIR="$work/plat" expect_fail "expected fraction above 1" \
+  "an expected_\*_fraction above 1" simulate mlp --platform h100x1
+expect_fail "unknown cost model" "--cost: 'fast' is not peak, expected or both" \
+  simulate mlp --platform h100x1 --cost fast
+expect_fail "expected model on a platform without it" "--cost expected: platforms/cpu2.roofline has no expected model" \
+  simulate mlp --platform cpu2 --gpus 0 --ncpus 1 --cost expected
+expect_fail "both models of a sweep" "--cost both runs one configuration twice" \
+  simulate mlp --platform h100x4 --gpus 1,2 --cost both
+
 expect_fail "more CPUs than the platform's" "--ncpus 3: platform cpu2 has 2 CPU core" \
   simulate mlp --platform cpu2 --gpus 0 --ncpus 3
 

@@ -27,11 +27,20 @@ typedef struct tg_sim_roofline {
                          StarPU's simulation refuses zero-length tasks) */
   int tensor_f32;     /* 1: f32 GEMMs use TF32 tensor cores (--precision
                          tf32, bf16, fp16) */
+  /* The expected model (`simulate --cost expected`): each GPU task class at
+   * a fraction of its peak above; 0 everywhere: the platform has none. */
+  int expected;           /* 1: time GPU tasks with the fractions below */
+  double gemm_fraction;   /* GEMMs: of their peak, at the best shape */
+  double memory_fraction; /* every GPU task: of gpu_bw */
+  double core_fraction;   /* non-GEMM GPU tasks: of gpu_fp32 */
+  double gemm_tile;       /* edge of a GEMM's output tile (wave quantization) */
+  double gpu_sms;         /* streaming multiprocessors: tiles per wave */
 } tg_sim_roofline;
 
 /* 1 in a SimGrid build of taskgrad. */
 int tg_sim_available(void);
-/* Sets the figures used from now on; -EINVAL for a non-positive rate. */
+/* Sets the figures used from now on; -EINVAL for a non-positive rate, or
+ * with expected set, a fraction outside (0, 1] or no tile grid. */
 int tg_sim_set_roofline(const tg_sim_roofline *r);
 /* Tasks timed so far from calibrated history and from the roofline. */
 void tg_sim_counts(long *from_history, long *from_roofline);
