@@ -226,6 +226,46 @@ static int tg_shard_update(const tg_optim *o, float lr, const tg_adamw_hyper *am
   return tg_shard_gather(sh, tg_gopt(&g, p->rank, o->nranks, "%s.gather", p->name));
 }
 
+/* AdamW of whole (unsharded, unblocked) parameters in groups of up to
+ * TG_ADAMW_MULTI_MAX consecutive ones, one task each (the same bits as a
+ * task per parameter): a one-GPU step is launch-bound
+ * (codelets/adamw_multi.c). */
+typedef struct tg_adamw_group {
+  starpu_data_handle_t w[TG_ADAMW_MULTI_MAX], g[TG_ADAMW_MULTI_MAX], m[TG_ADAMW_MULTI_MAX],
+      v[TG_ADAMW_MULTI_MAX], low[TG_ADAMW_MULTI_MAX];
+  const tg_param *first;
+  int n;
+} tg_adamw_group;
+
+static int tg_adamw_group_flush(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+                                tg_adamw_group *gr) {
+  if (!gr->n) return 0;
+  const tg_optimizer_config *c = &o->opt;
+  tg_adamw_hyper h = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                      .weight_decay = c->weight_decay, .grad_scale = 1.0f, .step = o->step};
+  if (amp) h = *amp;
+  tg_gopts g;
+  const tg_task_opts *opts =
+      tg_gopt(&g, gr->first->rank, o->nranks, "%s.opt+%d", gr->first->name, gr->n - 1);
+  int rc = tg_adamw_multi_insert(amp ? o->lowp : TG_F32, gr->n, gr->w, gr->g, gr->m, gr->v,
+                                 amp ? gr->low : NULL, amp ? o->overflow.handle : NULL, &h,
+                                 opts);
+  gr->n = 0;
+  return rc;
+}
+
+static int tg_adamw_group_add(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+                              tg_adamw_group *gr, const tg_param *p) {
+  if (!gr->n) gr->first = p;
+  gr->w[gr->n] = p->value->handle;
+  gr->g[gr->n] = p->grad->handle;
+  gr->m[gr->n] = p->state1->handle;
+  gr->v[gr->n] = p->state2->handle;
+  gr->low[gr->n] = p->lowp ? p->lowp->handle : NULL;
+  if (++gr->n == TG_ADAMW_MULTI_MAX) return tg_adamw_group_flush(o, lr, amp, gr);
+  return 0;
+}
+
 int tg_optim_update(tg_optim *o, float lr) {
   o->step++;
   const tg_optimizer_config *c = &o->opt;
@@ -236,14 +276,22 @@ int tg_optim_update(tg_optim *o, float lr) {
     amp.grad_scale = 1.0f / o->scaler.scale;
   }
   tg_gopts g;
+  tg_adamw_group group = {.n = 0};
+  const tg_adamw_hyper *ampp = o->lowp ? &amp : NULL;
   for (int k = 0; k < o->nparams; k++) {
     tg_param *p = &o->params[k];
     if (p->shard) {
-      TG_TRY(tg_shard_update(o, lr, o->lowp ? &amp : NULL, p));
+      TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group));
+      TG_TRY(tg_shard_update(o, lr, ampp, p));
       continue;
     }
     int n;
     TG_TRY(tg_param_blocks(p, &n));
+    if (!n && c->kind == TG_OPT_ADAMW) {
+      TG_TRY(tg_adamw_group_add(o, lr, ampp, &group, p));
+      continue;
+    }
+    TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group)); /* submission order kept */
     if (n) tg_param_blocks_switch(p, 0);
     for (int j = n ? 0 : -1; j < n; j++)
       TG_TRY(tg_param_submit(o, lr, o->lowp ? &amp : NULL, p, j,
@@ -251,6 +299,7 @@ int tg_optim_update(tg_optim *o, float lr) {
                                      p->name, j)));
     if (n) tg_param_blocks_switch(p, 1);
   }
+  TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group));
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);
   TG_TRY(skipped);
   o->step -= skipped; /* a skipped step leaves AdamW's count as it was */

@@ -7,8 +7,8 @@
 #    worker gives no blocks) and on 2 (two blocks): the losses and the saved
 #    models are equal bit for bit, fp32 and bf16 (the mixed-precision AdamW
 #    with its 16-bit copy blocked too);
-#  - the 2-worker run did split: its AdamW task count (--stats) is the
-#    1-worker run's plus one per step;
+#  - the 2-worker run did split: 2 block tasks a step (--stats), where the
+#    1-worker run updates every parameter in multi-tensor groups;
 #  - on 2 emulated devices (deterministic: blocks on device memory nodes),
 #    the same bits again (SKIP of that part without PoCL).
 . "$(dirname "$0")/cli_testlib.sh"
@@ -18,7 +18,10 @@ token_file "$work/tokens.bin" 3000 7919 13 8192 || { echo "FAIL token file"; exi
 steps=3
 args=(train gpt --init-from "$work/g.bin" --data "$work/tokens.bin" --batch 4 --seq 16
       --micro-batches 2 --steps $steps --lr 1e-3 --deterministic --stats)
-adamw_tasks() { awk '$1 == "tg_adamw" || $1 == "tg_adamw_amp" {print $2}' "$1"; }
+# tasks per kind in --stats: whole parameters go in groups (tg_adamw_multi),
+# a blocked one in a tg_adamw or tg_adamw_amp task per block
+tasks_of() { awk -v k="$2" '$1 == k {print $2}' "$1"; }
+adamw_tasks() { echo $(( $(tasks_of "$1" tg_adamw) + $(tasks_of "$1" tg_adamw_amp) + 0 )); }
 
 for prec in fp32 bf16; do
   for w in 1 2; do
@@ -26,10 +29,14 @@ for prec in fp32 bf16; do
       >"$work/$prec-$w.out" 2>&1 || bad "$prec, $w workers: $(tail -2 "$work/$prec-$w.out")"
   done
   t1=$(adamw_tasks "$work/$prec-1.out") t2=$(adamw_tasks "$work/$prec-2.out")
-  if [ -n "$t1" ] && [ -n "$t2" ] && [ "$t2" -eq $((t1 + steps)) ]; then
-    ok "$prec: 2 workers split the embedding's update ($t2 optimizer tasks against $t1)"
+  m1=$(tasks_of "$work/$prec-1.out" tg_adamw_multi) m2=$(tasks_of "$work/$prec-2.out" tg_adamw_multi)
+  # 1 worker: every parameter whole, in one group (one task a step); 2
+  # workers: the embedding in 2 blocks, the rest still in groups
+  if [ "$t1" -eq 0 ] && [ "$t2" -eq $((2 * steps)) ] && [ "${m1:-0}" -ge "$steps" ] &&
+     [ "${m2:-0}" -ge "$steps" ]; then
+    ok "$prec: 2 workers split the embedding's update ($t2 block tasks; $m1 and $m2 group tasks)"
   else
-    bad "$prec: optimizer tasks '$t1' (1 worker) and '$t2' (2 workers): no split"
+    bad "$prec: block tasks '$t1' (1 worker) and '$t2' (2 workers), group tasks '$m1' and '$m2': no split"
   fi
   if [ "$(losses "$work/$prec-1.out")" = "$(losses "$work/$prec-2.out")" ] &&
      [ -n "$(losses "$work/$prec-1.out")" ] && cmp -s "$work/$prec-1.bin" "$work/$prec-2.bin"; then

@@ -28,6 +28,17 @@ cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols, const float *X,
 cudaError_t tg_cuda_from_lowp(tg_dtype lowp, int rows, int cols,
                               const uint16_t *X, int ldx, float *Y, int ldy,
                               cudaStream_t stream);
+/* AdamW of n <= TG_ADAMW_MULTI_MAX tensors in one launch (tensor i: numel[i]
+ * elements at w[i], grad[i], m[i], v[i]), the arithmetic of
+ * tg_cuda_adamw_amp (flag and 16-bit copies w_low[i] when lowp is TG_BF16 or
+ * TG_F16; w_low NULL or its NULL entries: no copy) or, with flag NULL and
+ * lowp TG_F32, of tg_cuda_adamw */
+cudaError_t tg_cuda_adamw_multi(int n, float *const *w, const float *const *grad,
+                                float *const *m, float *const *v, uint16_t *const *w_low,
+                                const size_t *numel, const float *flag, tg_dtype lowp,
+                                float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float bc1, float bc2, float grad_scale,
+                                cudaStream_t stream);
 /* tg_cpu_add_round on the device (the same bits: one float addition and the
  * hardware's round to nearest even); n < 2^31 */
 cudaError_t tg_cuda_add_round(tg_dtype comm, size_t n, const float *a, const void *recv,

@@ -9,6 +9,7 @@
 
 #include "taskgrad/codelets.h"
 #include "taskgrad/dtype.h"
+#include "taskgrad/precision_kernels.h" /* TG_ADAMW_MULTI_MAX */
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,7 +54,19 @@ int tg_adamw_amp_insert(tg_dtype lowp, starpu_data_handle_t w,
                         starpu_data_handle_t flag, const tg_adamw_hyper *h,
                         const tg_task_opts *opts);
 
-extern struct starpu_codelet tg_convert_cl, tg_add_round_cl, tg_gemm_lowp_cl, tg_nonfinite_cl,
+/* Multi-tensor AdamW (codelets/adamw_multi.c): one task updates n <=
+ * TG_ADAMW_MULTI_MAX parameters, w[i], grad[i], m[i], v[i] each of its own
+ * shape (contiguous f32), with the arithmetic of tg_adamw_insert (lowp
+ * TG_F32, flag NULL, w_low NULL) or of tg_adamw_amp_insert (lowp TG_BF16 or
+ * TG_F16, the overflow flag, w_low NULL or an array whose NULL entries have
+ * no copy), bit for bit: fewer, fuller tasks for the launch-bound step. */
+int tg_adamw_multi_insert(tg_dtype lowp, int n, const starpu_data_handle_t *w,
+                          const starpu_data_handle_t *grad, const starpu_data_handle_t *m,
+                          const starpu_data_handle_t *v, const starpu_data_handle_t *w_low,
+                          starpu_data_handle_t flag, const tg_adamw_hyper *h,
+                          const tg_task_opts *opts);
+
+extern struct starpu_codelet tg_convert_cl, tg_add_round_cl, tg_adamw_multi_cl, tg_gemm_lowp_cl, tg_nonfinite_cl,
     tg_adamw_amp_cl;
 
 #ifdef __cplusplus

@@ -62,6 +62,11 @@ void tg_bf16_to_f32_n(size_t n, const uint16_t *src, float *dst);
 void tg_f32_to_f16_n(size_t n, const float *src, uint16_t *dst);
 void tg_f16_to_f32_n(size_t n, const uint16_t *src, float *dst);
 
+/* The most tensors of one multi-tensor AdamW task (tg_adamw_multi_insert,
+ * tg_cuda_adamw_multi): 5 buffers each and the flag stay within the 65
+ * buffers a taskgrad task may have. */
+#define TG_ADAMW_MULTI_MAX 12
+
 /* ---- CPU kernels ------------------------------------------------------------- */
 
 /* Y(rows, cols) = lowp(X), rounded to nearest even */

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include "taskgrad/kernels_cuda_precision.h"
+#include "taskgrad/precision_kernels.h"
 #include "adamw.cuh"
 #include "cuda_common.cuh"
 
@@ -125,6 +126,36 @@ template <int KIND> struct AddRound {
   }
 };
 
+/* tg_cuda_adamw_multi: the tensors' pointers and first flat indices in the
+ * kernel's parameters (about 600 bytes for 12); KIND 0 no copies, 1 bf16,
+ * 2 fp16 */
+constexpr int kMulti = TG_ADAMW_MULTI_MAX;
+struct MultiAdamW {
+  float *w[kMulti];
+  const float *g[kMulti];
+  float *m[kMulti], *v[kMulti];
+  uint16_t *low[kMulti];
+  size_t start[kMulti + 1]; /* tensor j holds flat indices start[j] .. start[j+1]-1 */
+  int n;
+};
+
+template <int KIND>
+__global__ void adamw_multi_kernel(MultiAdamW t, const float *__restrict__ flag, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay,
+                                   float bc1, float bc2, float grad_scale) {
+  const bool skip = flag && *flag != 0.0f; /* NaN compares unequal: it skips too */
+  const tg_adamw_consts k = tg_adamw_setup(lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+                                           grad_scale);
+  const size_t total = t.start[t.n], stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int j = 0;
+    while (i >= t.start[j + 1]) j++;
+    const size_t e = i - t.start[j];
+    const float wi = skip ? t.w[j][e] : tg_adamw_update(k, e, t.w[j], t.g[j], t.m[j], t.v[j]);
+    if (KIND && t.low[j]) t.low[j][e] = to_low<KIND == 1>(wi);
+  }
+}
+
 } // namespace
 
 extern "C" cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols,
@@ -189,4 +220,37 @@ extern "C" cudaError_t tg_cuda_add_round(tg_dtype comm, size_t n, const float *a
   if (comm == TG_F16)
     return tg_map2d((int)n, 1, AddRound<2>{a, recv, out, out_off, out_len, send, send_off, send_len}, stream);
   return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t tg_cuda_adamw_multi(int n, float *const *w, const float *const *grad,
+                                           float *const *m, float *const *v,
+                                           uint16_t *const *w_low, const size_t *numel,
+                                           const float *flag, tg_dtype lowp, float lr,
+                                           float beta1, float beta2, float eps,
+                                           float weight_decay, float bc1, float bc2,
+                                           float grad_scale, cudaStream_t stream) {
+  if (n < 1 || n > kMulti || (lowp != TG_F32 && !flag)) return cudaErrorInvalidValue;
+  MultiAdamW t = {};
+  t.n = n;
+  for (int j = 0; j < n; j++) {
+    t.w[j] = w[j];
+    t.g[j] = grad[j];
+    t.m[j] = m[j];
+    t.v[j] = v[j];
+    t.low[j] = w_low && lowp != TG_F32 ? w_low[j] : nullptr;
+    t.start[j + 1] = t.start[j] + numel[j];
+  }
+  const size_t total = t.start[n];
+  if (total == 0) return cudaSuccess;
+  const unsigned blocks = tg_cuda_blocks(total, TG_CUDA_THREADS);
+  if (lowp == TG_BF16)
+    adamw_multi_kernel<1><<<blocks, TG_CUDA_THREADS, 0, stream>>>(
+        t, flag, lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale);
+  else if (lowp == TG_F16)
+    adamw_multi_kernel<2><<<blocks, TG_CUDA_THREADS, 0, stream>>>(
+        t, flag, lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale);
+  else
+    adamw_multi_kernel<0><<<blocks, TG_CUDA_THREADS, 0, stream>>>(
+        t, flag, lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale);
+  return cudaGetLastError();
 }
