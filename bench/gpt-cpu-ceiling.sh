@@ -91,7 +91,10 @@ for r in $(seq "$rounds"); do
       codelets=$(awk '{ rate[$1] = $5; share[$1] = $6 } END {
           n = split("lm_classifier linear_fwd linear_bwd_data gemm", c, " ")
           for (i = 1; i <= n; i++) printf "%s %s, ", c[i], rate["tg_" c[i]]
-          printf "adamw %s share", share["tg_adamw"] }' "$out/run.txt")
+          # AdamW: a task per parameter group (tg_adamw_multi), per block of a
+          # large one (tg_adamw)
+          a = share["tg_adamw_multi"] + share["tg_adamw"]
+          printf "adamw %s%% share", a }' "$out/run.txt")
       echo "  $s $(label "$i"): step $ms ms (mean $mean), $gf GFLOP/s, $pct% of ceiling; GFLOP/s per core: $codelets"
       echo "$ms $gf $pct $mean" >>"$out/$s.$i"
     done

@@ -227,14 +227,17 @@ static int tg_shard_update(const tg_optim *o, float lr, const tg_adamw_hyper *am
 }
 
 /* AdamW of whole (unsharded, unblocked) parameters in groups of up to
- * TG_ADAMW_MULTI_MAX consecutive ones, one task each (the same bits as a
- * task per parameter): a one-GPU step is launch-bound
- * (codelets/adamw_multi.c). */
+ * TG_ADAMW_MULTI_MAX, one task each (the same bits as a task per
+ * parameter): a one-GPU step is launch-bound (codelets/adamw_multi.c).  A
+ * group holds parameters of one critical-path rank, whose gradients are
+ * final together (a GPT layer's 12): grouping consecutive registrations
+ * (one kind of parameter over every layer) would make each task wait for
+ * the end of the backward pass. */
 typedef struct tg_adamw_group {
   starpu_data_handle_t w[TG_ADAMW_MULTI_MAX], g[TG_ADAMW_MULTI_MAX], m[TG_ADAMW_MULTI_MAX],
       v[TG_ADAMW_MULTI_MAX], low[TG_ADAMW_MULTI_MAX];
   const tg_param *first;
-  int n;
+  int n, order; /* order: the first member's registration index */
 } tg_adamw_group;
 
 static int tg_adamw_group_flush(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
@@ -255,8 +258,11 @@ static int tg_adamw_group_flush(const tg_optim *o, float lr, const tg_adamw_hype
 }
 
 static int tg_adamw_group_add(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
-                              tg_adamw_group *gr, const tg_param *p) {
-  if (!gr->n) gr->first = p;
+                              tg_adamw_group *gr, const tg_param *p, int order) {
+  if (!gr->n) {
+    gr->first = p;
+    gr->order = order;
+  }
   gr->w[gr->n] = p->value->handle;
   gr->g[gr->n] = p->grad->handle;
   gr->m[gr->n] = p->state1->handle;
@@ -264,6 +270,18 @@ static int tg_adamw_group_add(const tg_optim *o, float lr, const tg_adamw_hyper 
   gr->low[gr->n] = p->lowp ? p->lowp->handle : NULL;
   if (++gr->n == TG_ADAMW_MULTI_MAX) return tg_adamw_group_flush(o, lr, amp, gr);
   return 0;
+}
+
+/* the groups still open, in their first members' registration order */
+static int tg_adamw_groups_flush(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+                                 tg_adamw_group *groups, int ngroups) {
+  for (;;) {
+    tg_adamw_group *next = NULL;
+    for (int r = 0; r < ngroups; r++)
+      if (groups[r].n && (!next || groups[r].order < next->order)) next = &groups[r];
+    if (!next) return 0;
+    TG_TRY(tg_adamw_group_flush(o, lr, amp, next));
+  }
 }
 
 int tg_optim_update(tg_optim *o, float lr) {
@@ -276,30 +294,35 @@ int tg_optim_update(tg_optim *o, float lr) {
     amp.grad_scale = 1.0f / o->scaler.scale;
   }
   tg_gopts g;
-  tg_adamw_group group = {.n = 0};
+  /* one open group per rank in [0, nranks], those outside in the last */
+  int ngroups = (o->nranks > 0 ? o->nranks : 0) + 2;
+  tg_adamw_group *groups = calloc((size_t)ngroups, sizeof *groups);
+  if (!groups) return tg_fail(ENOMEM, "optimizer: out of memory for the AdamW groups");
   const tg_adamw_hyper *ampp = o->lowp ? &amp : NULL;
-  for (int k = 0; k < o->nparams; k++) {
+  int rc = 0;
+  for (int k = 0; k < o->nparams && !rc; k++) {
     tg_param *p = &o->params[k];
     if (p->shard) {
-      TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group));
-      TG_TRY(tg_shard_update(o, lr, ampp, p));
+      rc = tg_shard_update(o, lr, ampp, p);
       continue;
     }
     int n;
-    TG_TRY(tg_param_blocks(p, &n));
+    if ((rc = tg_param_blocks(p, &n))) break;
     if (!n && c->kind == TG_OPT_ADAMW) {
-      TG_TRY(tg_adamw_group_add(o, lr, ampp, &group, p));
+      int r = p->rank >= 0 && p->rank < ngroups - 1 ? p->rank : ngroups - 1;
+      rc = tg_adamw_group_add(o, lr, ampp, &groups[r], p, k);
       continue;
     }
-    TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group)); /* submission order kept */
     if (n) tg_param_blocks_switch(p, 0);
-    for (int j = n ? 0 : -1; j < n; j++)
-      TG_TRY(tg_param_submit(o, lr, o->lowp ? &amp : NULL, p, j,
-                             tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
-                                     p->name, j)));
+    for (int j = n ? 0 : -1; j < n && !rc; j++)
+      rc = tg_param_submit(o, lr, ampp, p, j,
+                           tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
+                                   p->name, j));
     if (n) tg_param_blocks_switch(p, 1);
   }
-  TG_TRY(tg_adamw_group_flush(o, lr, ampp, &group));
+  if (!rc) rc = tg_adamw_groups_flush(o, lr, ampp, groups, ngroups);
+  free(groups);
+  TG_TRY(rc);
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);
   TG_TRY(skipped);
   o->step -= skipped; /* a skipped step leaves AdamW's count as it was */
