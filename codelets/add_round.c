@@ -19,6 +19,7 @@
  *   the buffer flags and the offsets.
  */
 #include <errno.h>
+#include <stdio.h>
 
 #include "codelet_common.h"
 #include "taskgrad/precision_codelets.h"
@@ -81,12 +82,14 @@ TG_CODELET_ENTRIES(add_round, tg_add_round_cpu, tg_add_round_cuda);
 static size_t tg_comm_bytes(tg_dtype comm) { return comm == TG_F32 ? sizeof(float) : 2; }
 
 /* h a contiguous (rows, 1) column of es-byte elements; its rows in *rows */
-static int tg_add_round_column(const char *what, starpu_data_handle_t h, size_t es, int *rows) {
+static int tg_add_round_column(const char *name, starpu_data_handle_t h, size_t es, int *rows) {
   static const char op[] = "tg_add_round";
+  char what[32];
   int cols;
+  snprintf(what, sizeof what, "%s: %s", op, name);
   TG_TRY(tg_shape_any(h, what, rows, &cols));
-  TG_TRY(tg_expect(h, op, what + sizeof "tg_add_round: " - 1, *rows, 1, es));
-  return tg_expect_contiguous(h, op, what + sizeof "tg_add_round: " - 1);
+  TG_TRY(tg_expect(h, op, name, *rows, 1, es));
+  return tg_expect_contiguous(h, op, name);
 }
 
 /* off + len within [0, n) */
@@ -106,26 +109,26 @@ int tg_add_round_insert(tg_dtype comm, starpu_data_handle_t a, int a_off, int n,
   if (!a) return tg_fail(EINVAL, "tg_add_round: missing input a");
   if (!out && !send) return tg_fail(EINVAL, "tg_add_round: neither out nor send");
   int arows, rows;
-  TG_TRY(tg_add_round_column("tg_add_round: a", a, sizeof(float), &arows));
+  TG_TRY(tg_add_round_column("a", a, sizeof(float), &arows));
   if (n < 1) return tg_fail(EINVAL, "tg_add_round: %d rows to sum", n);
   TG_TRY(tg_add_round_range("a's", a_off, n, arows));
   starpu_data_handle_t h[4] = {a};
   enum starpu_data_access_mode md[4] = {STARPU_R};
   int nb = 1;
   if (recv) {
-    TG_TRY(tg_add_round_column("tg_add_round: recv", recv, tg_comm_bytes(comm), &rows));
+    TG_TRY(tg_add_round_column("recv", recv, tg_comm_bytes(comm), &rows));
     if (rows != n) return tg_fail(EINVAL, "tg_add_round: recv has %d rows, not %d", rows, n);
     h[nb] = recv;
     md[nb++] = STARPU_R;
   }
   if (out) {
-    TG_TRY(tg_add_round_column("tg_add_round: out", out, sizeof(float), &rows));
+    TG_TRY(tg_add_round_column("out", out, sizeof(float), &rows));
     TG_TRY(tg_add_round_range("out's", out_off, rows, n));
     h[nb] = out;
     md[nb++] = STARPU_W;
   }
   if (send) {
-    TG_TRY(tg_add_round_column("tg_add_round: send", send, tg_comm_bytes(comm), &rows));
+    TG_TRY(tg_add_round_column("send", send, tg_comm_bytes(comm), &rows));
     TG_TRY(tg_add_round_range("send's", send_off, rows, n));
     h[nb] = send;
     md[nb++] = STARPU_W;
