@@ -240,25 +240,23 @@ typedef struct tg_adamw_group {
   int n, order; /* order: the first member's registration index */
 } tg_adamw_group;
 
-static int tg_adamw_group_flush(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
-                                tg_adamw_group *gr) {
+/* h: the step's AdamW hyperparameters (mixed precision when o->lowp is a
+ * 16-bit type: the overflow flag and the 16-bit copies too) */
+static int tg_adamw_group_flush(const tg_optim *o, const tg_adamw_hyper *h, tg_adamw_group *gr) {
   if (!gr->n) return 0;
-  const tg_optimizer_config *c = &o->opt;
-  tg_adamw_hyper h = {.lr = lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
-                      .weight_decay = c->weight_decay, .grad_scale = 1.0f, .step = o->step};
-  if (amp) h = *amp;
+  int amp = o->lowp != TG_F32;
   tg_gopts g;
   const tg_task_opts *opts =
       tg_gopt(&g, gr->first->rank, o->nranks, "%s.opt+%d", gr->first->name, gr->n - 1);
-  int rc = tg_adamw_multi_insert(amp ? o->lowp : TG_F32, gr->n, gr->w, gr->g, gr->m, gr->v,
-                                 amp ? gr->low : NULL, amp ? o->overflow.handle : NULL, &h,
+  int rc = tg_adamw_multi_insert(o->lowp, gr->n, gr->w, gr->g, gr->m, gr->v,
+                                 amp ? gr->low : NULL, amp ? o->overflow.handle : NULL, h,
                                  opts);
   gr->n = 0;
   return rc;
 }
 
-static int tg_adamw_group_add(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
-                              tg_adamw_group *gr, const tg_param *p, int order) {
+static int tg_adamw_group_add(const tg_optim *o, const tg_adamw_hyper *h, tg_adamw_group *gr,
+                              const tg_param *p, int order) {
   if (!gr->n) {
     gr->first = p;
     gr->order = order;
@@ -268,19 +266,19 @@ static int tg_adamw_group_add(const tg_optim *o, float lr, const tg_adamw_hyper 
   gr->m[gr->n] = p->state1->handle;
   gr->v[gr->n] = p->state2->handle;
   gr->low[gr->n] = p->lowp ? p->lowp->handle : NULL;
-  if (++gr->n == TG_ADAMW_MULTI_MAX) return tg_adamw_group_flush(o, lr, amp, gr);
+  if (++gr->n == TG_ADAMW_MULTI_MAX) return tg_adamw_group_flush(o, h, gr);
   return 0;
 }
 
 /* the groups still open, in their first members' registration order */
-static int tg_adamw_groups_flush(const tg_optim *o, float lr, const tg_adamw_hyper *amp,
+static int tg_adamw_groups_flush(const tg_optim *o, const tg_adamw_hyper *h,
                                  tg_adamw_group *groups, int ngroups) {
   for (;;) {
     tg_adamw_group *next = NULL;
     for (int r = 0; r < ngroups; r++)
       if (groups[r].n && (!next || groups[r].order < next->order)) next = &groups[r];
     if (!next) return 0;
-    TG_TRY(tg_adamw_group_flush(o, lr, amp, next));
+    TG_TRY(tg_adamw_group_flush(o, h, next));
   }
 }
 
@@ -310,7 +308,7 @@ int tg_optim_update(tg_optim *o, float lr) {
     if ((rc = tg_param_blocks(p, &n))) break;
     if (!n && c->kind == TG_OPT_ADAMW) {
       int r = p->rank >= 0 && p->rank < ngroups - 1 ? p->rank : ngroups - 1;
-      rc = tg_adamw_group_add(o, lr, ampp, &groups[r], p, k);
+      rc = tg_adamw_group_add(o, &amp, &groups[r], p, k); /* amp: the step's hyperparameters */
       continue;
     }
     if (n) tg_param_blocks_switch(p, 0);
@@ -320,7 +318,7 @@ int tg_optim_update(tg_optim *o, float lr) {
                                    p->name, j));
     if (n) tg_param_blocks_switch(p, 1);
   }
-  if (!rc) rc = tg_adamw_groups_flush(o, lr, ampp, groups, ngroups);
+  if (!rc) rc = tg_adamw_groups_flush(o, &amp, groups, ngroups);
   free(groups);
   TG_TRY(rc);
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);
