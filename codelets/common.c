@@ -155,6 +155,14 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
     }
     if (name) task->name = copy + argsize; /* unnamed: StarPU uses cl->name */
   }
+  /* Deterministic mode promises the same bits run to run, but a GEMM on a GPU
+   * rounds differently from one on a CPU: where CUDA workers exist, a task
+   * that can run on them runs on nothing else, so its bits do not depend on
+   * the scheduler's choice of worker kind (measured on an H100:
+   * bench/results/2026-11-26-h100-measured.md). */
+  if (tg_runtime_current()->deterministic && !task->execute_on_a_specific_worker &&
+      cl->cuda_funcs[0] && starpu_cuda_worker_get_count() > 0)
+    task->where = STARPU_CUDA;
   tg_run_submit_hooks(task); /* the plugins' (src/hooks.h) */
   int rc = starpu_task_submit(task);
   if (rc != 0) {
