@@ -72,7 +72,20 @@ void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 #define TG_CUDA_ENTRY(op, fn)                                               \
   static void tg_##op##_cuda_entry(void *b[], void *a) { tg_lowp_cuda(b, a, fn); }
+/* A CUDA function that takes 16-bit buffers itself (on the tensor cores):
+ * for a task with 2-byte buffers, native(buffers, cl_arg, lowp, ws) gets the
+ * task's own buffers and the adapter's f32 workspace ws (room for an f32
+ * copy of every 2-byte buffer); it returns 0 when it ran the task, nonzero
+ * to have the adapter run fn on f32 copies instead. */
+typedef int (*tg_lowp_native_fn)(void *buffers[], void *cl_arg, tg_dtype lowp, float *ws);
+void tg_lowp_cuda_native(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                         tg_lowp_native_fn native);
+#define TG_CUDA_ENTRY_NATIVE(op, fn, native)                                \
+  static void tg_##op##_cuda_entry(void *b[], void *a) {                    \
+    tg_lowp_cuda_native(b, a, fn, native);                                  \
+  }
 #else
+#define TG_CUDA_ENTRY_NATIVE(op, fn, native)
 #define TG_CUDA_ENTRY(op, fn)
 #endif
 
@@ -112,6 +125,12 @@ void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void
 #define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
   static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
   TG_CUDA_ENTRY(op, cuda_fn)                                                \
+  TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
+
+/* TG_CODELET whose CUDA function has a native 16-bit twin (above) */
+#define TG_CODELET_NATIVE_CUDA(op, cpu_fn, cuda_fn, native)                 \
+  static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
+  TG_CUDA_ENTRY_NATIVE(op, cuda_fn, native)                                 \
   TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
 
 /* The most buffers a task that may run through the low-precision adapter

@@ -9,6 +9,9 @@
  */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
+#ifdef TG_HAVE_CUDA
+#include "taskgrad/kernels_cuda_precision.h"
+#endif
 
 typedef struct tg_linear_args {
   uint32_t shape;
@@ -68,10 +71,51 @@ static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
       starpu_cuda_get_local_stream(), &s);
   tg_linear_check(e, s, "tg_linear_bwd_data");
 }
+
+/* 1 when buffer i is a 2-byte matrix */
+static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
+
+/* Tasks with 16-bit X and W go to the tensor cores (linear_lowp.cu); the
+ * workspace ws has room for the f32 result when Z is 16-bit. */
+static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp, float *ws) {
+  const tg_linear_args *a = cl_arg;
+  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
+  int has_h = a->act != TG_ACT_NONE;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_linear_fwd_lowp(
+      starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[0]),
+      TG_ROWS(buffers[1]), TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+      TG_LD(buffers[1]), (void *)STARPU_MATRIX_GET_PTR(buffers[2]), tg_is16(buffers[2]),
+      a->act, (void *)STARPU_MATRIX_GET_PTR(buffers[3]), TG_LD(buffers[3]),
+      tg_is16(buffers[3]), has_h ? (void *)STARPU_MATRIX_GET_PTR(buffers[4]) : NULL,
+      has_h ? TG_LD(buffers[4]) : 0, has_h && tg_is16(buffers[4]), ws,
+      starpu_cuda_get_local_stream(), &s);
+  tg_linear_check(e, s, "tg_linear_fwd");
+  return 0;
+}
+
+static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
+                                          float *ws) {
+  const tg_linear_args *a = cl_arg;
+  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
+  int has_z = a->act != TG_ACT_NONE;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_linear_bwd_data_lowp(
+      starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[1]),
+      TG_ROWS(buffers[1]), TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+      TG_LD(buffers[1]), a->act, has_z ? (void *)STARPU_MATRIX_GET_PTR(buffers[3]) : NULL,
+      has_z ? TG_LD(buffers[3]) : 0, has_z && tg_is16(buffers[3]),
+      (void *)STARPU_MATRIX_GET_PTR(buffers[2]), TG_LD(buffers[2]), tg_is16(buffers[2]), ws,
+      starpu_cuda_get_local_stream(), &s);
+  tg_linear_check(e, s, "tg_linear_bwd_data");
+  return 0;
+}
 #endif
 
-TG_CODELET(linear_fwd, tg_linear_fwd_cpu, tg_linear_fwd_cuda);
-TG_CODELET(linear_bwd_data, tg_linear_bwd_data_cpu, tg_linear_bwd_data_cuda);
+TG_CODELET_NATIVE_CUDA(linear_fwd, tg_linear_fwd_cpu, tg_linear_fwd_cuda,
+                       tg_linear_fwd_cuda_native);
+TG_CODELET_NATIVE_CUDA(linear_bwd_data, tg_linear_bwd_data_cpu, tg_linear_bwd_data_cuda,
+                       tg_linear_bwd_data_cuda_native);
 
 static int tg_linear_act_check(tg_activation act, const char *op) {
   if (act != TG_ACT_RELU && act != TG_ACT_GELU && act != TG_ACT_NONE)

@@ -172,4 +172,12 @@ void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
   cudaStream_t stream = starpu_cuda_get_local_stream();
   tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cuda, &stream);
 }
+
+void tg_lowp_cuda_native(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                         tg_lowp_native_fn native) {
+  int nbuf = 0;
+  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(starpu_task_get_current(), &nbuf);
+  if (lowp && native(buffers, cl_arg, lowp, TG_VPTR(buffers[nbuf])) == 0) return;
+  tg_lowp_cuda(buffers, cl_arg, fn);
+}
 #endif

@@ -70,6 +70,23 @@ cublasStatus_t tg_cuda_gemm_lowp_aligned(cublasHandle_t handle, tg_dtype lowp,
                                          tg_dtype c_dtype, void *C, int ldc,
                                          uint16_t *work);
 
+/* The fused linear layer (tg_cuda_linear_fwd / _bwd_data) with 16-bit
+ * operands on the tensor cores (linear_lowp.cu): X and W, or dZ and W, are
+ * `lowp`; the bias, Z, H, Zprev and dX are f32, or `lowp` where their flag
+ * (b16, z16, ...) is set.  work: device memory for an f32 (rows, out)
+ * forward or (rows, in) backward result, needed when Z or dX is 16-bit. */
+cudaError_t tg_cuda_linear_fwd_lowp(cublasHandle_t handle, tg_dtype lowp, int rows, int in,
+                                    int out, const uint16_t *X, int ldx, const uint16_t *W,
+                                    int ldw, const void *b, int b16, int act, void *Z, int ldz,
+                                    int z16, void *H, int ldh, int h16, float *work,
+                                    cudaStream_t stream, cublasStatus_t *cublas_status);
+cudaError_t tg_cuda_linear_bwd_data_lowp(cublasHandle_t handle, tg_dtype lowp, int rows,
+                                         int in, int out, const uint16_t *dZ, int lddz,
+                                         const uint16_t *W, int ldw, int act,
+                                         const void *Zprev, int ldzp, int zp16, void *dX,
+                                         int lddx, int dx16, float *work, cudaStream_t stream,
+                                         cublasStatus_t *cublas_status);
+
 /* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
 cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,
                                     cudaStream_t stream);

@@ -26,21 +26,13 @@
 #include "taskgrad/kernels_cuda_precision.h"
 #include "taskgrad/precision_kernels.h"
 #include "adamw.cuh"
+#include "lowp.cuh"
 #include "cuda_common.cuh"
 
 namespace {
 
-template <bool BF>
-__device__ __forceinline__ uint16_t to_low(float x) {
-  if (BF) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  return __half_as_ushort(__float2half_rn(x));
-}
-
-template <bool BF>
-__device__ __forceinline__ float from_low(uint16_t h) {
-  if (BF) return __bfloat162float(__ushort_as_bfloat16(h));
-  return __half2float(__ushort_as_half(h));
-}
+using tg_lowp::from_low;
+using tg_lowp::to_low;
 
 template <bool BF> struct ToLow {
   const float *X; // (rows, ldx)

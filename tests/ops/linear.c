@@ -13,7 +13,12 @@
  *  pair      every activation, with and without bias, odd shapes; and the
  *            low-precision adapter on bf16 / fp16 X, W, Z, H within half an
  *            ulp of the type (on cuda; bit for bit on device and cpu);
- *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels);
+ *            The backward-data likewise (dZ, W, Zprev, dX 16-bit).  On a GPU
+ *            these run the tensor-core path (linear_lowp.cu);
+ *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels), and
+ *            their 16-bit twins against the CPU kernels on the same values:
+ *            outputs 16-bit or f32, bias 16-bit or f32, within one ulp of
+ *            the type norm-relative (each side rounds its own f32 sum once);
  *  lowp      the forward with GELU (X, W, Z, H 16-bit, b f32), the
  *            backward-data through GELU (dZ, W, Zprev, dX 16-bit): equal to
  *            the f32 codelets' results rounded once, bit for bit, with 1
@@ -253,9 +258,43 @@ static void pair_adapter(void) {
   }
 }
 
+static int linear_bwd16_submit(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const adapt_ctx *c = v; /* X: dZ, W: W, b: Zprev */
+  tg_task_opts lo = *o;
+  lo.lowp = c->t;
+  return tg_linear_bwd_data_insert(c->X, c->W, TG_ACT_GELU, c->b, out[0].handle, &lo);
+}
+
+/* the backward-data through GELU with dZ, W, Zprev and dX 16-bit: on a GPU
+ * the tensor-core path (linear_lowp.cu), on the CPU the adapter */
+static void pair_adapter_bwd(void) {
+  const int rows = 37, in = 29, outf = 23;
+  for (int d = 0; d < 2; d++) {
+    tg_dtype t = LOWP[d];
+    float *dz = rnd((size_t)rows * outf, 1), *w = rnd((size_t)outf * in, 0.3f);
+    float *zp = rnd((size_t)rows * in, 2);
+    tg_tensor DZ, W, ZP;
+    new_low(&DZ, t, rows, outf, dz);
+    new_low(&W, t, outf, in, w);
+    new_low(&ZP, t, rows, in, zp);
+    adapt_ctx c = {.t = t, .X = DZ.handle, .W = W.handle, .b = ZP.handle};
+    out16 o = {.name = "dX", .rows = rows, .cols = in, .dt = t, .init = NULL, .tol = half_ulp(t)};
+    char what[64];
+    snprintf(what, sizeof what, "adapted linear bwd-data + GELU, %s buffers", tg_dtype_name(t));
+    run_pair16(what, linear_bwd16_submit, &c, 1, &o);
+    tg_tensor_free(&DZ);
+    tg_tensor_free(&W);
+    tg_tensor_free(&ZP);
+    free(dz);
+    free(w);
+    free(zp);
+  }
+}
+
 static void linear_pair(void) {
   pair_linear();
   if (ops_row_is("linear_fwd")) pair_adapter();
+  if (ops_row_is("linear_bwd_data")) pair_adapter_bwd();
 }
 
 static void linear_cpu(void) {
@@ -308,6 +347,106 @@ static void emu_linear(void) {
         free2(dX);
         free(X); free(W); free(b); free(dZ); free(Zp);
       }
+}
+/* 16-bit copy (ld cols + pad, padding 0xabcd) of a float matrix, and the
+ * floats replaced by the values the copy holds (exact in f32) */
+static uint16_t *to16(tg_dtype t, float *x, int rows, int cols, int ld, int pad) {
+  uint16_t *h = malloc(sizeof *h * (size_t)rows * (cols + pad) + 1);
+  for (size_t i = 0; i < (size_t)rows * (cols + pad); i++) h[i] = 0xabcd;
+  tg_cpu_to_lowp(t, rows, cols, x, ld, h, cols + pad);
+  tg_cpu_from_lowp(t, rows, cols, h, cols + pad, x, ld);
+  return h;
+}
+
+/* an emulated 16-bit (or f32) output against the CPU's f32 result: rounded
+ * once to the type, the two may differ by one ulp where the f32 sums land on
+ * either side of a rounding boundary, so the norm-relative error is at most
+ * one ulp of the type; the padding must survive */
+static void compare_out(const char *launcher, const char *what, tg_dtype t, int is16,
+                        const void *emu, float *cpu, int rows, int cols, int ld) {
+  float *got = fmalloc((size_t)rows * cols), *want = fmalloc((size_t)rows * cols);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      float v = cpu[(size_t)r * ld + c];
+      if (is16) {
+        uint16_t h;
+        tg_cpu_to_lowp(t, 1, 1, &v, 1, &h, 1);
+        tg_cpu_from_lowp(t, 1, 1, &h, 1, &v, 1);
+        tg_cpu_from_lowp(t, 1, 1, (const uint16_t *)emu + (size_t)r * ld + c, 1,
+                         &got[(size_t)r * cols + c], 1);
+        if (c == cols - 1)
+          CHECK(((const uint16_t *)emu)[(size_t)r * ld + cols] == 0xabcd, "%s %s: padding "
+                "overwritten", launcher, what);
+      } else {
+        got[(size_t)r * cols + c] = ((const float *)emu)[(size_t)r * ld + c];
+      }
+      want[(size_t)r * cols + c] = v;
+    }
+  compare(launcher, what, got, want, (size_t)rows * cols, t == TG_BF16 ? 0x1p-8 : 0x1p-11);
+  free(got);
+  free(want);
+}
+
+/* tg_cuda_linear_fwd_lowp / _bwd_data_lowp: 16-bit operands, the outputs
+ * 16-bit (through the f32 workspace) or f32 (in place), the bias 16-bit or
+ * f32, against tg_cpu_linear_* on the same values */
+static void emu_linear_lowp(void) {
+  static const int shapes[][3] = {{7, 33, 257}, {33, 257, 7}, {1, 1, 1}};
+  for (int d = 0; d < 2; d++)
+    for (int s = 0; s < 3; s++)
+      for (int act = 0; act < 3; act++)
+        for (int o16 = 0; o16 < 2; o16++) {
+          FULL_ONLY(s != 0 || d != 0);
+          const tg_dtype t = g_lowp[d];
+          const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2], pad = 2;
+          const int b16 = o16; /* the bias 16-bit with the outputs */
+          float *x = input(rows, in, in + 1, 1.0f), *w = input(out, in, in, 0.5f);
+          float *b = input(1, out, out, 1.0f);
+          uint16_t *X = to16(t, x, rows, in, in + 1, 1), *W = to16(t, w, out, in, in, 0);
+          uint16_t *B16 = to16(t, b, 1, out, out, 0);
+          const int ld = out + pad;
+          float *zc = fmalloc((size_t)rows * ld), *hc = fmalloc((size_t)rows * ld);
+          float *work = fmalloc((size_t)rows * (out > in ? out : in));
+          void *Z = o16 ? (void *)to16(t, zc, rows, 0, ld, ld) : (void *)fmalloc((size_t)rows * ld);
+          void *H = o16 ? (void *)to16(t, hc, rows, 0, ld, ld) : (void *)fmalloc((size_t)rows * ld);
+          cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+          if (ops_row_is("linear_fwd")) {
+            ok("tg_cuda_linear_fwd_lowp", "",
+               tg_cuda_linear_fwd_lowp(g_blas, t, rows, in, out, X, in + 1, W, in,
+                                       b16 ? (void *)B16 : (void *)b, b16, act, Z, ld, o16,
+                                       act == 2 ? NULL : H, ld, o16, work, NULL, &cs));
+            ok("tg_cuda_linear_fwd_lowp", "cublas", cs);
+            tg_cpu_linear_fwd(rows, in, out, x, in + 1, w, in, b, act, zc, ld,
+                              act == 2 ? NULL : hc, ld);
+            compare_out("tg_cuda_linear_fwd_lowp", "Z", t, o16, Z, zc, rows, out, ld);
+            if (act != 2)
+              compare_out("tg_cuda_linear_fwd_lowp", "H", t, o16, H, hc, rows, out, ld);
+          }
+          if (ops_row_is("linear_bwd_data")) {
+            float *dz = input(rows, out, out, 1.0f), *zp = input(rows, in, in + 3, 2.0f);
+            uint16_t *DZ = to16(t, dz, rows, out, out, 0), *ZP = to16(t, zp, rows, in, in + 3, 0);
+            const int ldx = in + pad;
+            float *dxc = fmalloc((size_t)rows * ldx);
+            void *DX = o16 ? (void *)to16(t, dxc, rows, 0, ldx, ldx)
+                           : (void *)fmalloc((size_t)rows * ldx);
+            ok("tg_cuda_linear_bwd_data_lowp", "",
+               tg_cuda_linear_bwd_data_lowp(g_blas, t, rows, in, out, DZ, out, W, in, act,
+                                            act == 2 ? NULL : (void *)ZP, in, 1, DX, ldx,
+                                            o16, work, NULL, &cs));
+            ok("tg_cuda_linear_bwd_data_lowp", "cublas", cs);
+            tg_cpu_linear_bwd_data(rows, in, out, dz, out, w, in, act, act == 2 ? NULL : zp,
+                                   in + 3, dxc, ldx);
+            compare_out("tg_cuda_linear_bwd_data_lowp", "dX", t, o16, DX, dxc, rows, in, ldx);
+            free(dz); free(zp); free(DZ); free(ZP); free(dxc); free(DX);
+          }
+          free(x); free(w); free(b); free(X); free(W); free(B16);
+          free(zc); free(hc); free(work); free(Z); free(H);
+        }
+}
+
+static void emu_linear_all(void) {
+  emu_linear();
+  emu_linear_lowp();
 }
 #endif /* OPS_EMU */
 
@@ -388,19 +527,19 @@ static const ops_row rows[] = {
     {.name = "linear_fwd",
      .doc = "fused linear forward `Z = X W^T + b; H = act(Z)`",
      .buffers = "X (R), W (R), b (R), Z (W), H (W)",
-     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd",
+     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd tg_cuda_linear_fwd_lowp",
      .kernels = "tg_cpu_linear_fwd",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
-             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear),
+             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),
              [OPS_LOWP] = linear_lowp},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "linear_bwd_data",
      .doc = "fused linear backward-data `dX = (dZ W) * act'(Zprev)`",
      .buffers = "dZ (R), W (R), dX (W), Zprev (R)",
-     .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data",
+     .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data tg_cuda_linear_bwd_data_lowp",
      .kernels = "tg_cpu_linear_bwd_data",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
-             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear),
+             [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),
              [OPS_LOWP] = linear_lowp},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
