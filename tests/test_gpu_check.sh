@@ -6,7 +6,9 @@
 #    CUDA op tests, calibration and measurement with STARPU_HOSTNAME of the
 #    simulated platform, the simulations with --perfmodels) and runs none.
 # Its no-GPU path (builds, test_ops_cuda SKIP, exit 77) runs in .ci/run's
-# CUDA block.
+# CUDA block.  Then the short-lease pair (docs/building.md): scripts/gpu-bundle
+# refuses a missing or misnamed archive and a build without CUDA, and
+# bench/gpu-session.sh its missing arguments, each with exit 2.
 . "$(dirname "$0")/cli_testlib.sh"
 gc="$TG_SOURCE_DIR/scripts/gpu-check"
 
@@ -38,4 +40,16 @@ if "$gc" --dry-run --out "$work/gc" --build-dir "$work/b" >"$work/out" 2>&1; the
 else
   bad "--dry-run exited $?: $(tail -3 "$work/out")"
 fi
+gb="$TG_SOURCE_DIR/scripts/gpu-bundle"
+gb_fail() { expect_fail_of "$gb" 'gpu-bundle: ' "$@"; }
+gb_fail "gpu-bundle without an archive" "^gpu-bundle: name the archive" --build-dir "$work/b"
+gb_fail "gpu-bundle, not .tar.xz" "^gpu-bundle: the archive must end in .tar.xz" "$work/x.tgz"
+gb_fail "gpu-bundle, unknown flag" "^gpu-bundle: unknown flag '--bogus'" --bogus
+mkdir -p "$work/cpu-build" && echo 'TG_CUDA:STRING=OFF' > "$work/cpu-build/CMakeCache.txt"
+gb_fail "gpu-bundle, a build without CUDA" "is not a CUDA build" --build-dir "$work/cpu-build" \
+  "$work/x.tar.xz"
+[ ! -e "$work/x.tar.xz" ] && ok "gpu-bundle: no archive written on refusal" ||
+  bad "gpu-bundle wrote an archive on refusal"
+expect_fail_of "$TG_SOURCE_DIR/bench/gpu-session.sh" 'usage: ' "gpu-session without arguments" \
+  "^usage: bench/gpu-session.sh BUNDLE"
 finish test_gpu_check
