@@ -7,7 +7,8 @@
 #   bench/gpu-session.sh BUNDLE.tar.xz OUT [SECONDS [PARTS]]
 #
 # PARTS: a comma-separated subset of ops,bench,torch,tests,compile (default
-# all of them), e.g. to measure again after a change without PyTorch.
+# all of them), e.g. to measure again after a change without PyTorch; and
+# chunks, not in the default: 124M with --classifier-chunk 1024 and 4096.
 # In order, each under its own time limit, skipping what the SECONDS budget
 # (default 480) no longer allows, and going on after a failure:
 #   1. the machine: GPU, driver, CPU, distribution;
@@ -104,6 +105,13 @@ for m in 124 350; do
   a=(${!shape}); limited 90 python3 "$src/bench/torch_gpt_cuda.py" --layers "${a[1]}" \
     --channels "${a[3]}" --heads "${a[5]}" --batch 8 --seq 1024
 done
+
+if want chunks; then
+  for ch in 1024 4096; do
+    say "3: GPT-2 124M with --classifier-chunk $ch"
+    bench 124 --warmup 3 --steps 10 --quiet --classifier-chunk $ch
+  done
+fi
 
 say "6: the C tests that use a GPU when there is one"
 want tests && for p in test_gpt_precision test_mlp_precision test_gpt_micro test_mlp_redux test_mlp_schedulers \

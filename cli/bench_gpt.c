@@ -201,7 +201,7 @@ static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
          "%s attention (chunk %d, %d tasks), classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
-         r->nparams, B, T, r->micro, r->run.attention == TG_ATTN_NAIVE ? "naive" : "chunked",
+         r->nparams, B, T, r->micro, tg_cli_attention_name(r->run.attention),
          r->run.chunk, r->g.run.attn_splits, cls, tg_precision_name(r->ro.prec.precision),
          tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);

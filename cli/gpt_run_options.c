@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gpt_run_options.h"
+#include "taskgrad/runtime.h"
 #include "micro_batches.h"
 #include "simulate.h"
 
@@ -68,7 +69,7 @@ static const run_option options[] = {
     {"--max-seq", "T", K_INT, F(model.max_seq_len), 1, 1 << 20, -1, BENCH | SIM,
      "its maximum sequence length (default %d)"},
     {"--attention", "NAME", K_ATTENTION, F(cfg.attention), 0, 0, -1, GPT,
-     "naive or chunked (default chunked)"},
+     "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there) or auto:\ngemm with CUDA workers, else chunked (default auto)"},
     {"--chunk", "K", K_INT, F(cfg.chunk), 1, 1 << 16, -1, GPT, "attention chunk (default %d)"},
     {"--attn-splits", "S", K_INT, F(cfg.attn_splits), 1, TG_MAX_SPLIT, -1, GPT,
      "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
@@ -98,6 +99,7 @@ void tg_cli_gpt_run_default(tg_cli_gpt_run *r, unsigned cmd) {
    * is per GPU, set once they are known */
   r->cfg = tg_gpt_run_default(cmd & (TRAIN | BENCH) ? 8 : 0, cmd & TRAIN ? 64 : 256);
   r->cfg.nmicro = 0; /* auto, or simulate's per-GPU default */
+  r->cfg.attention = TG_CLI_ATTN_AUTO;
   tg_cli_precision_default(&r->prec);
   r->rt = tg_runtime_config_default();
 }
@@ -132,8 +134,12 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     r->cfg.attention = TG_ATTN_NAIVE;
   } else if (!strcmp(v, "chunked")) {
     r->cfg.attention = TG_ATTN_CHUNKED;
+  } else if (!strcmp(v, "gemm")) {
+    r->cfg.attention = TG_ATTN_GEMM;
+  } else if (!strcmp(v, "auto")) {
+    r->cfg.attention = TG_CLI_ATTN_AUTO;
   } else {
-    tg_cli_die("%s: '%s' is not naive or chunked", a, v);
+    tg_cli_die("%s: '%s' is not naive, chunked, gemm or auto", a, v);
   }
   if (o->given >= 0) *field(r, (size_t)o->given) = 1;
   return 1;
@@ -184,6 +190,9 @@ void tg_cli_gpt_run_help(FILE *f, unsigned cmd, unsigned skip) {
 
 tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, int nmicro) {
   tg_gpt_run_config run = r->cfg;
+  /* after tg_init: the workers are known (simulate's are the simulated) */
+  if (run.attention == TG_CLI_ATTN_AUTO)
+    run.attention = tg_ncuda_workers() > 0 ? TG_ATTN_GEMM : TG_ATTN_CHUNKED;
   run.B = B;
   run.T = T;
   run.nmicro = nmicro;
@@ -191,4 +200,13 @@ tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, i
                             .loss_scale = (float)r->prec.scale,
                             .loss_scale_window = r->prec.window};
   return run;
+}
+
+const char *tg_cli_attention_name(tg_attention_kind kind) {
+  switch (kind) {
+  case TG_ATTN_NAIVE: return "naive";
+  case TG_ATTN_CHUNKED: return "chunked";
+  case TG_ATTN_GEMM: return "gemm";
+  }
+  return "auto";
 }

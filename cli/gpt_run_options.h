@@ -56,5 +56,10 @@ void tg_cli_gpt_run_help(FILE *f, unsigned cmd, unsigned skip);
 /* The graph's run configuration for B sequences (per rank) of T tokens in
  * nmicro micro-batches. */
 tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, int nmicro);
+/* --attention auto in cfg.attention until tg_cli_gpt_run_config resolves it
+ * (gemm with CUDA workers, else chunked) */
+#define TG_CLI_ATTN_AUTO ((tg_attention_kind)-1)
+/* "naive", "chunked", "gemm" ("auto" for TG_CLI_ATTN_AUTO) */
+const char *tg_cli_attention_name(tg_attention_kind kind);
 
 #endif

@@ -220,7 +220,7 @@ void gpt_open_loaders(gpt_session *s) {
             "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg->num_layers,
             cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
             tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
-            o->run.cfg.attention == TG_ATTN_NAIVE ? "naive" : "chunked", s->g.run.attn_splits,
+            tg_cli_attention_name(s->g.run.attention), s->g.run.attn_splits,
             tg_precision_name(o->run.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");
   if (s->root && tg_gpt_shard_devices(&s->g))

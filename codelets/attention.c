@@ -1,15 +1,21 @@
 /*
- * Causal self-attention codelets, two variants:
+ * Causal self-attention codelets, three variants:
  *  - naive: keeps the (b*NH*T, T) softmax probabilities as its state (the
  *    reference; memory O(T^2));
  *  - chunked: flash-style online softmax over query and key chunks, keeping
  *    one log-sum-exp per (row, head), state (n, NH); the backward recomputes
  *    the scores chunk by chunk.  Its workspace is a STARPU_SCRATCH buffer
- *    of tg_attention_scratch_bytes(), O(T * chunk).
+ *    of tg_attention_scratch_bytes(), O(T * chunk) on the CPU.  On CUDA the
+ *    flash kernels (FP32 CUDA cores);
+ *  - gemm: chunked's contract, state and CPU kernels; on CUDA the products
+ *    on cuBLAS (attention_gemm.cu), the (NH, T, T) scores of a sequence in
+ *    the scratch, O(T^2), while that fits TG_ATTN_GEMM_MAX_FLOATS (scratch_sizes.h),
+ *    else the flash kernels.
  * A task handles b = n / T whole sequences; graphs split a micro-batch into
  * several such tasks (row blocks of whole sequences) so that several
  * workers process one layer's attention at once.
  */
+#include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
 
@@ -28,7 +34,7 @@ static void tg_attention_fwd_cpu(void *buffers[], void *cl_arg) {
   if (a->kind == TG_ATTN_NAIVE)
     tg_cpu_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]),
                                TG_PTR(buffers[2]), TG_PTR(buffers[1]), TG_LD(buffers[1]));
-  else
+  else /* chunked and gemm: the same CPU kernel */
     tg_cpu_attention_chunked_fwd(b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]),
                                  TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]),
                                  TG_PTR(buffers[2]), TG_VPTR(buffers[3]));
@@ -58,6 +64,11 @@ static void tg_attention_fwd_cuda(void *buffers[], void *cl_arg) {
     TG_CUDA_CHECK(tg_cuda_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]),
                                               TG_LD(buffers[0]), TG_PTR(buffers[2]),
                                               TG_PTR(buffers[1]), TG_LD(buffers[1]), s));
+  else if (a->kind == TG_ATTN_GEMM && tg_cuda_attention_gemm_fits(b, a->T, a->NH))
+    TG_CUDA_CHECK(tg_cuda_attention_gemm_fwd(
+        starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
+        TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
+        TG_VPTR(buffers[3]), s));
   else
     TG_CUDA_CHECK(tg_cuda_attention_chunked_fwd(
         b, a->T, C, a->NH, a->chunk, TG_PTR(buffers[0]), TG_LD(buffers[0]),
@@ -71,6 +82,12 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
   if (a->kind == TG_ATTN_NAIVE)
     TG_CUDA_CHECK(tg_cuda_attention_naive_bwd(
         b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[2]),
+        TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]),
+        TG_VPTR(buffers[5]), s));
+  else if (a->kind == TG_ATTN_GEMM && tg_cuda_attention_gemm_fits(b, a->T, a->NH))
+    TG_CUDA_CHECK(tg_cuda_attention_gemm_bwd(
+        starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
+        TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
         TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]),
         TG_VPTR(buffers[5]), s));
   else
@@ -91,9 +108,14 @@ size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C, i
     floats = (size_t)T; /* the CPU backward's row buffer; CUDA needs none */
   } else {
     floats = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
-#ifdef TG_HAVE_CUDA
-    size_t cuda = tg_cuda_attention_chunked_scratch_floats(b, T, C, NH, chunk);
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+    /* the CUDA paths' too, in the SimGrid build as well (scratch_sizes.h) */
+    size_t cuda = kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, T, NH)
+                      ? tg_attn_gemm_scratch_floats(b, T, NH)
+                      : tg_attn_flash_scratch_floats(b, T, NH);
     if (cuda > floats) floats = cuda;
+#else
+    (void)b;
 #endif
   }
   return floats * sizeof(float);
@@ -107,13 +129,13 @@ static int tg_attn_check(const char *op, tg_attention_kind kind, int T, int NH, 
   char what[64];
   snprintf(what, sizeof what, "%s: qkv", op);
   TG_TRY(tg_shape(qkv, what, &n, &c3));
-  if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED)
+  if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED && kind != TG_ATTN_GEMM)
     return tg_fail(EINVAL, "%s: unknown attention kind %d", op, (int)kind);
   if (T < 1 || n % T) return tg_fail(EINVAL, "%s: T = %d does not divide the %d rows", op, T, n);
   if (c3 % 3 || NH < 1 || (c3 / 3) % NH)
     return tg_fail(EINVAL, "%s: qkv has %d columns: 3C with C divisible by NH = %d expected", op,
                    c3, NH);
-  if (kind == TG_ATTN_CHUNKED && chunk < 1)
+  if (kind != TG_ATTN_NAIVE && chunk < 1)
     return tg_fail(EINVAL, "%s: chunk must be >= 1 (got %d)", op, chunk);
   int b = n / T, C = c3 / 3;
   TG_TRY(tg_expect(out, op, "out", n, C, TG_FLOAT_SLOT));
@@ -137,7 +159,7 @@ int tg_attention_fwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
   int b, C;
   TG_TRY(tg_attn_check("tg_attention_fwd", kind, T, NH, chunk, qkv, out, state, &b, &C));
   tg_attn_args args = {.shape = 0, .kind = (int)kind, .T = T, .NH = NH, .chunk = chunk};
-  int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
+  int key[3] = {(int)kind, NH, kind != TG_ATTN_NAIVE ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[4] = {qkv, out, state,
                                tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};
@@ -155,7 +177,7 @@ int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
   TG_TRY(tg_expect(dout, "tg_attention_bwd", "dout", b * T, C, TG_FLOAT_SLOT));
   TG_TRY(tg_expect(dqkv, "tg_attention_bwd", "dqkv", b * T, 3 * C, TG_FLOAT_SLOT));
   tg_attn_args args = {.shape = 0, .kind = (int)kind, .T = T, .NH = NH, .chunk = chunk};
-  int key[3] = {(int)kind, NH, kind == TG_ATTN_CHUNKED ? chunk : 0};
+  int key[3] = {(int)kind, NH, kind != TG_ATTN_NAIVE ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[6] = {qkv, out, state, dout, dqkv,
                                tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};

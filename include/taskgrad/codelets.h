@@ -151,6 +151,10 @@ int tg_residual_insert(starpu_data_handle_t A, starpu_data_handle_t B,
 typedef enum tg_attention_kind {
   TG_ATTN_NAIVE = 0,   /* state: probabilities (b*NH*T, T) */
   TG_ATTN_CHUNKED = 1, /* state: log-sum-exp (n, NH) */
+  TG_ATTN_GEMM = 2,    /* chunked's contract and CPU kernels; on CUDA its
+                          products on cuBLAS with the (NH, T, T) scores of a
+                          sequence in the scratch (O(T^2), attention_gemm.cu)
+                          while that fits TG_ATTN_GEMM_MAX_FLOATS */
 } tg_attention_kind;
 /* out (n, C) = causal attention of qkv (n, 3C); `state` as above.  The
  * chunked variants use a STARPU_SCRATCH workspace of

@@ -28,6 +28,14 @@ cublasStatus_t tg_cuda_gemm(cublasHandle_t handle, int transa, int transb,
                             int lda, const float *B, int ldb, float beta,
                             float *C, int ldc);
 
+/* batch row-major GEMMs of tg_cuda_gemm, operand i at A + i stride_a, B + i
+ * stride_b, C + i stride_c (cublasSgemmStridedBatched); k >= 1 */
+cublasStatus_t tg_cuda_gemm_strided(cublasHandle_t handle, int transa, int transb, int m,
+                                    int n, int k, float alpha, const float *A, int lda,
+                                    long long stride_a, const float *B, int ldb,
+                                    long long stride_b, float beta, float *C, int ldc,
+                                    long long stride_c, int batch);
+
 cudaError_t tg_cuda_bias_add(int rows, int cols, float *Y, int ldy,
                              const float *b, cudaStream_t stream);
 cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY, int ldy,
@@ -123,6 +131,22 @@ cudaError_t tg_cuda_attention_naive_bwd(int b, int T, int C, int NH,
                                         const float *att, const float *dout,
                                         int lddo, float *dqkv, int lddqkv,
                                         float *scratch, cudaStream_t stream);
+/* Causal attention with its products on cuBLAS (attention_gemm.cu): the
+ * chunked kernels' contract (lse and scratch as below), scores and
+ * probabilities materialised per sequence in the scratch, which must hold
+ * tg_cuda_attention_gemm_scratch_floats(b, T, NH) floats.  tg_cuda_attention_gemm_fits
+ * says whether that is within 1 GiB (kernels/cuda/scratch_sizes.h), the
+ * size above which the codelet keeps the flash kernels. */
+size_t tg_cuda_attention_gemm_scratch_floats(int b, int T, int NH);
+int tg_cuda_attention_gemm_fits(int b, int T, int NH);
+cudaError_t tg_cuda_attention_gemm_fwd(cublasHandle_t handle, int b, int T, int C, int NH,
+                                       const float *qkv, int ldqkv, float *out, int ldo,
+                                       float *lse, float *scratch, cudaStream_t stream);
+cudaError_t tg_cuda_attention_gemm_bwd(cublasHandle_t handle, int b, int T, int C, int NH,
+                                       const float *qkv, int ldqkv, const float *out, int ldo,
+                                       const float *lse, const float *dout, int lddo,
+                                       float *dqkv, int lddqkv, float *scratch,
+                                       cudaStream_t stream);
 /* device scratch floats for the CUDA chunked kernels (O(T * chunk) per
  * (sequence, head) in flight, never O(T^2)) */
 size_t tg_cuda_attention_chunked_scratch_floats(int b, int T, int C, int NH,

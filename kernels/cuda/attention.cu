@@ -90,6 +90,8 @@
  * per-lane load per FMA pair in the dot products).
  */
 #include "taskgrad/kernels_cuda.h"
+#include "attention_rowdot.h"
+#include "scratch_sizes.h"
 #include "cuda_common.cuh"
 
 #include <limits.h>
@@ -807,12 +809,21 @@ extern "C" cudaError_t tg_cuda_attention_naive_bwd(
   return cudaGetLastError();
 }
 
+/* D for attention_gemm.cu's backward (attention_rowdot.h) */
+extern "C" cudaError_t tg_cuda_attention_rowdot(size_t rows_heads, int NH, int hs,
+                                                const float *out, int ldo, const float *dout,
+                                                int lddo, float *D, cudaStream_t stream) {
+  if (rows_heads == 0) return cudaSuccess;
+  flash_bwd_d_kernel<<<tg_cuda_blocks((rows_heads + 7) / 8, 1), 256, 0, stream>>>(
+      rows_heads, NH, hs, out, (size_t)ldo, dout, (size_t)lddo, D);
+  return cudaGetLastError();
+}
+
 extern "C" size_t tg_cuda_attention_chunked_scratch_floats(int b, int T, int C,
                                                            int NH, int chunk) {
   (void)C;
   (void)chunk;
-  if (b <= 0 || T <= 0 || NH <= 0) return 0;
-  return (size_t)b * (size_t)T * (size_t)NH; /* D (n, NH), backward only */
+  return tg_attn_flash_scratch_floats(b, T, NH); /* D (n, NH), backward only */
 }
 
 extern "C" cudaError_t tg_cuda_attention_chunked_fwd(
@@ -851,11 +862,8 @@ extern "C" cudaError_t tg_cuda_attention_chunked_bwd(
   if (hs > kMaxHeadSize) return cudaErrorInvalidValue;
   const float scale = 1.0f / sqrtf((float)hs);
   float *D = scratch; /* (n, NH) */
-  const size_t rows_heads = (size_t)b * (size_t)T * (size_t)NH;
-  flash_bwd_d_kernel<<<tg_cuda_blocks((rows_heads + 7) / 8, 1), 256, 0,
-                       stream>>>(rows_heads, NH, hs, out, (size_t)ldo, dout,
-                                 (size_t)lddo, D);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = tg_cuda_attention_rowdot((size_t)b * (size_t)T * (size_t)NH, NH, hs, out,
+                                           ldo, dout, lddo, D, stream);
   if (e != cudaSuccess) return e;
   const size_t lq = (size_t)ldqkv, ldd = (size_t)lddo, ldg = (size_t)lddqkv;
   if (hs <= 32)

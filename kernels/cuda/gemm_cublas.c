@@ -62,3 +62,16 @@ cublasStatus_t tg_cuda_gemm(cublasHandle_t handle, int transa, int transb,
   return cublasSgemm(handle, opB, opA, n, m, k, &alpha, B, ldb, A, lda, &beta,
                      C, ldc);
 }
+
+cublasStatus_t tg_cuda_gemm_strided(cublasHandle_t handle, int transa, int transb, int m,
+                                    int n, int k, float alpha, const float *A, int lda,
+                                    long long stride_a, const float *B, int ldb,
+                                    long long stride_b, float beta, float *C, int ldc,
+                                    long long stride_c, int batch) {
+  if (m < 0 || n < 0 || k <= 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const cublasOperation_t opA = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opB = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  return cublasSgemmStridedBatched(handle, opB, opA, n, m, k, &alpha, B, ldb, stride_b, A,
+                                   lda, stride_a, &beta, C, ldc, stride_c, batch);
+}

@@ -98,6 +98,21 @@ static float *widen_matrix(cudaDataType_t t, const uint16_t *src, int rows, int 
   return dst;
 }
 
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long strideA, const float *B, int ldb,
+                                         long long strideB, const float *beta, float *C,
+                                         int ldc, long long strideC, int batchCount) {
+  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batchCount; i++) {
+    cublasStatus_t st = cublasSgemm(handle, transa, transb, m, n, k, alpha, A + i * strideA,
+                                    lda, B + i * strideB, ldb, beta, C + i * strideC, ldc);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasOperation_t transb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType_t Atype,

@@ -34,8 +34,9 @@
  * Inputs q, k are scaled so that scores spread over a few units (softmax far
  * from uniform).
  *
- * pair: both kinds, T in {1, 17, 64, 100} (not a multiple of the chunk 16).
- * cuda-emu: the four launchers, T = 1 and T not a multiple of the tile or
+ * pair: the three kinds (gemm: the cuBLAS path on a GPU), T in {1, 17, 64,
+ * 100} (not a multiple of the chunk 16).
+ * cuda-emu: the six launchers (naive, chunked and cuBLAS), T = 1 and T not a multiple of the tile or
  * above the naive kernels' 256-wide chunks, head sizes 8 to 256; dqkv
  * compared per q / k / v third.
  */
@@ -63,7 +64,7 @@ static int attn_bwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
 static void pair_attention(void) {
   static const int Ts[] = {1, 17, 64, 100};
   const int b = 2, C = 32, NH = 4, chunk = 16;
-  for (int kind = 0; kind < 2; kind++)
+  for (int kind = 0; kind < 3; kind++)
     for (int t = 0; t < 4; t++) {
       int T = Ts[t], n = b * T;
       size_t srows = kind == TG_ATTN_NAIVE ? (size_t)b * NH * T : (size_t)n;
@@ -79,7 +80,7 @@ static void pair_attention(void) {
       new_tensor(&Q, n, 3 * C, qkv); new_tensor(&O, n, C, out);
       new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
       char what[64];
-      const char *kn = kind == TG_ATTN_NAIVE ? "naive" : "chunked";
+      const char *kn = kind == TG_ATTN_NAIVE ? "naive" : kind == TG_ATTN_CHUNKED ? "chunked" : "gemm";
       gctx c = {.h = {Q.handle, O.handle, S.handle, DO.handle},
                 .T = T,
                 .NH = NH,
@@ -204,11 +205,36 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
   tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
                                dqkv[1], ldq, cpu_scratch);
   if (!fwd) compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
+  /* the cuBLAS path (attention_gemm.cu) against the same CPU results; its
+   * scratch NaN-filled, as every output before it is written */
+  const size_t ngemm = tg_cuda_attention_gemm_scratch_floats(b, T, NH);
+  float *gs = tg_const_mat(1, (int)ngemm, (int)ngemm, NAN, NAN), *gout[2], *glse[2], *gdq[2];
+  outputs(gout, n, C, ldo, 0);
+  outputs(glse, n, NH, NH, 0);
+  outputs(gdq, n, 3 * C, ldq, 0);
+  if (fwd) {
+    ok("tg_cuda_attention_gemm_fwd", "",
+       tg_cuda_attention_gemm_fwd(g_blas, b, T, C, NH, qkv, ldq, gout[0], ldo, glse[0], gs, NULL));
+    compare("tg_cuda_attention_gemm_fwd", "out", gout[0], out[1], (size_t)n * ldo, kTolRed);
+    compare("tg_cuda_attention_gemm_fwd", "lse", glse[0], lse[1], (size_t)n * NH, kTolRed);
+  } else {
+    ok("tg_cuda_attention_gemm_bwd", "",
+       tg_cuda_attention_gemm_bwd(g_blas, b, T, C, NH, qkv, ldq, out[1], ldo, lse[1], dout, ldo,
+                                  gdq[0], ldq, gs, NULL));
+    compare_qkv("tg_cuda_attention_gemm_bwd", gdq[0], dqkv[1], n, C, ldq, T);
+  }
+  free2(gout); free2(glse); free2(gdq); free(gs);
   free2(out); free2(lse); free2(dqkv);
   free(cpu_scratch); free(scratch); free(qkv); free(dout);
 }
 
 static void emu_attention(void) {
+  /* the codelet's choice: GPT-2's 4 x 1024 tokens of 12 heads on cuBLAS, a
+   * 64-head sequence of 8192 (2 x 64 x 8192^2 floats of scores) on the flash
+   * kernels */
+  const int small = tg_cuda_attention_gemm_fits(4, 1024, 12), big = tg_cuda_attention_gemm_fits(1, 8192, 64);
+  CHECK(small && !big, "tg_cuda_attention_gemm_fits: %d for GPT-2, %d for T 8192", small, big);
+  record("tg_cuda_attention_gemm_fits", small && !big ? 0.0 : INFINITY);
   if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
     attention_case(1, 33, 16, 2, 0);
     attention_case(1, 9, 16, 2, 1);
@@ -236,10 +262,10 @@ static void emu_attention(void) {
 
 static const ops_row rows[] = {
     {.name = "attention_fwd",
-     .doc = "causal attention, naive (reference) or chunked (flash-style)",
+     .doc = "causal attention, naive (reference), chunked (flash-style) or gemm (chunked; products on cuBLAS on CUDA)",
      .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
      .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
-               "tg_cuda_attention_chunked_fwd",
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fits",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
                 "tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
@@ -250,7 +276,7 @@ static const ops_row rows[] = {
      .doc = "attention backward",
      .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
      .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
-               "tg_cuda_attention_chunked_bwd",
+               "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd",
      .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,

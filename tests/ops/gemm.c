@@ -405,6 +405,26 @@ static void emu_gemm(void) {
       free(A);
       free(B);
     }
+  /* tg_cuda_gemm_strided: 3 products whose operands interleave as the
+   * attention's heads do (stride = a column block, not a whole matrix),
+   * against tg_cpu_gemm on each */
+  for (int t = 0; t < 4; t++) {
+    const int m = 9, n = 7, k = 5, batch = 3, ta = t & 1, tb = t >> 1;
+    const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    const int lda = batch * ac + 1, ldb = batch * bc, ldc = batch * n + 2;
+    float *A = input(ar, batch * ac, lda, 1.0f), *B = input(br, batch * bc, ldb, 1.0f), *C[2];
+    outputs(C, m, batch * n, ldc, 1);
+    ok("tg_cuda_gemm_strided", "", tg_cuda_gemm_strided(g_blas, ta, tb, m, n, k, 0.75f, A, lda,
+                                                        ac, B, ldb, bc, 0.5f, C[0], ldc, n,
+                                                        batch));
+    for (int i = 0; i < batch; i++)
+      tg_cpu_gemm(ta, tb, m, n, k, 0.75f, A + i * ac, lda, B + i * bc, ldb, 0.5f, C[1] + i * n,
+                  ldc);
+    compare("tg_cuda_gemm_strided", "C", C[0], C[1], (size_t)m * ldc, kTolRed);
+    free2(C);
+    free(A);
+    free(B);
+  }
   /* k == 0: C = beta C, beta == 0 writing zeros over NaN; ld 0 operands */
   for (int b = 0; b < 3; b++) {
     float *C[2];
@@ -467,7 +487,7 @@ static const ops_row rows[] = {
     {.name = "gemm",
      .doc = "GEMM `C = a op(A) op(B) + b C`, all transposes (OpenBLAS, oneDNN or libxsmm sgemm; cuBLAS sgemm)",
      .buffers = "A (R), B (R), C (W / RW / REDUX / RW COMMUTE)",
-     .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm",
+     .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm tg_cuda_gemm_strided",
      .kernels = "tg_cpu_gemm",
      .run = {[OPS_REF] = gemm_ref, [OPS_CPU] = gemm_pair, [OPS_CUDA] = gemm_pair,
              [OPS_DEVICE] = gemm_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm),

@@ -52,6 +52,7 @@ typedef struct tg_emu_cublas *cublasHandle_t;
 #define cublasGetStream tg_emu_cublasGetStream
 #define cublasSgemm tg_emu_cublasSgemm
 #define cublasGemmEx tg_emu_cublasGemmEx
+#define cublasSgemmStridedBatched tg_emu_cublasSgemmStridedBatched
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
@@ -62,6 +63,13 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            const float *alpha, const float *A, int lda,
                            const float *B, int ldb, const float *beta,
                            float *C, int ldc);
+/* batchCount cublasSgemm calls, operand i at A + i strideA, ... */
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long strideA, const float *B, int ldb,
+                                         long long strideB, const float *beta, float *C,
+                                         int ldc, long long strideC, int batchCount);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cublasOperation_t transb, int m, int n, int k,
                             const void *alpha, const void *A,

@@ -1,0 +1,48 @@
+/*
+ * The scratch sizes of CUDA kernels: the attention paths (attention.cu, the
+ * flash kernels; attention_gemm.cu, the cuBLAS products) and the LayerNorm
+ * backward (layernorm.cu), private to taskgrad.
+ * Kernel layer, plain C: the codelets include it in every build, so that the
+ * SimGrid build, which simulates CUDA workers without compiling their
+ * kernels, sizes a task's scratch, and so its perfmodel footprint, as the
+ * CUDA build does (its calibrated histories then match).
+ */
+#ifndef TASKGRAD_SCRATCH_SIZES_H
+#define TASKGRAD_SCRATCH_SIZES_H
+
+#include <stddef.h>
+
+/* floats above which the codelet keeps the flash kernels: 1 GiB */
+#define TG_ATTN_GEMM_MAX_FLOATS ((size_t)1 << 28)
+
+/* the flash backward's D (n, NH) */
+static inline size_t tg_attn_flash_scratch_floats(int b, int T, int NH) {
+  if (b <= 0 || T <= 0 || NH <= 0) return 0;
+  return (size_t)b * (size_t)T * (size_t)NH;
+}
+
+/* D (b T, NH), then scores and their gradient, (NH, T, T) each */
+static inline size_t tg_attn_gemm_scratch_floats(int b, int T, int NH) {
+  if (b <= 0 || T <= 0 || NH <= 0) return 0;
+  return (size_t)b * T * NH + 2 * (size_t)NH * T * T;
+}
+
+static inline int tg_attn_gemm_fits(int b, int T, int NH) {
+  return tg_attn_gemm_scratch_floats(b, T, NH) <= TG_ATTN_GEMM_MAX_FLOATS;
+}
+
+/* R, the row blocks of the LayerNorm backward's dw / db partial sums: at
+ * least 64 rows each, at most 64 blocks (0 when n <= 0) */
+static inline int tg_ln_row_blocks(int n) {
+  if (n <= 0) return 0;
+  int r = (n + 63) / 64;
+  return r < 64 ? r : 64;
+}
+
+/* dw partials (R, C), then db partials (R, C) */
+static inline size_t tg_ln_bwd_scratch_floats(int n, int C) {
+  if (n <= 0 || C <= 0) return 0;
+  return 2 * (size_t)tg_ln_row_blocks(n) * (size_t)C;
+}
+
+#endif
