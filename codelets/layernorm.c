@@ -6,6 +6,7 @@
  * reduces dw/db deterministically through a STARPU_SCRATCH workspace.
  */
 #include "codelet_common.h"
+#include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "taskgrad/kernels_cpu.h"
 
 typedef struct tg_ln_args {
@@ -88,8 +89,9 @@ int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
   if (accum == TG_OVERWRITE)
     return tg_fail(EINVAL, "tg_layernorm_bwd: gradients accumulate (TG_ACCUMULATE, TG_REDUCE or TG_COMMUTE)");
   size_t scratch = 1;
-#ifdef TG_HAVE_CUDA
-  scratch = tg_cuda_layernorm_bwd_scratch_floats(n, C);
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  /* the CUDA kernel's, in the SimGrid build too (scratch_sizes.h) */
+  scratch = tg_ln_bwd_scratch_floats(n, C);
 #endif
   tg_ln_args args = {0};
   starpu_data_handle_t h[9] = {dY, X, w, mean, rstd, dX, dw, db,

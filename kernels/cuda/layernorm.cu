@@ -43,23 +43,18 @@
  */
 #include "taskgrad/kernels_cuda.h"
 #include "cuda_common.cuh"
+#include "scratch_sizes.h"
 
 namespace {
 
 constexpr int kRowBlock = 256;   /* threads of the row (warp-per-row) kernels */
 constexpr int kRowsPerBlock = kRowBlock / 32;
-constexpr int kMaxRowBlocks = 64; /* R: row blocks of the dw/db partials */
-constexpr int kMinRowsPerPart = 64;
 constexpr int kColTile = 32;      /* columns per partial-sum block */
 constexpr int kColRows = 8;       /* blockDim.y of the partial-sum kernel */
 constexpr float kEps = 1e-5f;
 
-/* R, the number of row blocks of the dw/db partial sums (0 when n <= 0) */
-int ln_row_blocks(int n) {
-  if (n <= 0) return 0;
-  int r = (n + kMinRowsPerPart - 1) / kMinRowsPerPart;
-  return r < kMaxRowBlocks ? r : kMaxRowBlocks;
-}
+/* R, the number of row blocks of the dw/db partial sums (scratch_sizes.h) */
+int ln_row_blocks(int n) { return tg_ln_row_blocks(n); }
 
 unsigned warp_row_blocks(int n) {
   return tg_cuda_blocks(((size_t)n + kRowsPerBlock - 1) / kRowsPerBlock, 1);
@@ -213,8 +208,7 @@ extern "C" cudaError_t tg_cuda_layernorm_fwd(int n, int C, const float *X,
 }
 
 extern "C" size_t tg_cuda_layernorm_bwd_scratch_floats(int n, int C) {
-  if (n <= 0 || C <= 0) return 0;
-  return 2 * (size_t)ln_row_blocks(n) * (size_t)C;
+  return tg_ln_bwd_scratch_floats(n, C);
 }
 
 extern "C" cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY,
