@@ -73,7 +73,7 @@ common=(--precision bf16 --batch 8 --micro-batches 2 --ncuda 1)
 ncpus=(--ncpus 0)
 save_models() { tar -C "$home/.starpu" -cJf "$out/perfmodels.tar.xz" sampling 2> /dev/null; }
 
-say "2: the CUDA op table"
+want ops && say "2: the CUDA op table"
 # one StarPU home for every run: the bus is calibrated once
 want ops && STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited 150 tg test_ops cuda
 
@@ -113,14 +113,14 @@ if want chunks; then
   done
 fi
 
-say "6: the C tests that use a GPU when there is one"
+want tests && say "6: the C tests that use a GPU when there is one"
 want tests && for p in test_gpt_precision test_mlp_precision test_gpt_micro test_mlp_redux test_mlp_schedulers \
   test_mlp_tiled test_sched_policies test_checkpoint; do
   (cd "$tb" && STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited 40 tg $p > "$tb/$p.log" 2>&1; rc=$?;
    echo "$p: exit $rc"; [ $rc -eq 0 ] || tail -5 "$tb/$p.log")
 done
 
-say "7: PyTorch 124M compiled"
+want compile && say "7: PyTorch 124M compiled"
 want compile && limited 200 python3 "$src/bench/torch_gpt_cuda.py" --compile --batch 8 --seq 1024
 save_models
 say "done, $(left) s of the budget left"

@@ -64,7 +64,7 @@ static void tg_attention_fwd_cuda(void *buffers[], void *cl_arg) {
     TG_CUDA_CHECK(tg_cuda_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]),
                                               TG_LD(buffers[0]), TG_PTR(buffers[2]),
                                               TG_PTR(buffers[1]), TG_LD(buffers[1]), s));
-  else if (a->kind == TG_ATTN_GEMM && tg_cuda_attention_gemm_fits(b, a->T, a->NH))
+  else if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, a->T, a->NH))
     TG_CUDA_CHECK(tg_cuda_attention_gemm_fwd(
         starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
         TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
@@ -84,7 +84,7 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
         b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[2]),
         TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]),
         TG_VPTR(buffers[5]), s));
-  else if (a->kind == TG_ATTN_GEMM && tg_cuda_attention_gemm_fits(b, a->T, a->NH))
+  else if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, a->T, a->NH))
     TG_CUDA_CHECK(tg_cuda_attention_gemm_bwd(
         starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
         TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),

@@ -154,7 +154,7 @@ typedef enum tg_attention_kind {
   TG_ATTN_GEMM = 2,    /* chunked's contract and CPU kernels; on CUDA its
                           products on cuBLAS with the (NH, T, T) scores of a
                           sequence in the scratch (O(T^2), attention_gemm.cu)
-                          while that fits TG_ATTN_GEMM_MAX_FLOATS */
+                          while that is at most 1 GiB, else chunked's */
 } tg_attention_kind;
 /* out (n, C) = causal attention of qkv (n, 3C); `state` as above.  The
  * chunked variants use a STARPU_SCRATCH workspace of

@@ -132,13 +132,10 @@ cudaError_t tg_cuda_attention_naive_bwd(int b, int T, int C, int NH,
                                         int lddo, float *dqkv, int lddqkv,
                                         float *scratch, cudaStream_t stream);
 /* Causal attention with its products on cuBLAS (attention_gemm.cu): the
- * chunked kernels' contract (lse and scratch as below), scores and
- * probabilities materialised per sequence in the scratch, which must hold
- * tg_cuda_attention_gemm_scratch_floats(b, T, NH) floats.  tg_cuda_attention_gemm_fits
- * says whether that is within 1 GiB (kernels/cuda/scratch_sizes.h), the
- * size above which the codelet keeps the flash kernels. */
-size_t tg_cuda_attention_gemm_scratch_floats(int b, int T, int NH);
-int tg_cuda_attention_gemm_fits(int b, int T, int NH);
+ * chunked kernels' contract (lse as below), scores and probabilities
+ * materialised per sequence in the scratch, which must hold
+ * tg_attn_gemm_scratch_floats(b, T, NH) floats (kernels/cuda/scratch_sizes.h,
+ * private; the codelet takes this path while tg_attn_gemm_fits). */
 cudaError_t tg_cuda_attention_gemm_fwd(cublasHandle_t handle, int b, int T, int C, int NH,
                                        const float *qkv, int ldqkv, float *out, int ldo,
                                        float *lse, float *scratch, cudaStream_t stream);

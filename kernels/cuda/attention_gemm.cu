@@ -20,7 +20,7 @@
  *             B = dS = P (B - D) (both 0 above the diagonal);
  *             dV = A^T dout, dQ = scale B K, dK = scale B^T Q.
  * Scratch: D (b T NH) | A (NH T T) | B (NH T T) floats, reused by every
- * sequence; tg_cuda_attention_gemm_scratch_floats.  The full T x T products do twice
+ * sequence; tg_attn_gemm_scratch_floats (scratch_sizes.h).  The full T x T products do twice
  * the causal work (the zeros above the diagonal), and the memory is O(T^2):
  * the codelet takes this path while the scratch is within
  * TG_ATTN_GEMM_MAX_FLOATS and the flash kernels beyond.
@@ -33,7 +33,6 @@
  */
 #include "taskgrad/kernels_cuda.h"
 #include "attention_rowdot.h"
-#include "scratch_sizes.h"
 #include "cuda_common.cuh"
 
 namespace {
@@ -103,14 +102,6 @@ cublasStatus_t weighted(cublasHandle_t handle, int transm, int T, int hs, int NH
 }
 
 } // namespace
-
-extern "C" size_t tg_cuda_attention_gemm_scratch_floats(int b, int T, int NH) {
-  return tg_attn_gemm_scratch_floats(b, T, NH);
-}
-
-extern "C" int tg_cuda_attention_gemm_fits(int b, int T, int NH) {
-  return tg_attn_gemm_fits(b, T, NH);
-}
 
 extern "C" cudaError_t tg_cuda_attention_gemm_fwd(cublasHandle_t handle, int b, int T, int C,
                                                   int NH, const float *qkv, int ldqkv,

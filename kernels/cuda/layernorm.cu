@@ -25,7 +25,7 @@
  *     butterfly, then the update).
  *   dw / db are column sums over n rows, made deterministic without atomics
  *   by a two-pass reduction through the caller's scratch:
- *   Kernel 2 (partials): the rows are cut into R = ln_row_blocks(n) <= 64
+ *   Kernel 2 (partials): the rows are cut into R = tg_ln_row_blocks(n) <= 64 (scratch_sizes.h)
  *     contiguous blocks of ceil(n / R) rows; block (tile, r) of 32 x 8
  *     threads sums, for the 32 columns of its tile, its row block's dy * norm
  *     and dy (thread (tx, ty) takes rows ty, ty + 8, ... so each warp reads
@@ -52,9 +52,6 @@ constexpr int kRowsPerBlock = kRowBlock / 32;
 constexpr int kColTile = 32;      /* columns per partial-sum block */
 constexpr int kColRows = 8;       /* blockDim.y of the partial-sum kernel */
 constexpr float kEps = 1e-5f;
-
-/* R, the number of row blocks of the dw/db partial sums (scratch_sizes.h) */
-int ln_row_blocks(int n) { return tg_ln_row_blocks(n); }
 
 unsigned warp_row_blocks(int n) {
   return tg_cuda_blocks(((size_t)n + kRowsPerBlock - 1) / kRowsPerBlock, 1);
@@ -224,7 +221,7 @@ extern "C" cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY,
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 
-  const int R = ln_row_blocks(n);
+  const int R = tg_ln_row_blocks(n);
   const int rows_per_part = (n + R - 1) / R;
   float *part_dw = scratch;                        /* (R, C) */
   float *part_db = scratch + (size_t)R * (size_t)C; /* (R, C) */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "gemm_lowp_pad.h" /* private: tg_gemm_lowp_pad_elems */
+#include "scratch_sizes.h"  /* private: the attention and LayerNorm scratch */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/kernels_cuda.h"
 #include "taskgrad/kernels_cuda_precision.h"

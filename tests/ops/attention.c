@@ -207,7 +207,7 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
   if (!fwd) compare_qkv("tg_cuda_attention_chunked_bwd", dqkv[0], dqkv[1], n, C, ldq, T);
   /* the cuBLAS path (attention_gemm.cu) against the same CPU results; its
    * scratch NaN-filled, as every output before it is written */
-  const size_t ngemm = tg_cuda_attention_gemm_scratch_floats(b, T, NH);
+  const size_t ngemm = tg_attn_gemm_scratch_floats(b, T, NH);
   float *gs = tg_const_mat(1, (int)ngemm, (int)ngemm, NAN, NAN), *gout[2], *glse[2], *gdq[2];
   outputs(gout, n, C, ldo, 0);
   outputs(glse, n, NH, NH, 0);
@@ -232,9 +232,9 @@ static void emu_attention(void) {
   /* the codelet's choice: GPT-2's 4 x 1024 tokens of 12 heads on cuBLAS, a
    * 64-head sequence of 8192 (2 x 64 x 8192^2 floats of scores) on the flash
    * kernels */
-  const int small = tg_cuda_attention_gemm_fits(4, 1024, 12), big = tg_cuda_attention_gemm_fits(1, 8192, 64);
-  CHECK(small && !big, "tg_cuda_attention_gemm_fits: %d for GPT-2, %d for T 8192", small, big);
-  record("tg_cuda_attention_gemm_fits", small && !big ? 0.0 : INFINITY);
+  CHECK(tg_attn_gemm_fits(4, 1024, 12) && !tg_attn_gemm_fits(1, 8192, 64),
+        "tg_attn_gemm_fits: %d for GPT-2, %d for T 8192", tg_attn_gemm_fits(4, 1024, 12),
+        tg_attn_gemm_fits(1, 8192, 64));
   if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
     attention_case(1, 33, 16, 2, 0);
     attention_case(1, 9, 16, 2, 1);
@@ -265,7 +265,7 @@ static const ops_row rows[] = {
      .doc = "causal attention, naive (reference), chunked (flash-style) or gemm (chunked; products on cuBLAS on CUDA)",
      .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
      .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
-               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fits",
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
                 "tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
