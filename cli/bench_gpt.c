@@ -149,9 +149,8 @@ static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
   tg_cli_precision_start(&r->ro.prec);
   *opt = tg_optimizer_default(TG_OPT_ADAMW);
   opt->lr = 1e-4f;
-  tg_cli_check_memory_limit(
-      tg_gpt_managed_bytes(&r->cfg, &r->run, tg_ncpu_workers() + tg_ncuda_workers()),
-      "this GPT model and batch");
+  tg_cli_gpt_fit(&r->cfg, &r->run, tg_ncpu_workers() + tg_ncuda_workers(),
+                 tg_cli_device_memory(), 1, "this GPT model and batch");
   if (r->torch) {
     snprintf(r->dir, sizeof r->dir, "/tmp/taskgrad-bench-XXXXXX");
     if (!mkdtemp(r->dir)) tg_cli_die("cannot create a temporary directory");
@@ -199,10 +198,11 @@ static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
   if (tg_gpt_classifier_blocks(&r->g))
     snprintf(cls, sizeof cls, "split, dwte in %d block(s)", tg_gpt_classifier_blocks(&r->g));
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
-         "%s attention (chunk %d, %d tasks), classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
+         "%s attention (chunk %d, %d tasks)%s%s, classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
          r->nparams, B, T, r->micro, tg_cli_attention_name(r->run.attention),
-         r->run.chunk, r->g.run.attn_splits, cls, tg_precision_name(r->ro.prec.precision),
+         r->run.chunk, r->g.run.attn_splits, r->run.recompute ? ", recompute" : "",
+         r->run.offload_optimizer ? ", optimizer offloaded" : "", cls, tg_precision_name(r->ro.prec.precision),
          tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);

@@ -28,7 +28,7 @@
 #define SIM_MLP TG_RUN_SIMULATE_MLP
 #define GPT (TRAIN | BENCH | SIM)
 
-typedef enum { K_INT, K_MICRO, K_ATTENTION, K_DATA_PARALLEL, K_GRAD_COMM, K_PRECISION, K_RUNTIME } opt_kind;
+typedef enum { K_INT, K_FLAG, K_MICRO, K_ATTENTION, K_DATA_PARALLEL, K_GRAD_COMM, K_PRECISION, K_RUNTIME } opt_kind;
 
 typedef struct run_option {
   const char *flag, *metavar;
@@ -83,6 +83,18 @@ static const run_option options[] = {
      "(one copy, StarPU\nreductions); auto: shard when there are 2 or\nmore devices (default auto)"},
     {"--grad-comm", "TYPE", K_GRAD_COMM, F(cfg.grad_comm), 0, 0, -1, GPT,
      "f32 or bf16: the gradient messages between MPI\nranks when sharded (default f32; bf16 halves\nthem)"},
+    {"--recompute", NULL, K_FLAG, F(cfg.recompute), 1, 0, -1, GPT,
+     "keep only each transformer block's input and\nrecompute the block's forward before its\nbackward: "
+     "activation memory from about 12 C\nper layer and token to C, for about a fifth\nmore FLOPs "
+     "(default: when the step would not\nfit a device or STARPU_LIMIT_CPU_MEM)"},
+    {"--no-recompute", NULL, K_FLAG, F(cfg.recompute), TG_CLI_FORCED_OFF, 0, -1, GPT,
+     "never recompute, even when the step would not fit"},
+    {"--offload-optimizer", NULL, K_FLAG, F(cfg.offload_optimizer), 1, 0, -1, GPT,
+     "run AdamW on the CPU workers next to the\nhost-backed f32 weights and moments: a device\n"
+     "holds the 16-bit weights and the gradients\nonly (needs devices and CPU workers; default:\n"
+     "when the step would not fit a device even\nwith recompute)"},
+    {"--no-offload-optimizer", NULL, K_FLAG, F(cfg.offload_optimizer), TG_CLI_FORCED_OFF, 0, -1,
+     GPT, "never offload the optimizer"},
     {"--precision", NULL, K_PRECISION, 0, 0, 0, -1, GPT | SIM_MLP, TG_CLI_PRECISION_HELP},
     {"--sched", NULL, K_RUNTIME, 0, 0, 0, -1, TRAIN | BENCH, TG_CLI_RUNTIME_HELP},
 };
@@ -115,6 +127,10 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     break;
   }
   if (strcmp(a, o->flag)) return 0;
+  if (o->kind == K_FLAG) { /* min: the value set (1 on, TG_CLI_FORCED_OFF) */
+    *field(r, o->field) = (int)o->min;
+    return 1;
+  }
   const char *v = tg_cli_value(argc, argv, i);
   if (o->kind == K_INT) {
     *field(r, o->field) = (int)tg_cli_int(a, v, o->min, o->max);
@@ -166,7 +182,8 @@ static void print_help(FILE *f, const run_option *o, const tg_cli_gpt_run *def) 
     return;
   }
   char head[64], text[512];
-  snprintf(head, sizeof head, "%s %s", o->flag, o->metavar);
+  snprintf(head, sizeof head, "%s%s%s", o->flag, o->metavar ? " " : "",
+           o->metavar ? o->metavar : "");
   if (strstr(o->help, "%d"))
     snprintf(text, sizeof text, o->help, *field((tg_cli_gpt_run *)def, o->field));
   else

@@ -59,6 +59,21 @@ tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, i
 /* --attention auto in cfg.attention until tg_cli_gpt_run_config resolves it
  * (gemm with CUDA workers, else chunked) */
 #define TG_CLI_ATTN_AUTO ((tg_attention_kind)-1)
+/* Automatic fit (gpt_fit.c), after tg_init: turns run->recompute on when
+ * the step's StarPU-managed memory (nworkers workers) exceeds
+ * STARPU_LIMIT_CPU_MEM without it but not with it, or when its estimated
+ * working set on one device exceeds device_bytes (> 0; the sharded
+ * optimizer's state divided among the devices when it will shard), then,
+ * if that is not enough and there are CPU workers, run->offload_optimizer;
+ * with `say` tells stderr what and why.  Exits 2 when STARPU_LIMIT_CPU_MEM
+ * is too small even with recompute. */
+void tg_cli_gpt_fit(const tg_gpt_config *cfg, tg_gpt_run_config *run, int nworkers,
+                    double device_bytes, int say, const char *what);
+/* The memory of the smallest device memory node (bytes), 0 without one. */
+double tg_cli_device_memory(void);
+/* cfg.recompute and cfg.offload_optimizer until tg_cli_gpt_fit: off, and
+ * not to be turned on (--no-recompute, --no-offload-optimizer) */
+#define TG_CLI_FORCED_OFF (-1)
 /* "naive", "chunked", "gemm" ("auto" for TG_CLI_ATTN_AUTO) */
 const char *tg_cli_attention_name(tg_attention_kind kind);
 

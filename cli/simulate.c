@@ -62,6 +62,9 @@ static void simulate_usage(void) {
        "                       a second simulation (default: both for a single run\n"
        "                       on a platform with the factors, peak otherwise)\n"
        "  --no-priorities      every task at priority 0\n"
+       "  --host-memory GB     the host's memory, against which the model's\n"
+       "                       host-backed state is checked (default: the\n"
+       "                       platform's host_mem_bytes; none: no check)\n"
        "\n"
        "gpt (the GPT run options of train gpt and bench gpt):\n",
        stdout);
@@ -131,7 +134,8 @@ static int platform_hosts(const char *dir, const char *name, int *cpus) {
   return n;
 }
 
-static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r) {
+static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r,
+                          double *host_mem) {
   char path[4096], line[512], key[64];
   snprintf(path, sizeof path, "%.2000s/%.64s.roofline", dir, name);
   FILE *f = fopen(path, "r");
@@ -156,6 +160,11 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r)
     double v;
     if (line[0] == '#' || line[0] == '\n') continue;
     int k = 0;
+    /* optional, not a rate: the host's memory (bytes) */
+    if (sscanf(line, "%63s %lf", key, &v) == 2 && !strcmp(key, "host_mem_bytes") && v > 0) {
+      *host_mem = v;
+      continue;
+    }
     if (sscanf(line, "%63s %lf", key, &v) == 2)
       for (k = 0; k < nkeys && strcmp(key, keys[k].key); k++) {}
     if (k == nkeys || !(v > 0)) {
@@ -454,6 +463,7 @@ static int parse_flags(int argc, char **argv, sim_cmd *c) {
     else if (!strcmp(a, "--steps")) o->steps = INT(1, 1 << 20);
     else if (!strcmp(a, "--warmup")) o->warmup = INT(0, 1 << 20);
     else if (!strcmp(a, "--no-priorities")) c->rt.no_priorities = 1;
+    else if (!strcmp(a, "--host-memory")) o->host_mem = tg_cli_double(a, VAL, 1e-3, 1e7) * 1e9;
     else if (!o->is_gpt && !strcmp(a, "--hidden")) {
       o->mlp.nlayers = 1 + tg_cli_int_list(a, VAL, o->mlp.widths + 1, TG_MLP_MAX_LAYERS - 1, 1,
                                            1 << 16);
@@ -507,7 +517,9 @@ static void check_machine(sim_cmd *c) {
   int have_cpus = 0, have = platform_hosts(c->dir, o->platform, &have_cpus);
   if (o->ncpus > have_cpus)
     tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o->ncpus, o->platform, have_cpus);
-  read_roofline(c->dir, o->platform, &o->roofline);
+  double host_mem = 0;
+  read_roofline(c->dir, o->platform, &o->roofline, &host_mem);
+  if (o->host_mem == 0) o->host_mem = host_mem; /* --host-memory wins */
   c->ngpus = tg_cli_int_list("--gpus", c->gpus_text, c->gpus, MAX_LIST, 0, 64);
   check_cost(c);
   for (int g = 0; g < c->ngpus; g++) {

@@ -25,6 +25,8 @@ typedef struct tg_sim_options {
   tg_mlp_config mlp;
   tg_sim_roofline roofline; /* from platforms/<platform>.roofline */
   int cost;                 /* TG_SIM_COST_*: --cost */
+  double host_mem;          /* bytes: --host-memory, else the platform's
+                               host_mem_bytes; 0: unknown, not checked */
 } tg_sim_options;
 
 /* --cost: the peak roofline, the expected model (per-class fractions of
@@ -35,9 +37,11 @@ typedef struct tg_sim_result {
   double step_ms;     /* simulated, mean over the measured steps */
   double window_us;   /* simulated length of the measured steps */
   double items;       /* tokens (GPT) or samples (MLP) per step */
-  double flops;       /* per step */
+  double flops;       /* per step, llm.c's count */
+  double extra_flops; /* per step, executed beyond it (GPT recompute) */
   double mem_peak[TG_SIM_MAX_NODES]; /* bytes in use per memory node */
   int shard_devices;  /* GPT: devices of sharded data parallelism, or 0 */
+  double host_bytes;  /* GPT: host-backed bytes (state, buffers), an estimate */
 } tg_sim_result;
 
 /* Starts the simulation (tg_init with rt), runs the model, prints the

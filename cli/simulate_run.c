@@ -98,16 +98,25 @@ static int gpt_step(void *p) {
 
 static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   tg_gpt_config cfg = o->run.model;
-  size_t sizes[TG_GPT_NPARAMS], nparams = tg_gpt_param_sizes(&cfg, sizes);
-  /* zeros: simulation runs no kernel, so values do not matter */
-  float *params = calloc(nparams, sizeof(float));
-  if (!params) tg_cli_die("out of memory for the model's host copy");
   /* simulate refuses loss scaling, so amp is the precision alone */
   tg_gpt_run_config run =
       tg_cli_gpt_run_config(&o->run, o->run.cfg.B, o->run.cfg.T, o->run.cfg.nmicro);
+  tg_cli_gpt_fit(&cfg, &run, tg_ncpu_workers() + tg_ncuda_workers(), tg_cli_device_memory(),
+                 tg_cli_is_root(), "this GPT model and batch");
+  /* the host-backed tensors: the model's state and the attention buffers
+   * (folded in simulation: no real RAM, src/tensor.c) */
+  tg_gpt_run_config all = run; /* everything host-backed, offloaded or not */
+  all.offload_optimizer = 0;
+  double host = (double)(tg_gpt_device_bytes(&cfg, &all) - tg_gpt_managed_bytes(&cfg, &all, 1));
+  if (o->host_mem > 0 && host > o->host_mem)
+    tg_cli_die("this GPT model and batch need about %.1f GB of host memory for the model's "
+               "state and attention buffers, more than the %.1f GB of platform %s's host "
+               "(--host-memory)", host * 1e-9, o->host_mem * 1e-9, o->platform);
+  r->host_bytes = host;
   tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
   gpt_ctx c = {.lr = 1e-4f};
-  if (tg_gpt_create(&c.g, &cfg, params, &run, &opt) < 0) tg_cli_die_last("building the model");
+  /* no host copy: simulation runs no kernel, so values do not matter */
+  if (tg_gpt_create(&c.g, &cfg, NULL, &run, &opt) < 0) tg_cli_die_last("building the model");
   /* under StarPU-MPI (taskgrad-sim-mpi): every replica starts from rank 0's
    * parameters, as in `train gpt`, so the simulation moves them too */
   if (tg_gpt_broadcast_params(&c.g) < 0) tg_cli_die_last("broadcasting the parameters");
@@ -116,9 +125,11 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   r->shard_devices = tg_gpt_shard_devices(&c.g);
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
+  if (run.recompute)
+    r->extra_flops =
+        tg_gpt_recompute_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
   batch_destroy(&c.s);
   tg_gpt_destroy(&c.g);
-  free(params);
 }
 
 typedef struct mlp_ctx {
@@ -180,6 +191,10 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   printf("simulated %s: %.0f\n", unit, r->items / (r->step_ms * 1e-3));
   printf("simulated TFLOP/s: %.1f (%s count)\n", r->flops / (r->step_ms * 1e9),
          o->is_gpt ? "llm.c" : "6 per weight per sample");
+  if (r->extra_flops > 0)
+    printf("recompute: %.1f%% more FLOPs executed than counted (%.2f TFLOP per step; "
+           "neither TFLOP/s nor MFU counts them)\n",
+           100 * r->extra_flops / r->flops, r->extra_flops * 1e-12);
   if (o->gpus > 0) { /* model FLOPs over the GEMMs' dense peak of the precision */
     int prec = o->run.prec.precision;
     double peak = prec == TG_PREC_FP32 ? o->roofline.gpu_fp32
@@ -223,6 +238,12 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
     printf("peak device memory %s: %.2f GB of %.2f GB\n", name, r->mem_peak[node] * 1e-9,
            starpu_memory_get_total(node) * 1e-9);
   }
+  if (r->host_bytes > 0 && o->host_mem > 0)
+    printf("host memory: about %.2f GB host-backed (the model's state, attention buffers) of "
+           "%.0f GB\n", r->host_bytes * 1e-9, o->host_mem * 1e-9);
+  else if (r->host_bytes > 0)
+    printf("host memory: about %.2f GB host-backed (the model's state, attention buffers); "
+           "the platform gives no host size\n", r->host_bytes * 1e-9);
   long hist, roof;
   tg_sim_counts(&hist, &roof);
   const tg_sim_roofline *rf = &o->roofline;

@@ -173,9 +173,8 @@ void gpt_build_model(gpt_session *s) {
   tg_gpt_run_config run =
       tg_cli_gpt_run_config(&o->run, o->run.cfg.B / R, o->run.cfg.T, o->run.cfg.nmicro / R);
   tg_cli_precision_start(&o->run.prec);
-  tg_cli_check_memory_limit(
-      tg_gpt_managed_bytes(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers()),
-      "this GPT model and batch");
+  tg_cli_gpt_fit(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers(), tg_cli_device_memory(),
+                 s->root, "this GPT model and batch");
   tg_gpt *g = &s->g;
   if (tg_gpt_create(g, &s->cfg, s->params, &run, &o->opt) < 0)
     tg_cli_die_last("building the model");
@@ -217,11 +216,12 @@ void gpt_open_loaders(gpt_session *s) {
   const tg_gpt_config *cfg = &s->cfg;
   if (s->root)
     fprintf(stderr, "taskgrad: GPT L=%d C=%d NH=%d V=%d (Vp %d), %d CPU + %d CUDA + %d emulated workers%s, "
-            "%s attention, %d attention tasks per micro-batch, %s%s\n", cfg->num_layers,
+            "%s attention, %d attention tasks per micro-batch%s%s, %s%s\n", cfg->num_layers,
             cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
             tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(), R > 1 ? " per rank" : "",
             tg_cli_attention_name(s->g.run.attention), s->g.run.attn_splits,
-            tg_precision_name(o->run.prec.precision),
+            s->g.run.recompute ? ", activation recompute" : "",
+            s->g.run.offload_optimizer ? ", optimizer on the CPU workers" : "", tg_precision_name(o->run.prec.precision),
             tg_deterministic() ? ", deterministic reductions" : "");
   if (s->root && tg_gpt_shard_devices(&s->g))
     fprintf(stderr, "taskgrad: data parallel: sharded over %d devices (micro-batches pinned to "

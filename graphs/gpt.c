@@ -18,6 +18,16 @@
  * (gpt_attention.c).  The update is the shared training-step core's
  * (optim.h): the parameters are registered with it at creation.
  *
+ * Activation recompute (run.recompute): the forward keeps only each block's
+ * input x and drops the rest as soon as its last forward reader is
+ * submitted; before block l's backward, its forward is submitted again from
+ * x, less the fcproj GEMM and residual whose output the backward never
+ * reads, into one set of attention buffers per micro-batch (shared by the
+ * layers, which take turns in them through StarPU's sequential
+ * consistency).  The same tasks on the same inputs: with deterministic
+ * kernels, the same bits as without (tests/test_recompute.sh).  The last
+ * block keeps its activations: its backward follows at once.
+ *
  * The classifier is split in two tasks when gradients add in place
  * (tg_gpt_classifier_split): the fused task would hold dwte (TG_COMMUTE)
  * for all of its run, so the micro-batches' classifiers, a large share of a
@@ -60,6 +70,8 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
    * rstd twice; the final x, lnf, dlnf and the backward's transients (dres,
    * 4C, C) */
   size_t acts = rows * (L * (12 * C + 4) + 9 * C + 2);
+  if (run->recompute) /* x per layer, one block's set per micro-batch in flight */
+    acts = rows * (L * C + (12 * C + 4) + 9 * C + 2);
   int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
   /* the classifier's chunk of logits per worker, or, split (gradients added
    * in place, f32), every micro-batch's whole dlogits at once at worst */
@@ -80,10 +92,31 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   return sizeof(float) * (acts + N * tg_sum_buffers(nworkers)) + dlogits + scratch * w;
 }
 
+size_t tg_gpt_device_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run) {
+  size_t sizes[TG_GPT_NPARAMS];
+  size_t N = tg_gpt_param_sizes(cfg, sizes), C = (size_t)cfg->channels;
+  size_t lowp = tg_precision_lowp(run->amp.precision) ? 2 : 0;
+  size_t act = lowp ? 2 : 4, rows = (size_t)run->B * run->T;
+  /* qkv, out, dout, dqkv: 8 C per row; the state: NH floats (chunked, gemm)
+   * or T per head (naive) */
+  size_t state = run->attention == TG_ATTN_NAIVE ? (size_t)cfg->num_heads * run->T * 4
+                                                 : (size_t)cfg->num_heads * 4;
+  size_t sets = run->recompute ? 1 : (size_t)cfg->num_layers;
+  size_t attn = sets * rows * (8 * C * act + state);
+  /* offloaded, the weights the GEMMs read and the gradients only */
+  size_t model = run->offload_optimizer ? N * ((lowp ? lowp : 4) + 4) : N * (16 + lowp);
+  return model + attn + tg_gpt_managed_bytes(cfg, run, 1);
+}
+
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T) {
   size_t sizes[TG_GPT_NPARAMS];
   double N = (double)tg_gpt_param_sizes(cfg, sizes);
   return 6.0 * N + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+}
+
+double tg_gpt_recompute_flops_per_token(const tg_gpt_config *cfg, int T) {
+  double C = cfg->channels;
+  return cfg->num_layers * (16.0 * C * C + 2.0 * C * T);
 }
 
 /* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
@@ -119,6 +152,12 @@ static int tg_gpt_slices(tg_gpt_param p, const tg_gpt_config *c) {
   return tg_gpt_param_per_layer(p) ? c->num_layers : 1;
 }
 
+/* Sets of attention buffers: per (layer, micro-batch), or with recompute
+ * per micro-batch (a block's are recomputed right before its backward). */
+static int tg_gpt_attn_sets(const tg_gpt *g) {
+  return (g->run.recompute ? 1 : g->cfg.num_layers) * g->run.nmicro;
+}
+
 static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->B < 1 || r->T < 1)
     return tg_fail(EINVAL, "GPT: batch %d and sequence length %d must be positive", r->B, r->T);
@@ -133,6 +172,7 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     r->attn_splits = 1; /* a micro-batch runs on one device */
   if (r->attn_splits == 0) {
     int w = tg_ncpu_workers() + starpu_cuda_worker_get_count();
+    if (r->offload_optimizer) w = starpu_cuda_worker_get_count() + tg_nopencl_workers();
     r->attn_splits = 1;
     for (int s = w < b ? w : b; s > 1; s--)
       if (b % s == 0) {
@@ -156,6 +196,19 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->grad_comm != TG_F32 && r->data_parallel != TG_DP_SHARD)
     return tg_fail(EINVAL, "GPT: bf16 gradient messages (--grad-comm) need the sharded "
                    "data parallelism of 2 or more devices (--data-parallel shard)");
+  if (r->recompute != 0 && r->recompute != 1)
+    return tg_fail(EINVAL, "GPT: recompute %d is not 0 or 1", r->recompute);
+  if (r->offload_optimizer != 0 && r->offload_optimizer != 1)
+    return tg_fail(EINVAL, "GPT: offload_optimizer %d is not 0 or 1", r->offload_optimizer);
+  if (r->offload_optimizer && tg_ncpu_workers() == 0)
+    return tg_fail(EINVAL, "GPT: the offloaded optimizer runs on CPU workers, and there are "
+                   "none (--ncpus)");
+  if (r->offload_optimizer && starpu_cuda_worker_get_count() + tg_nopencl_workers() == 0)
+    return tg_fail(EINVAL, "GPT: the optimizer is offloaded from devices (CUDA GPUs, emulated "
+                   "devices) to the CPU workers, and there are no devices");
+  if (r->offload_optimizer && r->data_parallel == TG_DP_SHARD)
+    return tg_fail(EINVAL, "GPT: the offloaded optimizer and the sharded data parallelism "
+                   "(--data-parallel shard) do not go together yet: use --data-parallel redux");
   if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
     return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
                    TG_MAX_SPLIT);
@@ -277,10 +330,12 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   g->run = *run;
   if (g->run.data_parallel == TG_DP_AUTO) { /* shard when every device gets a micro-batch */
     int ndev = tg_dp_count_devices();
-    g->run.data_parallel = ndev >= 2 && g->run.nmicro >= ndev ? TG_DP_SHARD : TG_DP_REDUX;
+    g->run.data_parallel = ndev >= 2 && g->run.nmicro >= ndev && !g->run.offload_optimizer
+                               ? TG_DP_SHARD : TG_DP_REDUX;
   }
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
   TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
+  g->optim.on_cpu = g->run.offload_optimizer;
   size_t sizes[TG_GPT_NPARAMS];
   tg_gpt_param_sizes(cfg, sizes);
   const float *src = params;
@@ -292,9 +347,10 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
       tg_tensor *all[4] = {&g->w[p][l], &g->g[p][l], &g->m[p][l], &g->v[p][l]};
       for (int k = 0; k < 4 && rc == 0; k++) rc = tg_tensor_alloc(all[k], rows, cols, TG_F32);
       if (rc) break;
-      /* no task has touched the fresh host buffers: plain copies are safe */
-      memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
-      src += (size_t)rows * cols;
+      /* no task has touched the fresh host buffers: plain copies are safe;
+       * without params they stay as allocated (zeros; folded, simulated) */
+      if (src) memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
+      if (src) src += (size_t)rows * cols;
       tg_tensor_enable_reduction(&g->g[p][l]);
     }
   }
@@ -311,12 +367,12 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   }
   if (rc == 0) rc = tg_gpt_register_params(g);
   if (rc == 0) rc = tg_optim_start(&g->optim);
-  int L = cfg->num_layers, M = g->run.nmicro;
+  int sets = tg_gpt_attn_sets(g), M = g->run.nmicro;
   if (rc == 0) {
-    g->attn = calloc((size_t)L * M, sizeof *g->attn);
+    g->attn = calloc((size_t)sets, sizeof *g->attn);
     if (!g->attn) rc = tg_fail(ENOMEM, "GPT: out of memory for attention buffers");
   }
-  for (int i = 0; i < L * M && rc == 0; i++)
+  for (int i = 0; i < sets && rc == 0; i++)
     rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M);
   if (rc) tg_gpt_destroy(g);
   return rc;
@@ -336,7 +392,7 @@ void tg_gpt_destroy(tg_gpt *g) {
   free(g->embed_dres);
   g->embed_dres = NULL;
   if (g->attn) {
-    for (int i = 0; i < g->cfg.num_layers * g->run.nmicro; i++) tg_gpt_attn_destroy(&g->attn[i]);
+    for (int i = 0; i < tg_gpt_attn_sets(g); i++) tg_gpt_attn_destroy(&g->attn[i]);
     free(g->attn);
     g->attn = NULL;
   }
@@ -378,9 +434,11 @@ static starpu_data_handle_t tg_gpt_weight(const tg_gpt *g, tg_gpt_param p, int l
   return g->w[p][SLICE(p, l)].handle;
 }
 
-/* Sharded: every task of a micro-batch on its device's worker. */
-static const tg_task_opts *tg_gpt_pin(tg_gopts *go, const tg_gpt_micro *mb) {
+/* Sharded: every task of a micro-batch on its device's worker.  Offloaded
+ * optimizer: on the devices, the CPU workers being the optimizer's. */
+static const tg_task_opts *tg_gpt_pin(const tg_gpt *g, tg_gopts *go, const tg_gpt_micro *mb) {
   go->opts.worker = mb->worker;
+  go->opts.device_only = g->run.offload_optimizer;
   return &go->opts;
 }
 
@@ -392,7 +450,9 @@ static void tg_gpt_micro_place(const tg_gpt *g, tg_gpt_micro *mb) {
 
 /* Starts the step's sum of gradient (p, l): sharded, or lazy (reduce.h). */
 static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
-  if (!g->shards) return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1);
+  if (!g->shards) /* offloaded, the optimizer partitions the gradients: no REDUX */
+    return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1,
+                             g->run.offload_optimizer);
   int L = g->cfg.num_layers;
   tg_gopts go;
   int rank = tg_gpt_param_rank(g, p, l);
@@ -413,7 +473,7 @@ static int tg_gpt_exchange_layer(tg_gpt *g, const tg_gpt_micro *mb, int l) {
 }
 
 /* every task of the graph names the 16-bit type of its 2-byte buffers */
-#define OPT(...) (tg_gopt_lowp(&go, ACT(g), __VA_ARGS__), tg_gpt_pin(&go, mb))
+#define OPT(...) (tg_gopt_lowp(&go, ACT(g), __VA_ARGS__), tg_gpt_pin(g, &go, mb))
 #define FWD(l) OPT(3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
 #define BWD(l) OPT(L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
 #define WGRAD(l) OPT(L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
@@ -463,6 +523,65 @@ static int tg_gpt_bgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l
   return tg_bias_grad_insert(dY, G(g, p, l), mode, o);
 }
 
+/* The activations of block l of micro-batch mb that its backward reads,
+ * all but its input x (with recompute, the forward drops them and the
+ * backward submits the block's forward again). */
+static void tg_gpt_block_drop(tg_gpt_micro *mb, int l) {
+  tg_gpt_layer_acts *A = &mb->acts[l];
+  tg_tensor *all[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x2,
+                      &A->ln2, &A->mean2, &A->rstd2, &A->fch, &A->fchg};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_release(all[k]);
+}
+
+/* Block l of micro-batch mb's forward from its input x (n, C) into
+ * mb->acts[l] and its attention buffers, under options o.  x_out: the
+ * block's output (n, C), a new temporary; NULL (recompute) stops after the
+ * MLP's hidden activation, the last thing the backward reads. */
+static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
+                            tg_tensor *x_out, const tg_task_opts *o) {
+  int n = mb->n, C = g->cfg.channels;
+  tg_gpt_layer_acts *A = &mb->acts[l];
+  tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+  A->x = x;
+  TG_TRY(TEMP(&A->ln1, n, C));       /* (n, C) */
+  TG_TRY(tg_temp(&A->mean1, n, 1));  /* (n, 1) f32 */
+  TG_TRY(tg_temp(&A->rstd1, n, 1));  /* (n, 1) f32 */
+  TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l), A->ln1.handle,
+                                 A->mean1.handle, A->rstd1.handle, o));
+  TG_TRY(tg_linear_fwd_insert(A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
+                              at->qkv.handle, NULL, o));
+  TG_TRY(tg_gpt_attn_fwd(g, at, S, o));
+  tg_tensor proj;
+  TG_TRY(TEMP(&proj, n, C));
+  TG_TRY(tg_linear_fwd_insert(at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
+                              TG_ACT_NONE, proj.handle, NULL, o));
+  TG_TRY(TEMP(&A->x2, n, C));        /* (n, C) x + attention */
+  TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, o));
+  tg_tensor_release(&proj);
+  TG_TRY(TEMP(&A->ln2, n, C));
+  TG_TRY(tg_temp(&A->mean2, n, 1));
+  TG_TRY(tg_temp(&A->rstd2, n, 1));
+  TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
+                                 A->ln2.handle, A->mean2.handle, A->rstd2.handle, o));
+  TG_TRY(TEMP(&A->fch, n, 4 * C));   /* (n, 4C) pre-activation */
+  TG_TRY(TEMP(&A->fchg, n, 4 * C));  /* (n, 4C) GELU of it */
+  TG_TRY(tg_linear_fwd_insert(A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
+                              A->fch.handle, A->fchg.handle, o));
+  if (!x_out) return 0;
+  TG_TRY(TEMP(&proj, n, C));
+  TG_TRY(tg_linear_fwd_insert(A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
+                              TG_ACT_NONE, proj.handle, NULL, o));
+  TG_TRY(TEMP(x_out, n, C));
+  TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
+  tg_tensor_release(&proj);
+  /* the last block's backward comes right after: nothing to gain */
+  if (!g->run.recompute || l == g->cfg.num_layers - 1) return 0;
+  /* keep x only; the shared attention buffers whole for the next block */
+  tg_gpt_block_drop(mb, l);
+  tg_split_join(&at->qkv, &at->qkv_s);
+  return 0;
+}
+
 /* Layers [first, end) of micro-batch mb's forward: the embedding before
  * layer 0, the final LayerNorm after the last; the residual stream between
  * two calls in mb->xL. */
@@ -478,39 +597,9 @@ static int tg_gpt_forward_layers(tg_gpt *g, tg_gpt_micro *mb, int S, int first, 
                                    OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
   }
   for (int l = first; l < end; l++) {
-    tg_gpt_layer_acts *A = &mb->acts[l];
-    tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
-    A->x = x;
-    TG_TRY(TEMP(&A->ln1, n, C));
-    TG_TRY(tg_temp(&A->mean1, n, 1));
-    TG_TRY(tg_temp(&A->rstd1, n, 1));
-    TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
-                                   A->ln1.handle, A->mean1.handle, A->rstd1.handle, FWD(l)));
-    TG_TRY(tg_linear_fwd_insert(A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l),
-                                TG_ACT_NONE, at->qkv.handle, NULL, FWD(l)));
-    TG_TRY(tg_gpt_attn_fwd(g, at, S, FWD(l)));
-    tg_tensor proj;
-    TG_TRY(TEMP(&proj, n, C));
-    TG_TRY(tg_linear_fwd_insert(at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
-                                TG_ACT_NONE, proj.handle, NULL, FWD(l)));
-    TG_TRY(TEMP(&A->x2, n, C));
-    TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, FWD(l)));
-    tg_tensor_release(&proj);
-    TG_TRY(TEMP(&A->ln2, n, C));
-    TG_TRY(tg_temp(&A->mean2, n, 1));
-    TG_TRY(tg_temp(&A->rstd2, n, 1));
-    TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
-                                   A->ln2.handle, A->mean2.handle, A->rstd2.handle, FWD(l)));
-    TG_TRY(TEMP(&A->fch, n, 4 * C));
-    TG_TRY(TEMP(&A->fchg, n, 4 * C));
-    TG_TRY(tg_linear_fwd_insert(A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
-                                A->fch.handle, A->fchg.handle, FWD(l)));
-    TG_TRY(TEMP(&proj, n, C));
-    TG_TRY(tg_linear_fwd_insert(A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
-                                TG_ACT_NONE, proj.handle, NULL, FWD(l)));
-    TG_TRY(TEMP(&x, n, C));
-    TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x.handle, FWD(l)));
-    tg_tensor_release(&proj);
+    tg_tensor next;
+    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, x, &next, FWD(l)));
+    x = next;
   }
   mb->xL = x;
   if (end < L) return 0;
@@ -529,10 +618,8 @@ static int tg_gpt_forward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
 /* Releases what a forward-only pass left registered. */
 static void tg_gpt_release_forward(tg_gpt *g, tg_gpt_micro *mb) {
   for (int l = 0; l < g->cfg.num_layers; l++) {
-    tg_gpt_layer_acts *A = &mb->acts[l];
-    tg_tensor *all[] = {&A->x, &A->ln1, &A->mean1, &A->rstd1, &A->x2,
-                        &A->ln2, &A->mean2, &A->rstd2, &A->fch, &A->fchg};
-    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_release(all[k]);
+    tg_gpt_block_drop(mb, l);
+    tg_tensor_release(&mb->acts[l].x);
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     tg_split_join(&at->qkv, &at->qkv_s);
   }
@@ -572,6 +659,9 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   for (int l = c->num_layers - 1; l >= 0; l--) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+    if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
+      TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, NULL,
+                              OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
     /* MLP block: dres holds dL/d(x2 + fcproj) */
     TG_TRY(tg_gpt_wgrad(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_FCPROJB, l, dres.handle, WGRAD(l)));
@@ -801,7 +891,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     mb->tokens = batch->x[i];
     mb->targets = batch->y[i];
     mb->attn = &g->attn[i];
-    mb->attn_stride = M;
+    mb->attn_stride = g->run.recompute ? 0 : M;
     tg_gpt_micro_place(g, mb);
     if (phased) continue;
     rc = tg_gpt_forward_micro(g, mb, S);

@@ -29,6 +29,8 @@ static inline const tg_task_opts *tg_gvopt(tg_gopts *g, tg_dtype lowp, int rank,
   g->opts.worker = -1;
   g->opts.name = g->name;
   g->opts.lowp = lowp;
+  g->opts.cpu_only = 0;
+  g->opts.device_only = 0;
   return &g->opts;
 }
 

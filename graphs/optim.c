@@ -78,20 +78,22 @@ static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
 /* How many row blocks p is updated in: 0 (one task) unless it is large,
  * several workers exist, and its gradient is not a pending STARPU_REDUX
  * target (StarPU 1.3 cannot partition one: see reduce.h). */
-static int tg_param_nblocks(const tg_param *p) {
+static int tg_param_nblocks(const tg_optim *o, const tg_param *p) {
   if (p->shard) return 0; /* its blocks are the shards' */
   int workers = tg_ncpu_workers() + tg_ncuda_workers() + tg_nopencl_workers();
   int n = workers < 8 ? workers : 8;
+  if (o->on_cpu) /* each CPU worker streams its share at its memory bandwidth */
+    n = tg_ncpu_workers() < TG_MAX_SPLIT ? tg_ncpu_workers() : TG_MAX_SPLIT;
   if (n > p->value->rows) n = p->value->rows;
   if (tg_tensor_numel(p->value) < TG_OPTIM_BLOCK_MIN || n < 2) return 0;
-  return tg_sum_in_place() || tg_deterministic() ? n : 0;
+  return tg_sum_in_place() || tg_deterministic() || o->on_cpu ? n : 0;
 }
 
 /* Plans the blocks of p on first use (the tensors have their values then). */
-static int tg_param_blocks(tg_param *p, int *nblocks) {
+static int tg_param_blocks(const tg_optim *o, tg_param *p, int *nblocks) {
   *nblocks = 0;
   if (!p->blocks) {
-    int n = tg_param_nblocks(p);
+    int n = tg_param_nblocks(o, p);
     if (!n) return 0;
     p->blocks = calloc(TG_PARAM_TENSORS, sizeof *p->blocks);
     if (!p->blocks) return tg_fail(ENOMEM, "out of memory for the blocks of %s", p->name);
@@ -246,8 +248,9 @@ static int tg_adamw_group_flush(const tg_optim *o, const tg_adamw_hyper *h, tg_a
   if (!gr->n) return 0;
   int amp = o->lowp != TG_F32;
   tg_gopts g;
-  const tg_task_opts *opts =
-      tg_gopt(&g, gr->first->rank, o->nranks, "%s.opt+%d", gr->first->name, gr->n - 1);
+  tg_gopt(&g, gr->first->rank, o->nranks, "%s.opt+%d", gr->first->name, gr->n - 1);
+  g.opts.cpu_only = o->on_cpu;
+  const tg_task_opts *opts = &g.opts;
   int rc = tg_adamw_multi_insert(o->lowp, gr->n, gr->w, gr->g, gr->m, gr->v,
                                  amp ? gr->low : NULL, amp ? o->overflow.handle : NULL, h,
                                  opts);
@@ -305,18 +308,22 @@ int tg_optim_update(tg_optim *o, float lr) {
       continue;
     }
     int n;
-    if ((rc = tg_param_blocks(p, &n))) break;
+    if ((rc = tg_param_blocks(o, p, &n))) break;
     if (!n && c->kind == TG_OPT_ADAMW) {
       int r = p->rank >= 0 && p->rank < ngroups - 1 ? p->rank : ngroups - 1;
       rc = tg_adamw_group_add(o, &amp, &groups[r], p, k); /* amp: the step's hyperparameters */
       continue;
     }
     if (n) tg_param_blocks_switch(p, 0);
-    for (int j = n ? 0 : -1; j < n && !rc; j++)
-      rc = tg_param_submit(o, lr, ampp, p, j,
-                           tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt",
-                                   p->name, j));
+    for (int j = n ? 0 : -1; j < n && !rc; j++) {
+      tg_gopt(&g, p->rank, o->nranks, n ? "%s.opt%d" : "%s.opt", p->name, j);
+      g.opts.cpu_only = o->on_cpu;
+      rc = tg_param_submit(o, lr, ampp, p, j, &g.opts);
+    }
     if (n) tg_param_blocks_switch(p, 1);
+    /* offloaded: the device's copy of the gradient goes first when room is
+     * needed, before the weights that the next passes read */
+    if (o->on_cpu) tg_tensor_wont_use(p->grad);
   }
   if (!rc) rc = tg_adamw_groups_flush(o, &amp, groups, ngroups);
   free(groups);

@@ -97,8 +97,8 @@ int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicr
   return tg_sum_start(s, target, persistent, nmicro, allreduce, 1, 0);
 }
 
-int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce) {
-  return tg_sum_start(s, target, 0, nmicro, allreduce, 0, 1);
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce, int ordered) {
+  return tg_sum_start(s, target, 0, nmicro, allreduce, ordered, 1);
 }
 
 int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int member, int nmicro, int allreduce,

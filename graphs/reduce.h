@@ -90,8 +90,9 @@ int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicr
  * first contribution to each handle may overwrite it instead (a GEMM with
  * beta 0, a bias gradient), which saves the fill task.
  * Every contribution must then get its mode from tg_sum_take, just before
- * it is submitted. */
-int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce);
+ * it is submitted.  ordered: leaves and the fixed tree, as
+ * tg_sum_begin_ordered (a target that the optimizer will partition). */
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce, int ordered);
 /* The access mode of micro-batch `micro`'s next contribution: TG_OVERWRITE
  * when it is the first to its handle and can_overwrite, else the sum's mode
  * (tg_sum_mode), after submitting the zeros of the handle if nothing wrote

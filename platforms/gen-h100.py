@@ -49,6 +49,7 @@ NVLINK_BW = 450e9                     # [NVL] bytes/s per direction per GPU
 PCIE_BW = 32e9 * 16 * 128 / 130 / 8   # [PCIE] bytes/s per direction (63.0 GB/s)
 HOST_MEM_BW = 2 * 8 * 38.4e9          # [DGX] 2 sockets x [XEON] 8 channels
 HOST_CORES = 2 * 56                   # [DGX]
+HOST_MEM_BYTES = 2 * 10**12           # [DGX] 2 TB of system memory
 CPU_CORE_FLOPS = 2.0e9 * 32           # [ASSUME] 2.0 GHz x AVX-512 FP32 FMA: 2 units x 16 lanes x 2
 CPU_CORE_BW = HOST_MEM_BW / HOST_CORES  # [ASSUME] an even share per core
 PCIE_LAT_US = 10.0                    # [ASSUME] cudaMemcpy latency; StarPU's own
@@ -57,7 +58,9 @@ PCIE_LAT_US = 10.0                    # [ASSUME] cudaMemcpy latency; StarPU's ow
 NVLINK_LAT_US = 5.0                   # [ASSUME] peer cudaMemcpy latency over NVLink
 LAUNCH_US = 4.0                       # [ASSUME] per-task cost: kernel launch and
                                       # StarPU's CUDA driver, about 2-5 us
-CPU_HOSTS = 8                         # simulated CPU workers available (--ncpus)
+CPU_HOSTS = HOST_CORES                # simulated CPU workers available (--ncpus):
+                                      # every core of the host, for the offloaded
+                                      # optimizer
 # The expected model (`simulate --cost expected`, codelets/sim_cost.c):
 EXPECTED_GEMM = 792.1 / 989           # [MAMF] best-shape GEMM rate over the peak; for
                                       # TF32 and FP32 GEMMs too [ASSUME]
@@ -143,6 +146,9 @@ def roofline():
         "cpu_core_flops %.6g" % CPU_CORE_FLOPS,
         "cpu_core_bytes_per_s %.6g" % CPU_CORE_BW,
         "launch_us %.6g" % LAUNCH_US,
+        "# The host's memory (a DGX H100's), against which 'simulate' checks",
+        "# the host-backed model state; --host-memory overrides it.",
+        "host_mem_bytes %.6g" % HOST_MEM_BYTES,
         "# The expected model (--cost expected): each GPU task class at a",
         "# fraction of its peak above; GEMMs also lose a partly filled last wave",
         "# of gemm_tile x gemm_tile output tiles over gpu_sms SMs.",

@@ -3,9 +3,12 @@
  * sizes, shapes and initialisation.  Base layer: plain data.
  *
  * Limits.  maxT, L, NH and C are at most 2^20 each; V and Vp at most 65536
- * (tokens are uint16); the total parameter count at most 2^34 floats
- * (64 GiB).  Each tensor size is at most 2^62, so the running sum checked
- * against 2^34 after every term never overflows a uint64_t.
+ * (tokens are uint16); each tensor of one layer (a StarPU matrix, whose
+ * kernels index it with int) below 2^31 elements; the total parameter count
+ * at most 2^40 floats (4 TiB, beyond any host: simulated models are folded,
+ * src/tensor.c).  Each whole tensor is at most 2^62 elements, so the
+ * running sum checked against 2^40 after every term never overflows a
+ * uint64_t.
  *
  * Initialisation.  Like llm.c's gpt2_build_from_random: normal(0, 0.02) for
  * wte, wpe, qkvw and fcw; normal(0, 0.02/sqrt(2L)) for attprojw and fcprojw
@@ -28,7 +31,8 @@
 
 #define MAX_DIM (1 << 20)
 #define MAX_VOCAB 65536
-#define MAX_PARAMS ((uint64_t)1 << 34)
+#define MAX_PARAMS ((uint64_t)1 << 40)
+#define MAX_SLICE (((uint64_t)1 << 31) - 1)
 
 const char *const tg_gpt_param_names[TG_GPT_NPARAMS] = {
     "wte",  "wpe",     "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
@@ -74,9 +78,15 @@ uint64_t tg_gpt_config_sizes(const tg_gpt_config *c, uint64_t sz[TG_GPT_NPARAMS]
       L * C * 4 * C, L * C,    C,     C};
   uint64_t total = 0;
   for (int i = 0; i < TG_GPT_NPARAMS; i++) {
-    total += s[i]; /* each term <= 2^62 and total <= 2^34 so far: no wrap */
+    uint64_t slice = tg_gpt_param_per_layer((tg_gpt_param)i) ? s[i] / L : s[i];
+    if (slice > MAX_SLICE) {
+      snprintf(msg, msglen, "%s has %llu elements per layer, more than 2^31 - 1 (limit of "
+               "this implementation)", tg_gpt_param_names[i], (unsigned long long)slice);
+      return 0;
+    }
+    total += s[i]; /* each term <= 2^62 and total <= 2^40 so far: no wrap */
     if (total > MAX_PARAMS) {
-      snprintf(msg, msglen, "the model has more than 2^34 parameters "
+      snprintf(msg, msglen, "the model has more than 2^40 parameters "
                "(limit of this implementation)");
       return 0;
     }

@@ -162,7 +162,8 @@ static void test_config(void) {
       {{32, 100, 2, 0, 64, 128}, "num_heads"},
       {{32, 100, 2, 4, 64, 70000}, "padded_vocab_size"},
       {{32, 100, 2, 4, 1 << 21, 128}, "channels"},
-      {{1 << 20, 100, 1 << 20, 16, 1 << 20, 128}, "2^34"},
+      {{1024, 100, 2, 16, 1 << 16, 128}, "qkvw has 12884901888 elements per layer"},
+      {{1024, 100, 1 << 20, 16, 8192, 128}, "2^40"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     tg_fail(0, "%s", "");

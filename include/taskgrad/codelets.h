@@ -60,6 +60,11 @@ typedef struct tg_task_opts {
                             matrix buffers, which an f32 codelet reads and
                             writes through f32 copies (mixed precision);
                             TG_F32 (0): the task has none */
+  int cpu_only;          /* 1: CPU workers only (the optimizer offloaded
+                            next to host-backed master weights) */
+  int device_only;       /* 1: CUDA and OpenCL workers only, when the codelet
+                            has such implementations (the rest of the step,
+                            its CPU workers kept for the optimizer) */
 } tg_task_opts;
 
 /* C = alpha op(A) op(B) + beta C (see tg_cpu_gemm). */

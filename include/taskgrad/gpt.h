@@ -67,6 +67,19 @@ typedef struct tg_gpt_run_config {
   /* the type of the gradient messages between ranks when sharded: TG_F32
    * (default) or TG_BF16 (half the bytes; parallel.h) */
   tg_dtype grad_comm;
+  /* activation recompute: 1 keeps only each transformer block's input from
+   * the forward and submits the block's forward again (without its output)
+   * right before its backward.  Activation memory falls from about 12 C +
+   * the attention buffers per layer and row to C, for the block forwards'
+   * FLOPs once more (tg_gpt_recompute_flops_per_token); with the same
+   * kernels, the results are the same bits (graphs/gpt.c) */
+  int recompute;
+  /* optimizer offload: 1 runs AdamW on the CPU workers, next to the
+   * host-backed f32 master weights and moments (tg_optim.on_cpu), so that
+   * a device holds the 16-bit weights and the gradients only; the
+   * gradients are then summed in leaves (reduce.h), never STARPU_REDUX.
+   * Needs CPU workers; not with the sharded data parallelism */
+  int offload_optimizer;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -94,7 +107,8 @@ typedef struct tg_gpt {
   int loss_batches;
   struct tg_sum *sums;         /* internal: the gradients' sums of the step
                                   being submitted ([param * MAX_LAYERS + l]) */
-  tg_gpt_attn *attn;           /* [layer * nmicro + micro] */
+  tg_gpt_attn *attn;           /* [layer * nmicro + micro]; with recompute
+                                  [micro], shared by the layers */
   /* internal: dwte's row blocks for the split classifier's increments, how
    * many this step (1: none), and each micro-batch's dres kept for the
    * embedding backward, which waits until the blocks are joined */
@@ -113,8 +127,9 @@ typedef struct tg_gpt {
   int *shard_of;
 } tg_gpt;
 
-/* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats),
- * zeroed gradients and AdamW state.  opt->kind must be TG_OPT_ADAMW. */
+/* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats;
+ * NULL: zeros, for a simulation, where no kernel reads them), zeroed
+ * gradients and AdamW state.  opt->kind must be TG_OPT_ADAMW. */
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
                   const tg_gpt_run_config *run, const tg_optimizer_config *opt);
 void tg_gpt_destroy(tg_gpt *g);
@@ -162,14 +177,29 @@ int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const flo
  * worker when gradients are reduced with STARPU_REDUX or deterministic
  * leaves (none when they add in place: CPU workers only), and each worker's
  * attention and classifier scratch (or, adding in place in f32, every
- * micro-batch's dlogits).  Call it after tg_init.  The
+ * micro-batch's dlogits); with recompute, the block inputs and one block's
+ * activations per micro-batch.  Call it after tg_init.  The
  * parameters, optimizer state, batches and attention buffers are the
  * application's memory, not counted.  See tg_mlp_managed_bytes. */
 size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,
                             int nworkers);
 
+/* Bytes one device holds when a whole step runs there with nothing evicted
+ * (one copy of everything: the unsharded case): the model's state (f32
+ * parameters, gradients and AdamW moments, 16-bit copies; offloaded, the
+ * weights the GEMMs read and the gradients), the attention
+ * buffers and tg_gpt_managed_bytes of one worker.  An estimate for choosing
+ * recompute and offload, not a guarantee: StarPU evicts host-backed data
+ * when a device is full. */
+size_t tg_gpt_device_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run);
+
 /* llm.c's FLOP count per token: 6 N + 6 L C T (N parameters). */
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T);
+/* What activation recompute adds to it per token: each block's forward
+ * again, less its last GEMM (fcproj), whose output the backward does not
+ * need: 2 x 8 C^2 per layer for the GEMMs and 2 L C T for the attention
+ * (llm.c counts 6 L C T for its forward and backward). */
+double tg_gpt_recompute_flops_per_token(const tg_gpt_config *cfg, int T);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,13 @@ typedef struct tg_optim {
   int nranks;                  /* critical-path ranks of the model's step */
   tg_param *params;            /* [nparams], in submission order */
   int nparams, cap;
+  /* offload (set before tg_optim_start): every optimizer task on the CPU
+   * workers, next to the host-backed master weights and moments, large
+   * parameters in row blocks, one per CPU worker (at most TG_MAX_SPLIT).
+   * Only the gradients go to the host and the (16-bit) weights back; the
+   * model must not sum gradients with STARPU_REDUX (StarPU 1.3 cannot
+   * partition a pending reduction): reduce.h's leaves */
+  int on_cpu;
 } tg_optim;
 
 /* Checks amp and the optimizer (mixed precision needs AdamW: its 16-bit

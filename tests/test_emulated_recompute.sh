@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Activation recompute on emulated devices (PoCL OpenCL devices, each a
+# memory node of its own): in deterministic mode, 2 devices with and without
+# --recompute, with 0 CPU workers (every task on the devices, the shared
+# attention buffers moving between them), give the losses and parameters of
+# the CPU-only run without recompute, bit for bit, in fp32 and bf16.
+# The optimizer offloaded to 2 CPU workers (--offload-optimizer: AdamW on
+# the CPUs, every other task on the 2 devices, the gradients summed in
+# leaves) with recompute gives the same bits again: the kernels are the CPU
+# ones everywhere, and deterministic mode fixes the order of every sum.
+# SKIP (77) when no PoCL device can be started.
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
+. "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
+export STARPU_NCUDA=0
+. "$TG_SOURCE_DIR/tests/emulated_testlib.sh"
+emulated_probe
+recompute_fixture
+
+for prec in fp32 bf16; do
+  common=(--precision "$prec" --attention chunked --attn-splits 2)
+  recompute_run "cpu-$prec" --ncpus 2 "${common[@]}" || continue
+  recompute_run "dev-$prec" --ncpus 0 --emulated-devices 2 "${common[@]}" || continue
+  recompute_run "devrec-$prec" --ncpus 0 --emulated-devices 2 "${common[@]}" --recompute ||
+    continue
+  same_bits "cpu-$prec" "dev-$prec" "$prec: 2 emulated devices against the CPU"
+  same_bits "cpu-$prec" "devrec-$prec" "$prec: 2 emulated devices with recompute against the CPU"
+  recomputed "dev-$prec" "devrec-$prec" 3
+  recompute_run "off-$prec" --ncpus 2 --emulated-devices 2 "${common[@]}" --recompute \
+    --offload-optimizer --trace "$work/off-$prec.json" || continue
+  # where the tasks ran: AdamW on the CPUs only, the layers' tasks on the
+  # devices only (the sums' fills and additions may run anywhere)
+  if placed=$("$py" - "$work/off-$prec.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+opt = dev = 0
+for e in ev:
+    if e.get("ph") != "X" or e["tid"] not in names:
+        continue
+    cl, where = e["args"].get("codelet", e["name"]), names[e["tid"]]
+    if cl.startswith("tg_adamw"):
+        assert where.startswith("CPU"), f"{cl} on {where}"
+        opt += 1
+    elif cl.split("_")[1] in ("linear", "gemm", "attention", "layernorm", "residual", "lm"):
+        assert where.startswith("OpenCL"), f"{cl} on {where}"
+        dev += 1
+assert opt > 0 and dev > 0, (opt, dev)
+print(f"{opt} optimizer tasks on the CPUs, {dev} layer tasks on the devices")
+PY
+  2>&1); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
+  same_bits "cpu-$prec" "off-$prec" "$prec: optimizer offloaded to 2 CPUs, 2 devices, recompute"
+  if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
+  else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi
+done
+# refused without devices, with one message
+expect_fail "offload without devices" "no devices" train gpt --init-from "$work/r.bin" \
+  --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 2 --offload-optimizer
+expect_fail "offload without CPU workers" "CPU workers, and there are none" train gpt \
+  --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 0 \
+  --emulated-devices 1 --offload-optimizer
+
+echo "emulated recompute: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Memory-saving runs of `taskgrad simulate gpt` (SimGrid build only, SKIP
+# elsewhere) on a small GPT, one simulated H100 and 2 CPU workers:
+#  - --recompute prints the FLOPs it adds and lowers the peak device memory;
+#  - automatic fit: STARPU_LIMIT_CUDA_MEM of 100 MiB makes simulate print its
+#    estimates of a step's device memory without recompute (X), with it (Y)
+#    and with the optimizer offloaded too (Z) (the run is then refused by
+#    the device memory guard: a task is larger).  A limit between Y and X
+#    turns recompute alone on; one between Z and Y turns on the offload too,
+#    and that run completes with every AdamW task on the CPU workers and at
+#    least the f32 gradients (4 bytes per parameter) sent to the host;
+#  - the model's host-backed state is checked against --host-memory (or
+#    the platform's host_mem_bytes): too small is refused (exit 2).
+source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
+if ! "$tg" --version | grep -q "SimGrid: yes"; then
+  echo "SKIP: this taskgrad is not a SimGrid build (-DTG_SIMGRID=ON)"
+  exit 77
+fi
+args=(simulate gpt --platform h100x1 --gpus 1 --ncpus 2 --sched dmdas --layers 4
+      --channels 256 --heads 4 --vocab 256 --max-seq 256 --seq 256 --batch 16
+      --micro-batches 1 --precision bf16 --warmup 1 --steps 1 --cost peak)
+# the model's parameters: 12 L C^2 + 13 L C + (Vp + maxT + 2) C
+N=$(( 12 * 4 * 256 * 256 + 13 * 4 * 256 + (256 + 256 + 2) * 256 ))
+peak() { awk '/^peak device memory CUDA/ {print $6}' "$1"; }
+sim() { # TAG [ENV=VALUE...] -- extra args: stdout in $work/TAG.out, stderr .err
+  local tag=$1
+  shift
+  local -a envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  local t0=$SECONDS
+  env "${envs[@]}" timeout 150 "$tg" "${args[@]}" "$@" >"$work/$tag.out" 2>"$work/$tag.err"
+  local rc=$?
+  echo "($tag: $((SECONDS - t0)) s)"
+  return $rc
+}
+
+sim plain -- || bad "plain run: status $? $(tail -2 "$work/plain.err")"
+if sim rec -- --recompute; then
+  line=$(grep '^recompute: ' "$work/rec.out")
+  [ -n "$line" ] && ok "--recompute: $line" || bad "--recompute: no FLOPs line"
+  a=$(peak "$work/plain.out") b=$(peak "$work/rec.out")
+  if awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a) }'; then
+    ok "--recompute: peak device memory $b GB against $a GB"
+  else
+    bad "--recompute: peak device memory $b GB, not below $a GB"
+  fi
+else
+  bad "--recompute run: status $? $(tail -2 "$work/rec.err")"
+fi
+
+# the estimates, from a run refused for its 100 MiB (a smaller limit
+# passes the guard, then StarPU stalls until the watchdog: minutes)
+sim tiny STARPU_LIMIT_CUDA_MEM=100 --
+X=$(sed -nE 's/.*recompute on .* about ([0-9.]+) GB on a device without it, ([0-9.]+) GB.*/\1/p' "$work/tiny.err")
+Y=$(sed -nE 's/.*recompute on .* about ([0-9.]+) GB on a device without it, ([0-9.]+) GB.*/\2/p' "$work/tiny.err")
+Z=$(sed -nE 's/.*optimizer offloaded .* there, ([0-9.]+) GB without it.*/\1/p' "$work/tiny.err")
+if [ -z "$X" ] || [ -z "$Y" ] || [ -z "$Z" ]; then
+  bad "no estimates printed under a 100 MiB device: $(head -3 "$work/tiny.err")"
+else
+  ok "estimates: $X GB, with recompute $Y GB, offloaded too $Z GB"
+  mib() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", (a + b) / 2 * 1e9 / 1048576 }'; }
+  if sim fit1 STARPU_LIMIT_CUDA_MEM="$(mib "$X" "$Y")" --; then
+    if grep -q "recompute on" "$work/fit1.err" && ! grep -q "offloaded" "$work/fit1.err"; then
+      ok "a device between them: recompute alone, and the step runs"
+    else
+      bad "a device between X and Y: $(grep taskgrad: "$work/fit1.err" | head -3)"
+    fi
+  else
+    bad "a device between X and Y: status $? $(tail -2 "$work/fit1.err")"
+  fi
+  if sim fit2 STARPU_LIMIT_CUDA_MEM="$(mib "$Y" "$Z")" -- --trace "$work/fit2.json"; then
+    up=$(awk '/^link CUDA 0 -> NUMA 0:/ {print $7 * 1e6}' "$work/fit2.out")
+    if grep -q "recompute on" "$work/fit2.err" && grep -q "optimizer offloaded" "$work/fit2.err" &&
+       [ -n "$up" ] && awk -v u="$up" -v n="$N" 'BEGIN { exit !(u >= 4 * n) }'; then
+      ok "a device between Y and Z: recompute and offload, $up bytes to the host per step (4N = $((4 * N)))"
+    else
+      bad "a device between Y and Z: up '$up', $(grep taskgrad: "$work/fit2.err" | head -3)"
+    fi
+    if "$py" - "$work/fit2.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+opt = [names[e["tid"]] for e in ev if e.get("ph") == "X" and e["tid"] in names
+       and e["args"].get("codelet", "").startswith("tg_adamw")]
+assert opt and all(w.startswith("CPU") for w in opt), opt[:5]
+PY
+    then ok "offloaded: every AdamW task on a CPU worker"
+    else bad "offloaded: AdamW tasks off the CPU workers"; fi
+  else
+    bad "a device between Y and Z: status $? $(tail -2 "$work/fit2.err")"
+  fi
+fi
+
+expect_fail "host memory too small" "need about .* GB of host memory .* platform h100x1's host" \
+  "${args[@]}" --host-memory 0.01
+
+echo "simulate offload: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
