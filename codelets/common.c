@@ -108,8 +108,10 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
     modes = mx;
     trailer = tg_lowp_trailer_size();
   }
-  /* before StarPU sees it: a task that cannot fit on a device would spin */
-  TG_TRY(tg_device_memory_check(cl->name, ws ? nbuf + 1 : nbuf, handles, modes));
+  /* before StarPU sees it: a task that cannot fit on a device would spin
+   * (a CPU-only task never goes to one) */
+  if (!(opts && opts->cpu_only))
+    TG_TRY(tg_device_memory_check(cl->name, ws ? nbuf + 1 : nbuf, handles, modes));
   /* The task name, when given, is copied after the arguments (the caller's
    * string may be a stack buffer): StarPU frees that block with the task
    * (cl_arg_free), and cl_arg_size stays the arguments' size (plus the

@@ -8,6 +8,7 @@
 # the CPUs, every other task on the 2 devices, the gradients summed in
 # leaves) with recompute gives the same bits again: the kernels are the CPU
 # ones everywhere, and deterministic mode fixes the order of every sum.
+# A GPT whose state is 4 times the devices' memory trains (see below).
 # SKIP (77) when no PoCL device can be started.
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 . "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
@@ -52,6 +53,31 @@ PY
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
   else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi
 done
+# A model 4 times the devices' memory: 3.29M parameters (L 4, C 256), whose
+# f32 weights, gradients and AdamW moments take 50.2 MiB, on 2 devices of 6
+# MiB each (STARPU_LIMIT_OPENCL_MEM=6, 12 MiB in all): the automatic fit
+# turns recompute and the offload on, StarPU evicts to make room, and the
+# losses and parameters are the CPU-only run's, bit for bit.  (Before the
+# offload, the AdamW task of one fc weight, 4 MiB of buffers, was refused.)
+"$tg" init gpt --layers 4 --channels 256 --heads 4 --max-seq 256 --vocab 256 --seed 2 \
+  --out "$work/big.bin" >/dev/null || bad "init gpt (big)"
+big=(--init-from "$work/big.bin" --batch 4 --seq 64)
+big_run() { # TAG ARGS...: recompute_run on the big model (the last flags win)
+  local tag=$1
+  shift
+  recompute_run "$tag" "${big[@]}" "$@"
+}
+if big_run bigcpu --ncpus 2 && STARPU_LIMIT_OPENCL_MEM=6 big_run bigdev --ncpus 2 --emulated-devices 2; then
+  same_bits bigcpu bigdev "4x the devices' memory (2 x 6 MiB, 50.2 MiB of state)"
+  if grep -q "recompute on" "$work/bigdev.err" && grep -q "optimizer offloaded" "$work/bigdev.err"; then
+    ok "the fit turned recompute and the offload on"
+  else
+    bad "the fit: $(grep 'taskgrad: ' "$work/bigdev.err" | head -3)"
+  fi
+  ev=$(sed -nE 's/^evictions: +([0-9]+) device buffers.*/\1/p' "$work/bigdev.err")
+  if [ -n "$ev" ] && [ "$ev" -gt 0 ]; then ok "$ev device buffers evicted to make room"
+  else bad "no evictions reported ('$ev'): did the limit apply?"; fi
+fi
 # refused without devices, with one message
 expect_fail "offload without devices" "no devices" train gpt --init-from "$work/r.bin" \
   --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 2 --offload-optimizer
