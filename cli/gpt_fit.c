@@ -83,11 +83,15 @@ static void tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, 
       run->data_parallel != TG_DP_SHARD) {
     run->offload_optimizer = 1;
     double with = tg_cli_gpt_device_need(cfg, run);
+    /* more than sharded: the sharded state's replicas and gradient slots
+     * are homed on each device, so StarPU could not evict them; offloaded,
+     * everything is host-backed */
     if (say)
       fprintf(stderr, "taskgrad: optimizer offloaded to the %d CPU workers "
               "(--offload-optimizer): a step holds about %.2f GB on a device with the "
-              "optimizer there, %.2f GB without it\n", tg_ncpu_workers(), dev * 1e-9,
-              with * 1e-9);
+              "optimizer there, %.2f GB without it%s\n", tg_ncpu_workers(), dev * 1e-9,
+              with * 1e-9, with > dev ? " (host-backed, so evictable, where the sharded "
+              "optimizer's replicas and gradient slots stay on each device)" : "");
     dev = with;
   }
   if (dev > device_bytes && say)
