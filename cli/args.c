@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -90,16 +91,21 @@ int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long 
   return n;
 }
 
-void tg_cli_check_memory_limit(size_t needed, const char *what) {
+size_t tg_cli_mib(size_t bytes) { return (bytes + (1u << 20) - 1) >> 20; }
+
+size_t tg_cli_cpu_mem_limit_mib(void) {
   /* called after tg_init, which has refused a value that is not a number */
   const char *env = getenv("STARPU_LIMIT_CPU_MEM");
-  if (!env || !*env) return;
-  long long mib = strtoll(env, NULL, 10);
-  size_t need_mib = (needed + (1u << 20) - 1) >> 20;
+  if (!env || !*env) return SIZE_MAX;
+  return (size_t)strtoll(env, NULL, 10);
+}
+
+void tg_cli_check_memory_limit(size_t needed, const char *what) {
+  size_t mib = tg_cli_cpu_mem_limit_mib(), need_mib = tg_cli_mib(needed);
   /* no tg_shutdown here: the data loader's thread may be submitting tasks,
    * and tg_cli_die ends the process without tearing StarPU down */
-  if ((unsigned long long)mib < need_mib) {
-    tg_cli_die("STARPU_LIMIT_CPU_MEM=%lld MiB is below the %zu MiB that %s needs in "
+  if (mib < need_mib) {
+    tg_cli_die("STARPU_LIMIT_CPU_MEM=%zu MiB is below the %zu MiB that %s needs in "
                "StarPU-managed memory (activations in flight and reduction buffers); "
                "raise the limit or lower --batch", mib, need_mib, what);
   }

@@ -67,6 +67,10 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc);
  * `needed` bytes: StarPU 1.3 would wait forever for memory instead of
  * failing.  `what` names the configuration for the message. */
 void tg_cli_check_memory_limit(size_t needed, const char *what);
+/* STARPU_LIMIT_CPU_MEM in MiB (after tg_init), SIZE_MAX when unset; bytes
+ * in whole MiB, rounded up (a need of n MiB fits a limit of n). */
+size_t tg_cli_cpu_mem_limit_mib(void);
+size_t tg_cli_mib(size_t bytes);
 
 /* qsort comparison of doubles, ascending */
 int tg_cli_cmp_double(const void *a, const void *b);

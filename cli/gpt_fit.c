@@ -11,16 +11,11 @@
  * to make room; a CPU limit still too small is refused before the first
  * step (exit 2), as StarPU 1.3 could spin forever allocating.
  */
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cli.h"
 #include "gpt_run_options.h"
 #include "taskgrad/runtime.h"
-
-/* whole MiB, rounded up: a need of n MiB fits a limit of n */
-static size_t tg_mib(size_t b) { return (b + (1u << 20) - 1) >> 20; }
 
 /* The device estimate of run (tg_gpt_device_bytes), the model's state
  * divided among the devices that a sharded optimizer would spread over
@@ -48,23 +43,22 @@ static void tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, 
                               int keep_recompute, int keep_offload) {
   tg_gpt_run_config rec = *run;
   rec.recompute = 1;
-  const char *env = getenv("STARPU_LIMIT_CPU_MEM"); /* a number: tg_init checked it */
-  size_t limit = env && *env ? (size_t)strtoll(env, NULL, 10) << 20 : SIZE_MAX;
-  size_t need = tg_gpt_managed_bytes(cfg, run, nworkers);
+  size_t limit = tg_cli_cpu_mem_limit_mib(); /* MiB */
+  size_t need = tg_cli_mib(tg_gpt_managed_bytes(cfg, run, nworkers));
   if (need > limit) {
-    size_t with = tg_gpt_managed_bytes(cfg, keep_recompute ? run : &rec, nworkers);
+    size_t with = tg_cli_mib(tg_gpt_managed_bytes(cfg, keep_recompute ? run : &rec, nworkers));
     if (run->recompute || keep_recompute || with > limit)
       tg_cli_die("STARPU_LIMIT_CPU_MEM=%zu MiB is below the %zu MiB that %s needs in "
                  "StarPU-managed memory (activations in flight and reduction buffers)%s; "
                  "raise the limit or lower --batch",
-                 tg_mib(limit), tg_mib(with), what,
+                 limit, with, what,
                  run->recompute ? ", with activation recompute"
                  : keep_recompute ? " (with --no-recompute)" : " even with activation recompute");
     run->recompute = 1;
     if (say)
       fprintf(stderr, "taskgrad: activation recompute on (--recompute): %s needs %zu MiB of "
               "StarPU-managed memory without it, %zu MiB with it, and STARPU_LIMIT_CPU_MEM "
-              "is %zu MiB\n", what, tg_mib(need), tg_mib(with), tg_mib(limit));
+              "is %zu MiB\n", what, need, with, limit);
   }
   if (device_bytes <= 0) return;
   double dev = tg_cli_gpt_device_need(cfg, run);

@@ -349,8 +349,10 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
       if (rc) break;
       /* no task has touched the fresh host buffers: plain copies are safe;
        * without params they stay as allocated (zeros; folded, simulated) */
-      if (src) memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
-      if (src) src += (size_t)rows * cols;
+      if (src) {
+        memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
+        src += (size_t)rows * cols;
+      }
       tg_tensor_enable_reduction(&g->g[p][l]);
     }
   }

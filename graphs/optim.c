@@ -321,9 +321,6 @@ int tg_optim_update(tg_optim *o, float lr) {
       rc = tg_param_submit(o, lr, ampp, p, j, &g.opts);
     }
     if (n) tg_param_blocks_switch(p, 1);
-    /* offloaded: the device's copy of the gradient goes first when room is
-     * needed, before the weights that the next passes read */
-    if (o->on_cpu) tg_tensor_wont_use(p->grad);
   }
   if (!rc) rc = tg_adamw_groups_flush(o, &amp, groups, ngroups);
   free(groups);

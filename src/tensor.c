@@ -288,10 +288,6 @@ void tg_split_join(tg_tensor *t, tg_split *s) {
   s->active = 0;
 }
 
-void tg_tensor_wont_use(tg_tensor *t) {
-  if (t->handle) starpu_data_wont_use(t->handle); /* void: nothing to check */
-}
-
 void tg_split_free(tg_tensor *t, tg_split *s) {
   if (s->n == 0 || !t->handle) return;
   if (s->active == 3) {

@@ -81,6 +81,9 @@ fi
 # refused without devices, with one message
 expect_fail "offload without devices" "no devices" train gpt --init-from "$work/r.bin" \
   --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 2 --offload-optimizer
+expect_fail "offload with the sharded data parallelism" "do not go together yet" train gpt \
+  --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 2 \
+  --emulated-devices 2 --micro-batches 2 --offload-optimizer --data-parallel shard
 expect_fail "offload without CPU workers" "CPU workers, and there are none" train gpt \
   --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 0 \
   --emulated-devices 1 --offload-optimizer

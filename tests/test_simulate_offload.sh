@@ -92,6 +92,7 @@ PY
   fi
 fi
 
+expect_fail "--host-memory not a number" "--host-memory" "${args[@]}" --host-memory lots
 expect_fail "host memory too small" "need about .* GB of host memory .* platform h100x1's host" \
   "${args[@]}" --host-memory 0.01
 

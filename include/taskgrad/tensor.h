@@ -91,10 +91,6 @@ void tg_split_readonly(tg_tensor *t, tg_split *s);
 void tg_split_write(tg_tensor *t, tg_split *s);
 void tg_split_join(tg_tensor *t, tg_split *s);
 void tg_split_free(tg_tensor *t, tg_split *s);
-/* Tells StarPU that t will not be used again soon (after the tasks already
- * submitted on it): its value goes back to main RAM when the bus is idle and
- * its device copies are evicted first when a device is full (offload). */
-void tg_tensor_wont_use(tg_tensor *t);
 /* The same for a tensor under a static split s (tg_tensor_split_static):
  * every block acquired in main RAM, then the whole host buffer copied. */
 int tg_tensor_read_split(const tg_tensor *t, const tg_split *s, void *dst);
