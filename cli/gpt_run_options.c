@@ -75,6 +75,9 @@ static const run_option options[] = {
      "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
     {"--classifier-blocks", "R", K_INT, F(cfg.classifier_blocks), 1, TG_MAX_SPLIT, -1, GPT,
      "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
+    {"--tiles", "N", K_INT, F(cfg.linear_tiles), 1, TG_MAX_SPLIT, -1, GPT,
+     "tasks per linear layer: column tiles of its\noutput and of its input's gradient (default:\n"
+     "the CPU workers per micro-batch, at most 16;\n1 up to 4 workers or with devices)"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
      "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
     {"--data-parallel", "MODE", K_DATA_PARALLEL, F(cfg.data_parallel), 0, 0, -1, GPT,

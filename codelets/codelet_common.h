@@ -63,6 +63,12 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
 #endif
 
 uint32_t tg_footprint(struct starpu_task *task);
+/* The bytes a tile task really reads and writes, for the simulator's
+ * roofline: a tile reads its block of the whole weight or wte handle it is
+ * given (codelets/linear.c, lm_classifier_tile.c), which counting
+ * the handles would overstate by the tile count.  -1 for any other task. */
+double tg_tile_task_bytes(struct starpu_task *task);
+double tg_linear_tile_bytes(struct starpu_task *task); /* its linear part */
 
 /* Every codelet's functions run through the low-precision adapter
  * (codelets/lowp_adapter.c): a task submitted with 2-byte buffers and

@@ -6,6 +6,21 @@
  * works on cache-hot data (see kernels/cpu/linear.c).  The buffers depend on
  * the activation: with TG_ACT_NONE there is no H (forward) or Zprev
  * (backward), so the number of buffers varies per task.
+ *
+ * Column tiles of both (graphs/gpt_tiles.c, --tiles):
+ *   tg_linear_fwd_tile:       Zj = X W[c0 : c0+m]^T + b[c0 : c0+m];  Hj = act(Zj)
+ *   tg_linear_bwd_data_tile:  dXj = (dZ W[:, c0 : c0+m]) * act'(Zprev[:, c0 : c0+m])
+ * where Zj, Hj and dXj (rows, m) are column blocks of the layer's output
+ * (a column plan, tensor.h) and c0 is the block's first column.  The inputs
+ * are read whole and the tile's part is found by offset, so no weight is
+ * ever partitioned: a step's tiles of one layer read the same W at once, in
+ * StarPU's shared read mode, and the optimizer writes it whole after.  A
+ * whole layer is the tile c0 = 0, m = out (forward) or in (backward): the
+ * same functions run both, under two codelets so that their perfmodel
+ * histories stay apart.  A tile's elements are the whole layer's dot
+ * products; whether the BLAS rounds a column block as it rounds the whole
+ * depends on its kernels' edges (tests/test_tiles.sh says what it
+ * measured).  Times: bench/results/2026-11-26-tiles.md.
  */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
@@ -14,28 +29,37 @@
 #endif
 
 typedef struct tg_linear_args {
-  uint32_t shape;
+  uint32_t shape; /* the activation: the offset does not change the cost */
   int act;
+  int c0; /* first column of the tile (0: the whole layer) */
 } tg_linear_args;
 
-/* forward buffers: X, W, b, Z [, H] */
+/* element i of buffer buf's first row, whatever its element size */
+static void *tg_at(void *buf, size_t i) {
+  return (char *)STARPU_MATRIX_GET_PTR(buf) + i * STARPU_MATRIX_GET_ELEMSIZE(buf);
+}
+#define TG_FAT(buf, i) ((float *)tg_at((buf), (i)))
+
+/* forward buffers: X (rows, in), W (out, in), b (1, out), Zj (rows, m) [, Hj] */
 static void tg_linear_fwd_cpu(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_h = a->act != TG_ACT_NONE;
-  tg_cpu_linear_fwd(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_ROWS(buffers[1]),
-                    TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-                    TG_LD(buffers[1]), TG_PTR(buffers[2]), a->act, TG_PTR(buffers[3]),
+  size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
+  tg_cpu_linear_fwd(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_COLS(buffers[3]),
+                    TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], w0),
+                    TG_LD(buffers[1]), TG_FAT(buffers[2], a->c0), a->act, TG_PTR(buffers[3]),
                     TG_LD(buffers[3]), has_h ? TG_PTR(buffers[4]) : NULL,
                     has_h ? TG_LD(buffers[4]) : 0);
 }
 
-/* backward buffers: dZ, W, dX [, Zprev] */
+/* backward buffers: dZ (rows, out), W (out, in), dXj (rows, m) [, Zprev (rows, in)] */
 static void tg_linear_bwd_data_cpu(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_z = a->act != TG_ACT_NONE;
-  tg_cpu_linear_bwd_data(TG_ROWS(buffers[0]), TG_COLS(buffers[1]), TG_ROWS(buffers[1]),
-                         TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-                         TG_LD(buffers[1]), a->act, has_z ? TG_PTR(buffers[3]) : NULL,
+  tg_cpu_linear_bwd_data(TG_ROWS(buffers[0]), TG_COLS(buffers[2]), TG_ROWS(buffers[1]),
+                         TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], a->c0),
+                         TG_LD(buffers[1]), a->act,
+                         has_z ? TG_FAT(buffers[3], a->c0) : NULL,
                          has_z ? TG_LD(buffers[3]) : 0, TG_PTR(buffers[2]),
                          TG_LD(buffers[2]));
 }
@@ -49,12 +73,13 @@ static void tg_linear_check(cudaError_t e, cublasStatus_t s, const char *op) {
 static void tg_linear_fwd_cuda(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_h = a->act != TG_ACT_NONE;
+  size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_fwd(
       starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[0]),
-      TG_ROWS(buffers[1]), TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-      TG_LD(buffers[1]), TG_PTR(buffers[2]), a->act, TG_PTR(buffers[3]), TG_LD(buffers[3]),
-      has_h ? TG_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
+      TG_COLS(buffers[3]), TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], w0),
+      TG_LD(buffers[1]), TG_FAT(buffers[2], a->c0), a->act, TG_PTR(buffers[3]),
+      TG_LD(buffers[3]), has_h ? TG_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
       starpu_cuda_get_local_stream(), &s);
   tg_linear_check(e, s, "tg_linear_fwd");
 }
@@ -64,49 +89,49 @@ static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
   int has_z = a->act != TG_ACT_NONE;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_bwd_data(
-      starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[1]),
-      TG_ROWS(buffers[1]), TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
-      TG_LD(buffers[1]), a->act, has_z ? TG_PTR(buffers[3]) : NULL,
+      starpu_cublas_get_local_handle(), TG_ROWS(buffers[0]), TG_COLS(buffers[2]),
+      TG_ROWS(buffers[1]), TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], a->c0),
+      TG_LD(buffers[1]), a->act, has_z ? TG_FAT(buffers[3], a->c0) : NULL,
       has_z ? TG_LD(buffers[3]) : 0, TG_PTR(buffers[2]), TG_LD(buffers[2]),
       starpu_cuda_get_local_stream(), &s);
   tg_linear_check(e, s, "tg_linear_bwd_data");
 }
 
-/* 1 when buffer i is a 2-byte matrix */
 static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
 
-/* Tasks with 16-bit X and W go to the tensor cores (linear_lowp.cu); the
- * workspace ws has room for the f32 result when Z is 16-bit. */
-static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp, float *ws) {
+/* 16-bit X and W: the tensor cores (linear_lowp.cu), as the untiled codelet */
+static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
+                                          float *ws) {
   const tg_linear_args *a = cl_arg;
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
   int has_h = a->act != TG_ACT_NONE;
+  size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_fwd_lowp(
       starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[0]),
-      TG_ROWS(buffers[1]), TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
-      TG_LD(buffers[1]), (void *)STARPU_MATRIX_GET_PTR(buffers[2]), tg_is16(buffers[2]),
-      a->act, (void *)STARPU_MATRIX_GET_PTR(buffers[3]), TG_LD(buffers[3]),
-      tg_is16(buffers[3]), has_h ? (void *)STARPU_MATRIX_GET_PTR(buffers[4]) : NULL,
-      has_h ? TG_LD(buffers[4]) : 0, has_h && tg_is16(buffers[4]), ws,
-      starpu_cuda_get_local_stream(), &s);
+      TG_COLS(buffers[3]), TG_HPTR(buffers[0]), TG_LD(buffers[0]),
+      (const uint16_t *)tg_at(buffers[1], w0), TG_LD(buffers[1]), tg_at(buffers[2], a->c0),
+      tg_is16(buffers[2]), a->act, (void *)STARPU_MATRIX_GET_PTR(buffers[3]),
+      TG_LD(buffers[3]), tg_is16(buffers[3]),
+      has_h ? (void *)STARPU_MATRIX_GET_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
+      has_h && tg_is16(buffers[4]), ws, starpu_cuda_get_local_stream(), &s);
   tg_linear_check(e, s, "tg_linear_fwd");
   return 0;
 }
 
 static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
-                                          float *ws) {
+                                               float *ws) {
   const tg_linear_args *a = cl_arg;
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
   int has_z = a->act != TG_ACT_NONE;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_bwd_data_lowp(
-      starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[1]),
-      TG_ROWS(buffers[1]), TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
-      TG_LD(buffers[1]), a->act, has_z ? (void *)STARPU_MATRIX_GET_PTR(buffers[3]) : NULL,
-      has_z ? TG_LD(buffers[3]) : 0, has_z && tg_is16(buffers[3]),
-      (void *)STARPU_MATRIX_GET_PTR(buffers[2]), TG_LD(buffers[2]), tg_is16(buffers[2]), ws,
-      starpu_cuda_get_local_stream(), &s);
+      starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[2]),
+      TG_ROWS(buffers[1]), TG_HPTR(buffers[0]), TG_LD(buffers[0]),
+      (const uint16_t *)tg_at(buffers[1], (size_t)a->c0), TG_LD(buffers[1]), a->act,
+      has_z ? tg_at(buffers[3], (size_t)a->c0) : NULL, has_z ? TG_LD(buffers[3]) : 0,
+      has_z && tg_is16(buffers[3]), (void *)STARPU_MATRIX_GET_PTR(buffers[2]),
+      TG_LD(buffers[2]), tg_is16(buffers[2]), ws, starpu_cuda_get_local_stream(), &s);
   tg_linear_check(e, s, "tg_linear_bwd_data");
   return 0;
 }
@@ -114,8 +139,12 @@ static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtyp
 
 TG_CODELET_NATIVE_CUDA(linear_fwd, tg_linear_fwd_cpu, tg_linear_fwd_cuda,
                        tg_linear_fwd_cuda_native);
-TG_CODELET_NATIVE_CUDA(linear_bwd_data, tg_linear_bwd_data_cpu, tg_linear_bwd_data_cuda,
-                       tg_linear_bwd_data_cuda_native);
+TG_CODELET_NATIVE_CUDA(linear_bwd_data, tg_linear_bwd_data_cpu,
+                       tg_linear_bwd_data_cuda, tg_linear_bwd_data_cuda_native);
+TG_CODELET_NATIVE_CUDA(linear_fwd_tile, tg_linear_fwd_cpu, tg_linear_fwd_cuda,
+                       tg_linear_fwd_cuda_native);
+TG_CODELET_NATIVE_CUDA(linear_bwd_data_tile, tg_linear_bwd_data_cpu,
+                       tg_linear_bwd_data_cuda, tg_linear_bwd_data_cuda_native);
 
 static int tg_linear_act_check(tg_activation act, const char *op) {
   if (act != TG_ACT_RELU && act != TG_ACT_GELU && act != TG_ACT_NONE)
@@ -140,7 +169,7 @@ int tg_linear_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t W,
     TG_TRY(tg_expect(H, "tg_linear_fwd", "H", rows, out, TG_FLOAT_SLOT));
     n = 5;
   }
-  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act};
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act, .c0 = 0};
   starpu_data_handle_t h[5] = {X, W, b, Z, H};
   enum starpu_data_access_mode md[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W};
   return tg_submit(&tg_linear_fwd_cl, n, h, md, &args, sizeof args,
@@ -163,9 +192,103 @@ int tg_linear_bwd_data_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
     TG_TRY(tg_expect(Zprev, "tg_linear_bwd_data", "Zprev", rows, in, TG_FLOAT_SLOT));
     n = 4;
   }
-  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act};
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act, .c0 = 0};
   starpu_data_handle_t h[4] = {dZ, W, dX, Zprev};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_W, STARPU_R};
   return tg_submit(&tg_linear_bwd_data_cl, n, h, md, &args, sizeof args,
                    2.0 * rows * out * in, opts);
 }
+
+/* ---- column tiles -------------------------------------------------------------- */
+
+/* -EINVAL unless the tile [c0, c0 + m) lies within extent */
+static int tg_tile_range(const char *op, int c0, int m, int extent, const char *what) {
+  if (c0 < 0 || m < 1 || c0 > extent - m)
+    return tg_fail(EINVAL, "%s: tile columns [%d, %d) outside %s's %d", op, c0, c0 + m, what,
+                   extent);
+  return 0;
+}
+
+int tg_linear_fwd_tile_insert(int c0, starpu_data_handle_t X, starpu_data_handle_t W,
+                              starpu_data_handle_t b, tg_activation act,
+                              starpu_data_handle_t Zj, starpu_data_handle_t Hj,
+                              const tg_task_opts *opts) {
+  const char *op = "tg_linear_fwd_tile";
+  int rows, in, out, win, zr, m;
+  TG_TRY(tg_linear_act_check(act, op));
+  TG_TRY(tg_shape(X, "tg_linear_fwd_tile: X", &rows, &in));
+  TG_TRY(tg_shape(W, "tg_linear_fwd_tile: W", &out, &win));
+  if (win != in)
+    return tg_fail(EINVAL, "%s: X has %d features, W is (%d, %d)", op, in, out, win);
+  TG_TRY(tg_expect(b, op, "b", 1, out, TG_FLOAT_SLOT));
+  TG_TRY(tg_shape(Zj, "tg_linear_fwd_tile: Zj", &zr, &m));
+  TG_TRY(tg_expect(Zj, op, "Zj", rows, m, TG_FLOAT_SLOT));
+  TG_TRY(tg_tile_range(op, c0, m, out, "W"));
+  int n = 4;
+  if (act != TG_ACT_NONE) {
+    TG_TRY(tg_expect(Hj, op, "Hj", rows, m, TG_FLOAT_SLOT));
+    n = 5;
+  }
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act, .c0 = c0};
+  starpu_data_handle_t h[5] = {X, W, b, Zj, Hj};
+  enum starpu_data_access_mode md[5] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W};
+  return tg_submit(&tg_linear_fwd_tile_cl, n, h, md, &args, sizeof args,
+                   2.0 * rows * m * in, opts);
+}
+
+int tg_linear_bwd_data_tile_insert(int c0, starpu_data_handle_t dZ, starpu_data_handle_t W,
+                                   tg_activation act, starpu_data_handle_t Zprev,
+                                   starpu_data_handle_t dXj, const tg_task_opts *opts) {
+  const char *op = "tg_linear_bwd_data_tile";
+  int rows, in, out, zout, xr, m;
+  TG_TRY(tg_linear_act_check(act, op));
+  TG_TRY(tg_shape(W, "tg_linear_bwd_data_tile: W", &out, &in));
+  TG_TRY(tg_shape(dZ, "tg_linear_bwd_data_tile: dZ", &rows, &zout));
+  if (zout != out)
+    return tg_fail(EINVAL, "%s: dZ has %d columns, W is (%d, %d)", op, zout, out, in);
+  TG_TRY(tg_shape(dXj, "tg_linear_bwd_data_tile: dXj", &xr, &m));
+  TG_TRY(tg_expect(dXj, op, "dXj", rows, m, TG_FLOAT_SLOT));
+  TG_TRY(tg_tile_range(op, c0, m, in, "W"));
+  int n = 3;
+  if (act != TG_ACT_NONE) {
+    TG_TRY(tg_expect(Zprev, op, "Zprev", rows, in, TG_FLOAT_SLOT));
+    n = 4;
+  }
+  tg_linear_args args = {.shape = (uint32_t)act, .act = (int)act, .c0 = c0};
+  starpu_data_handle_t h[4] = {dZ, W, dXj, Zprev};
+  enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_R, STARPU_W, STARPU_R};
+  return tg_submit(&tg_linear_bwd_data_tile_cl, n, h, md, &args, sizeof args,
+                   2.0 * rows * out * m, opts);
+}
+
+/* ---- the bytes a tile touches (simulator) --------------------------------------- */
+
+static double tg_bytes_of(struct starpu_task *t, int i) {
+  return (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, i));
+}
+
+static double tg_elem_of(struct starpu_task *t, int i) {
+  return (double)starpu_matrix_get_elemsize(STARPU_TASK_GET_HANDLE(t, i));
+}
+
+double tg_linear_tile_bytes(struct starpu_task *t) {
+  if (t->cl == &tg_linear_fwd_tile_cl) { /* X, W[c0:c0+m], b[c0:c0+m], Zj [, Hj] */
+    starpu_data_handle_t X = STARPU_TASK_GET_HANDLE(t, 0), Z = STARPU_TASK_GET_HANDLE(t, 3);
+    double in = starpu_matrix_get_nx(X), m = starpu_matrix_get_nx(Z);
+    double b = tg_bytes_of(t, 0) + m * in * tg_elem_of(t, 1) + m * tg_elem_of(t, 2);
+    for (unsigned i = 3; i < STARPU_TASK_GET_NBUFFERS(t); i++) /* not the adapter's scratch */
+      if (!(STARPU_TASK_GET_MODE(t, i) & STARPU_SCRATCH)) b += tg_bytes_of(t, i);
+    return b;
+  }
+  if (t->cl == &tg_linear_bwd_data_tile_cl) { /* dZ, W[:, c0:c0+m], dXj [, Zprev[:, c0:c0+m]] */
+    starpu_data_handle_t dZ = STARPU_TASK_GET_HANDLE(t, 0), dX = STARPU_TASK_GET_HANDLE(t, 2);
+    double out = starpu_matrix_get_nx(dZ), m = starpu_matrix_get_nx(dX);
+    double rows = starpu_matrix_get_ny(dX);
+    double b = tg_bytes_of(t, 0) + out * m * tg_elem_of(t, 1) + tg_bytes_of(t, 2);
+    if (STARPU_TASK_GET_NBUFFERS(t) > 3 && !(STARPU_TASK_GET_MODE(t, 3) & STARPU_SCRATCH))
+      b += rows * m * tg_elem_of(t, 3);
+    return b;
+  }
+  return -1;
+}
+

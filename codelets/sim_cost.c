@@ -70,7 +70,9 @@ void tg_sim_counts(long *h, long *r) {
 /* Codelets whose flops are a GEMM's (tensor-core eligible on GPUs). */
 static int tg_gemm_class(const char *name) {
   static const char *const gemms[] = {"tg_gemm", "tg_gemm_lowp", "tg_linear_fwd",
-                                      "tg_linear_bwd_data", "tg_lm_classifier"};
+                                      "tg_linear_bwd_data", "tg_lm_classifier",
+                                      "tg_linear_fwd_tile", "tg_linear_bwd_data_tile",
+                                      "tg_lm_logits_tile"};
   for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++)
     if (name && !strcmp(name, gemms[i])) return 1;
   return 0;
@@ -172,7 +174,8 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     return us;
   }
   atomic_fetch_add(&tg_misses, 1);
-  double flops = task->flops > 0 ? task->flops : 0, bytes = tg_task_bytes(task);
+  double flops = task->flops > 0 ? task->flops : 0, bytes = tg_tile_task_bytes(task);
+  if (bytes < 0) bytes = tg_task_bytes(task);
   double peak, bw;
   if (arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER) {
     int lowp = tg_lowp_of_task(task, NULL) || (task->cl && task->cl->name &&

@@ -209,6 +209,13 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->offload_optimizer && r->data_parallel == TG_DP_SHARD)
     return tg_fail(EINVAL, "GPT: the offloaded optimizer and the sharded data parallelism "
                    "(--data-parallel shard) do not go together yet: use --data-parallel redux");
+  if (r->linear_tiles < 0 || r->linear_tiles > TG_MAX_SPLIT)
+    return tg_fail(EINVAL, "GPT: linear tiles %d not in [0 (auto), %d]", r->linear_tiles,
+                   TG_MAX_SPLIT);
+  if (r->linear_tiles == 0) r->linear_tiles = tg_gpt_tiles_auto(c, r);
+  if (r->linear_tiles > c->channels)
+    return tg_fail(EINVAL, "GPT: %d linear tiles for %d channels: at most one per channel",
+                   r->linear_tiles, c->channels);
   if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
     return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
                    TG_MAX_SPLIT);
@@ -375,7 +382,8 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
     if (!g->attn) rc = tg_fail(ENOMEM, "GPT: out of memory for attention buffers");
   }
   for (int i = 0; i < sets && rc == 0; i++)
-    rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M);
+    rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M, tg_gpt_tile_node(g, i % M));
+  if (rc == 0 && g->run.linear_tiles > 1) rc = tg_gpt_tiles_create(g, ACT(g));
   if (rc) tg_gpt_destroy(g);
   return rc;
 }
@@ -391,6 +399,7 @@ void tg_gpt_destroy(tg_gpt *g) {
   g->nshards = 0;
   g->dp = NULL;
   tg_split_free(&g->g[TG_WTE][0], &g->dwte_split);
+  tg_gpt_tiles_destroy(g);
   free(g->embed_dres);
   g->embed_dres = NULL;
   if (g->attn) {
@@ -412,6 +421,7 @@ void tg_gpt_destroy(tg_gpt *g) {
 /* Forward activations of one layer kept for its backward. */
 typedef struct tg_gpt_layer_acts {
   tg_tensor x, ln1, mean1, rstd1, x2, ln2, mean2, rstd2, fch, fchg;
+  tg_split *fch_c, *fchg_c; /* tiled: fch and fchg are the attention set's */
 } tg_gpt_layer_acts;
 
 typedef struct tg_gpt_micro {
@@ -422,6 +432,7 @@ typedef struct tg_gpt_micro {
   int attn_stride;
   tg_gpt_layer_acts acts[TG_GPT_MAX_LAYERS];
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
+  tg_split *dlnf_c;               /* tiled classifier: dlnf is a tile buffer */
   int dev;                        /* sharded: its device, else 0 */
   int last;                       /* the step's last micro-batch submitted */
   int worker;                     /* sharded: the worker its tasks run on, else -1 */
@@ -491,6 +502,23 @@ static int tg_act_temp(const tg_gpt *g, tg_tensor *t, int rows, int cols) {
 }
 #define TEMP(t, r, c) tg_act_temp(g, t, r, c)
 
+/* A linear layer's output (rows, cols): tiled, micro-batch mb's persistent
+ * buffer `which` and *plan its column plan (gpt_tiles.c); else a new
+ * temporary and *plan NULL. */
+static int tg_gpt_out(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_tile_buf which, int l,
+                      tg_tensor *t, tg_split **plan, int rows, int cols) {
+  if (tg_gpt_tile_out(g, mb->micro, which, l, t, plan)) return 0;
+  return TEMP(t, rows, cols);
+}
+
+/* The end of an output's use in this layer: a temporary is released, a
+ * persistent tiled buffer (plan set) only forgotten here. */
+static void tg_gpt_out_release(tg_tensor *t, const tg_split *plan) {
+  if (plan) memset(t, 0, sizeof *t);
+  else tg_tensor_release(t);
+}
+#define NT(g) ((g)->run.linear_tiles)
+
 /* How micro-batch mb's next contribution to gradient (p, l) adds
  * (reduce.h, lazy sums): TG_OVERWRITE for the first one to its handle when
  * it can overwrite, after the zeros when it cannot. */
@@ -530,9 +558,10 @@ static int tg_gpt_bgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l
  * backward submits the block's forward again). */
 static void tg_gpt_block_drop(tg_gpt_micro *mb, int l) {
   tg_gpt_layer_acts *A = &mb->acts[l];
-  tg_tensor *all[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x2,
-                      &A->ln2, &A->mean2, &A->rstd2, &A->fch, &A->fchg};
+  tg_tensor *all[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x2, &A->ln2, &A->mean2, &A->rstd2};
   for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) tg_tensor_release(all[k]);
+  tg_gpt_out_release(&A->fch, A->fch_c);
+  tg_gpt_out_release(&A->fchg, A->fchg_c);
 }
 
 /* Block l of micro-batch mb's forward from its input x (n, C) into
@@ -550,32 +579,42 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
   TG_TRY(tg_temp(&A->rstd1, n, 1));  /* (n, 1) f32 */
   TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l), A->ln1.handle,
                                  A->mean1.handle, A->rstd1.handle, o));
-  TG_TRY(tg_linear_fwd_insert(A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
-                              at->qkv.handle, NULL, o));
+  int N = NT(g);
+  TG_TRY(tg_gpt_linear_fwd(N, A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
+                           &at->qkv, N > 1 ? &at->qkv_c : NULL, NULL, NULL, o));
   TG_TRY(tg_gpt_attn_fwd(g, at, S, o));
-  tg_tensor proj;
-  TG_TRY(TEMP(&proj, n, C));
-  TG_TRY(tg_linear_fwd_insert(at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
-                              TG_ACT_NONE, proj.handle, NULL, o));
+  tg_tensor proj;                    /* (n, C) */
+  tg_split *pc;
+  TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
+  TG_TRY(tg_gpt_linear_fwd(N, at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
+                           TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   TG_TRY(TEMP(&A->x2, n, C));        /* (n, C) x + attention */
   TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, o));
-  tg_tensor_release(&proj);
+  tg_gpt_out_release(&proj, pc);
   TG_TRY(TEMP(&A->ln2, n, C));
   TG_TRY(tg_temp(&A->mean2, n, 1));
   TG_TRY(tg_temp(&A->rstd2, n, 1));
   TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
                                  A->ln2.handle, A->mean2.handle, A->rstd2.handle, o));
-  TG_TRY(TEMP(&A->fch, n, 4 * C));   /* (n, 4C) pre-activation */
-  TG_TRY(TEMP(&A->fchg, n, 4 * C));  /* (n, 4C) GELU of it */
-  TG_TRY(tg_linear_fwd_insert(A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
-                              A->fch.handle, A->fchg.handle, o));
+  A->fch_c = A->fchg_c = NULL;
+  if (N > 1) { /* the set's buffers, with their column plans */
+    A->fch = at->fch;
+    A->fchg = at->fchg;
+    A->fch_c = &at->fch_c;
+    A->fchg_c = &at->fchg_c;
+  } else {
+    TG_TRY(TEMP(&A->fch, n, 4 * C));   /* (n, 4C) pre-activation */
+    TG_TRY(TEMP(&A->fchg, n, 4 * C));  /* (n, 4C) GELU of it */
+  }
+  TG_TRY(tg_gpt_linear_fwd(N, A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
+                           &A->fch, A->fch_c, &A->fchg, A->fchg_c, o));
   if (!x_out) return 0;
-  TG_TRY(TEMP(&proj, n, C));
-  TG_TRY(tg_linear_fwd_insert(A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
-                              TG_ACT_NONE, proj.handle, NULL, o));
+  TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
+  TG_TRY(tg_gpt_linear_fwd(N, A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
+                           TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   TG_TRY(TEMP(x_out, n, C));
   TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
-  tg_tensor_release(&proj);
+  tg_gpt_out_release(&proj, pc);
   /* the last block's backward comes right after: nothing to gain */
   if (!g->run.recompute || l == g->cfg.num_layers - 1) return 0;
   /* keep x only; the shared attention buffers whole for the next block */
@@ -625,8 +664,9 @@ static void tg_gpt_release_forward(tg_gpt *g, tg_gpt_micro *mb) {
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     tg_split_join(&at->qkv, &at->qkv_s);
   }
-  tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf, &mb->dlnf};
+  tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
+  tg_gpt_out_release(&mb->dlnf, mb->dlnf_c);
 }
 
 /* The embedding backward of micro-batch mb from dres = dL/dx0 (n, C),
@@ -644,9 +684,26 @@ static int tg_gpt_embed_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_tensor *dres) 
   return rc;
 }
 
+/* Tiled: the residual stream's gradient dres (n, C) as a new temporary, a
+ * copy, before the LayerNorm backward adds into it.  The weight gradient of
+ * the projection reads the old dres, and an add in place would wait for
+ * that GEMM (a write after read): on many cores, with the backward-data in
+ * tiles, those waits were most of a layer's backward (GPT-2 124M, 64
+ * simulated cores: bench/results/2026-11-26-tiles.md).  The copy is the same
+ * bits. */
+static int tg_gpt_dres_rename(tg_gpt *g, tg_tensor *dres, const tg_task_opts *o) {
+  if (NT(g) < 2) return 0;
+  tg_tensor next;
+  TG_TRY(TEMP(&next, dres->rows, dres->cols));
+  int rc = tg_gather_rows_insert(1, &dres->handle, next.handle, o);
+  tg_tensor_release(dres);
+  *dres = next;
+  return rc;
+}
+
 static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   const tg_gpt_config *c = &g->cfg;
-  int n = mb->n, C = c->channels, L = c->num_layers;
+  int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
   tg_gopts go;
   tg_tensor dres, tmp;
   TG_TRY(TEMP(&dres, n, C));
@@ -656,8 +713,9 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
                                  G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), GMODE(g), BWD(L)));
-  tg_tensor *fin[] = {&mb->dlnf, &mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
+  tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
+  tg_gpt_out_release(&mb->dlnf, mb->dlnf_c);
   for (int l = c->num_layers - 1; l >= 0; l--) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
@@ -667,43 +725,46 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     /* MLP block: dres holds dL/d(x2 + fcproj) */
     TG_TRY(tg_gpt_wgrad(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_FCPROJB, l, dres.handle, WGRAD(l)));
-    TG_TRY(TEMP(&tmp, n, 4 * C)); /* dL/dfch */
-    TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
-                                     A->fch.handle, tmp.handle, BWD(l)));
-    tg_tensor_release(&A->fchg);
-    tg_tensor_release(&A->fch);
+    tg_split *tc, *dc;
+    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
+    TG_TRY(tg_gpt_linear_bwd_data(N, dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
+                                  A->fch.handle, &tmp, tc, BWD(l)));
+    tg_gpt_out_release(&A->fchg, A->fchg_c);
+    tg_gpt_out_release(&A->fch, A->fch_c);
     TG_TRY(tg_gpt_wgrad(g, mb, TG_FCW, l, tmp.handle, A->ln2.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_FCB, l, tmp.handle, WGRAD(l)));
-    tg_tensor dln;
-    TG_TRY(TEMP(&dln, n, C));
-    TG_TRY(tg_linear_bwd_data_insert(tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL,
-                                     dln.handle, BWD(l)));
-    tg_tensor_release(&tmp);
+    tg_tensor dln;                                                   /* (n, C) */
+    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
+    TG_TRY(tg_gpt_linear_bwd_data(N, tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL, &dln, dc,
+                                  BWD(l)));
+    tg_gpt_out_release(&tmp, tc);
+    TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
     GZERO(TG_LN2W, l);
     GZERO(TG_LN2B, l);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
                                    A->mean2.handle, A->rstd2.handle, dres.handle,
                                    G(g, TG_LN2W, l), G(g, TG_LN2B, l), GMODE(g), BWD(l)));
-    tg_tensor_release(&dln);
+    tg_gpt_out_release(&dln, dc);
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
     TG_TRY(tg_gpt_wgrad(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_ATTPROJB, l, dres.handle, WGRAD(l)));
-    TG_TRY(tg_linear_bwd_data_insert(dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
-                                     at->dout.handle, BWD(l)));
+    TG_TRY(tg_gpt_linear_bwd_data(N, dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
+                                  &at->dout, N > 1 ? &at->dout_c : NULL, BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
     TG_TRY(tg_gpt_wgrad(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_QKVB, l, at->dqkv.handle, WGRAD(l)));
-    TG_TRY(TEMP(&dln, n, C));
-    TG_TRY(tg_linear_bwd_data_insert(at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
-                                     dln.handle, BWD(l)));
+    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
+    TG_TRY(tg_gpt_linear_bwd_data(N, at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
+                                  &dln, dc, BWD(l)));
+    TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
     GZERO(TG_LN1W, l);
     GZERO(TG_LN1B, l);
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
                                    G(g, TG_LN1W, l), G(g, TG_LN1B, l), GMODE(g), BWD(l)));
-    tg_tensor_release(&dln);
+    tg_gpt_out_release(&dln, dc);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
     TG_TRY(tg_gpt_exchange_layer(g, mb, l));
@@ -740,6 +801,85 @@ static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
   return backward && tg_sum_in_place() && !tg_deterministic() && !ACT(g);
 }
 
+/* 1 when the classifier runs in vocabulary tiles (gpt_tiles.c): with the
+ * linear layers tiled, training, in f32 */
+static int tg_gpt_classifier_tiled(const tg_gpt *g, int backward) {
+  return backward && NT(g) > 1 && !ACT(g);
+}
+
+int tg_gpt_classifier_tiles(const tg_gpt *g) {
+  return tg_gpt_classifier_tiled(g, 1) ? NT(g) : 0;
+}
+
+/* dwte (Vp, C) += alpha dlogits^T lnf for micro-batch mb: off the critical
+ * path (the wte update at the end of the step is the only task that waits
+ * for it); one GEMM, or one per row block of dwte, where block j's
+ * increments of the micro-batches wait for each other, not for those of
+ * the other blocks */
+static int tg_gpt_dwte(tg_gpt *g, tg_gpt_micro *mb, starpu_data_handle_t dl, float alpha) {
+  int L = g->cfg.num_layers, i = mb->micro;
+  tg_gopts go;
+  tg_accum mode = TG_ACCUMULATE;
+  TG_TRY(tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode));
+  if (g->dwte_blocks < 2)
+    return tg_gemm_insert(1, 0, alpha, dl, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
+                          OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
+  for (int j = 0; j < g->dwte_blocks; j++)
+    TG_TRY(tg_lm_classifier_dwte_insert(
+        tg_split_start(g->cfg.padded_vocab_size, g->dwte_blocks, j, NULL), alpha, dl,
+        mb->lnf.handle, g->dwte_split.parts[j], mode,
+        OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte%d", i, j)));
+  return 0;
+}
+
+/* The training classifier of micro-batch mb in vocabulary tiles: the
+ * logits and their stats per tile, the loss and lse in one task, dlogits
+ * per tile (times the loss scale, so that dlnf, a tiled backward-data on
+ * wte, and the dwte increment take them as they are), then dwte. */
+static int tg_gpt_classifier_tiles_insert(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum,
+                                          float scale) {
+  const tg_gpt_config *c = &g->cfg;
+  int L = c->num_layers, i = mb->micro, N = NT(g), V = c->vocab_size;
+  int Vp = c->padded_vocab_size;
+  struct tg_gpt_tilebufs *tb = &g->tilebufs[i];
+  starpu_data_handle_t wte = WG(g, TG_WTE, 0);
+  tg_gopts go;
+  const tg_task_opts *o = OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i);
+  tg_split_write(&tb->dl, &tb->dl_c);
+  tg_split_write(&tb->stats, &tb->stats_c);
+  for (int j = 0; j < N; j++)
+    TG_TRY(tg_lm_logits_tile_insert(V, tg_split_start(Vp, N, j, NULL), mb->lnf.handle, wte,
+                                    tb->dl_c.parts[j], tb->stats_c.parts[j], o));
+  tg_split_join(&tb->dl, &tb->dl_c);
+  tg_split_join(&tb->stats, &tb->stats_c);
+  tg_tensor lse; /* (n, 2) hi, lo */
+  TG_TRY(tg_temp(&lse, mb->n, 2));
+  int rc = tg_lm_softmax_combine_insert(V, scale, tb->stats.handle, tb->dl.handle, mb->targets,
+                                        lse.handle, tg_sum_handle(loss_sum, i),
+                                        tg_sum_mode(loss_sum), o);
+  if (rc == 0) tg_split_write(&tb->dl, &tb->dl_c);
+  for (int j = 0; j < N && rc == 0; j++)
+    rc = tg_lm_dlogits_tile_insert(V, tg_split_start(Vp, N, j, NULL),
+                                   scale * g->optim.scaler.scale, lse.handle, mb->targets,
+                                   tb->dl_c.parts[j], o);
+  tg_split_join(&tb->dl, &tb->dl_c);
+  tg_tensor_release(&lse);
+  TG_TRY(rc);
+  TG_TRY(tg_gpt_linear_bwd_data(N, tb->dl.handle, wte, TG_ACT_NONE, NULL, &mb->dlnf,
+                                mb->dlnf_c, o));
+  return tg_gpt_dwte(g, mb, tb->dl.handle, 1.0f);
+}
+
+/* dL/dlnf (n, C) of micro-batch mb: the tile buffer the tiled classifier
+ * writes, or a temporary */
+static int tg_gpt_dlnf(tg_gpt *g, tg_gpt_micro *mb) {
+  mb->dlnf_c = NULL;
+  if (!tg_gpt_classifier_tiled(g, 1)) return TEMP(&mb->dlnf, mb->n, g->cfg.channels);
+  mb->dlnf = g->tilebufs[mb->micro].dlnf;
+  mb->dlnf_c = &g->tilebufs[mb->micro].dlnf_c;
+  return 0;
+}
+
 /* The tied classifier of micro-batch mb: loss into its leaf of loss_sum and,
  * training, dlnf and dwte's increment. */
 static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int backward,
@@ -748,6 +888,8 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
   int L = c->num_layers, i = mb->micro;
   float gs = g->optim.scaler.scale;
   tg_gopts go;
+  if (tg_gpt_classifier_tiled(g, backward))
+    return tg_gpt_classifier_tiles_insert(g, mb, loss_sum, scale);
   if (!tg_gpt_classifier_split(g, backward)) {
     /* the fused kernel adds into dwte[:V] */
     if (backward) GZERO(TG_WTE, 0);
@@ -765,20 +907,7 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
       c->vocab_size, g->run.classifier_chunk, scale, gs, mb->lnf.handle, WG(g, TG_WTE, 0),
       mb->targets, mb->dlnf.handle, dl.handle, tg_sum_handle(loss_sum, i),
       tg_sum_mode(loss_sum), OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i));
-  /* dwte (Vp, C) += gs dlogits^T lnf: off the critical path (the wte
-   * update at the end of the step is the only task that waits for it) */
-  tg_accum mode = TG_ACCUMULATE;
-  if (rc == 0) rc = tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode);
-  if (rc == 0 && g->dwte_blocks < 2)
-    rc = tg_gemm_insert(1, 0, gs, dl.handle, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
-                        OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
-  /* in row blocks of dwte: block j's increments of the micro-batches wait
-   * for each other, not for those of the other blocks */
-  for (int j = 0; rc == 0 && j < g->dwte_blocks && g->dwte_blocks > 1; j++)
-    rc = tg_lm_classifier_dwte_insert(
-        tg_split_start(c->padded_vocab_size, g->dwte_blocks, j, NULL), gs, dl.handle,
-        mb->lnf.handle, g->dwte_split.parts[j], mode,
-        OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte%d", i, j));
+  if (rc == 0) rc = tg_gpt_dwte(g, mb, dl.handle, gs);
   tg_tensor_release(&dl);
   return rc;
 }
@@ -866,7 +995,7 @@ static int tg_gpt_submission_order(const tg_gpt *g, int k) {
  * loss_sum).  Each micro-batch's forward and classifier, then its backward;
  * sharded, in phases: the forwards layer by layer (layer l of every
  * micro-batch, round-robin over the devices, then layer l + 1), the
- * classifiers, then every backward.  A device runs its forwards before its
+ * classifiers, then every backward; tiled (gpt_tiles.c) the same.  A device runs its forwards before its
  * backwards anyway (their priorities), and StarPU's submission, one task
  * after the other, would otherwise reach the last device only after the
  * whole step of every device before it was submitted (by whole forwards,
@@ -876,7 +1005,10 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
                          float scale) {
   const tg_gpt_config *c = &g->cfg;
   int M = g->run.nmicro, S = g->run.attn_splits, L = c->num_layers;
-  int phased = backward && g->dp;
+  /* tiled, there are many more tasks to submit (at 1 us each in the
+   * simulator, the 4th micro-batch of GPT-2 124M in 16 tiles started 13 ms
+   * after the first): in phases too */
+  int phased = backward && (g->dp || NT(g) > 1);
   tg_gpt_micro **mbs = calloc((size_t)M, sizeof *mbs);
   if (!mbs) return tg_fail(ENOMEM, "GPT: out of memory");
   int rc = 0;
@@ -897,7 +1029,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     tg_gpt_micro_place(g, mb);
     if (phased) continue;
     rc = tg_gpt_forward_micro(g, mb, S);
-    if (rc == 0 && backward) rc = TEMP(&mb->dlnf, mb->n, c->channels);
+    if (rc == 0 && backward) rc = tg_gpt_dlnf(g, mb);
     if (rc == 0) rc = tg_gpt_classifier(g, mb, loss_sum, backward, scale);
     if (rc == 0 && backward)
       rc = tg_gpt_backward_micro(g, mb, S);
@@ -909,7 +1041,7 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
   for (int l = 0; l < L && phased; l++)
     for (int k = 0; k < M && rc == 0; k++) rc = tg_gpt_forward_layers(g, mbs[k], S, l, l + 1);
   for (int k = 0; k < M && phased && rc == 0; k++) {
-    rc = TEMP(&mbs[k]->dlnf, mbs[k]->n, c->channels);
+    rc = tg_gpt_dlnf(g, mbs[k]);
     if (rc == 0) rc = tg_gpt_classifier(g, mbs[k], loss_sum, backward, scale);
   }
   for (int k = 0; k < M && phased && rc == 0; k++) rc = tg_gpt_backward_micro(g, mbs[k], S);

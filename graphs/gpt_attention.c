@@ -16,14 +16,15 @@
 
 /* Attention buffers of one (layer, micro-batch) of b sequences. */
 int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
-                       const tg_gpt_run_config *r, int b) {
+                       const tg_gpt_run_config *r, int b, unsigned node) {
   int n = b * r->T, C = c->channels, NH = c->num_heads, S = r->attn_splits;
   memset(a, 0, sizeof *a);
   tg_dtype act = tg_precision_lowp(r->amp.precision); /* TG_F32 unless 16-bit */
-  TG_TRY(tg_tensor_alloc(&a->qkv, n, 3 * C, act));
-  TG_TRY(tg_tensor_alloc(&a->out, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dout, n, C, act));
-  TG_TRY(tg_tensor_alloc(&a->dqkv, n, 3 * C, act));
+  if (r->linear_tiles < 2) node = STARPU_MAIN_RAM;
+  TG_TRY(tg_gpt_tile_tensor(&a->qkv, n, 3 * C, act, node));
+  TG_TRY(tg_gpt_tile_tensor(&a->out, n, C, act, node));
+  TG_TRY(tg_gpt_tile_tensor(&a->dout, n, C, act, node));
+  TG_TRY(tg_gpt_tile_tensor(&a->dqkv, n, 3 * C, act, node));
   if (r->attention == TG_ATTN_NAIVE)
     TG_TRY(tg_tensor_alloc(&a->state, b * NH * r->T, r->T, TG_F32));
   else
@@ -35,10 +36,13 @@ int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c,
     TG_TRY(tg_split_plan(&a->dqkv, S, &a->dqkv_s));
     TG_TRY(tg_tensor_split_static(&a->state, S, &a->state_s));
   }
+  if (r->linear_tiles > 1)
+    TG_TRY(tg_gpt_attn_tiles_create(a, c, r->linear_tiles, n, act, node));
   return 0;
 }
 
 void tg_gpt_attn_destroy(tg_gpt_attn *a) {
+  tg_gpt_attn_tiles_destroy(a);
   tg_split_free(&a->qkv, &a->qkv_s);
   tg_split_free(&a->out, &a->out_s);
   tg_split_free(&a->dout, &a->dout_s);

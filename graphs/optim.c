@@ -80,9 +80,13 @@ static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
  * target (StarPU 1.3 cannot partition one: see reduce.h). */
 static int tg_param_nblocks(const tg_optim *o, const tg_param *p) {
   if (p->shard) return 0; /* its blocks are the shards' */
-  int workers = tg_ncpu_workers() + tg_ncuda_workers() + tg_nopencl_workers();
+  int devices = tg_ncuda_workers() + tg_nopencl_workers();
+  int workers = tg_ncpu_workers() + devices;
   int n = workers < 8 ? workers : 8;
-  if (o->on_cpu) /* each CPU worker streams its share at its memory bandwidth */
+  /* each CPU worker streams its share at its memory bandwidth: offloaded,
+   * and on a CPU-only node, where 8 cores alone left the update of GPT-2's
+   * wte as the tail of a 64-core step (bench/results/2026-11-26-tiles.md) */
+  if (o->on_cpu || devices == 0)
     n = tg_ncpu_workers() < TG_MAX_SPLIT ? tg_ncpu_workers() : TG_MAX_SPLIT;
   if (n > p->value->rows) n = p->value->rows;
   if (tg_tensor_numel(p->value) < TG_OPTIM_BLOCK_MIN || n < 2) return 0;

@@ -30,7 +30,7 @@ for prec in fp32 bf16; do
     --offload-optimizer --trace "$work/off-$prec.json" || continue
   # where the tasks ran: AdamW on the CPUs only, the layers' tasks on the
   # devices only (the sums' fills and additions may run anywhere)
-  if placed=$("$py" - "$work/off-$prec.json" <<'PY'
+  if placed=$("$py" - "$work/off-$prec.json" 2>&1 <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
@@ -48,7 +48,7 @@ for e in ev:
 assert opt > 0 and dev > 0, (opt, dev)
 print(f"{opt} optimizer tasks on the CPUs, {dev} layer tasks on the devices")
 PY
-  2>&1); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
+  ); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
   same_bits "cpu-$prec" "off-$prec" "$prec: optimizer offloaded to 2 CPUs, 2 devices, recompute"
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
   else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi

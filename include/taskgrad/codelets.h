@@ -110,6 +110,42 @@ int tg_linear_bwd_data_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
                               tg_activation act, starpu_data_handle_t Zprev,
                               starpu_data_handle_t dX, const tg_task_opts *opts);
 
+/* Column tiles of the two above (codelets/linear.c): the tile's
+ * columns [c0, c0 + m) of the whole layer's output, m the columns of Zj,
+ * Hj or dXj (rows, m), usually column blocks of the whole (tensor.h's
+ * column plans).  X, W, b, dZ and Zprev are the whole layer's, read at the
+ * tile's offset:
+ *   fwd_tile       Zj = X W[c0:c0+m, :]^T + b[c0:c0+m];  Hj = act(Zj)
+ *   bwd_data_tile  dXj = (dZ W[:, c0:c0+m]) * act'(Zprev[:, c0:c0+m]) */
+int tg_linear_fwd_tile_insert(int c0, starpu_data_handle_t X, starpu_data_handle_t W,
+                              starpu_data_handle_t b, tg_activation act,
+                              starpu_data_handle_t Zj, starpu_data_handle_t Hj,
+                              const tg_task_opts *opts);
+int tg_linear_bwd_data_tile_insert(int c0, starpu_data_handle_t dZ, starpu_data_handle_t W,
+                                   tg_activation act, starpu_data_handle_t Zprev,
+                                   starpu_data_handle_t dXj, const tg_task_opts *opts);
+
+/* The tied classifier in vocabulary tiles (codelets/lm_classifier_tile.c;
+ * f32).  lnf (n, C), wte (Vp, C) contiguous, V <= Vp the real vocabulary;
+ * a tile is columns [v0, v0 + m) of the (n, Vp) logits:
+ *   logits_tile      logits (n, m) = lnf wte[v0:v0+m]^T, and stats (n, 2):
+ *                    the tile's row max and sum of exp over columns < V;
+ *   softmax_combine  from every tile's stats (n, 2 tiles, in tile order) and
+ *                    the whole logits (n, Vp): lse (n, 2) (hi, lo) and
+ *                    loss (+)= scale * sum of the rows' -log p(target);
+ *   dlogits_tile     in place on a tile dl (n, m) of the logits:
+ *                    alpha (softmax - onehot(target)), zero at columns >= V. */
+int tg_lm_logits_tile_insert(int V, int v0, starpu_data_handle_t lnf, starpu_data_handle_t wte,
+                             starpu_data_handle_t logits, starpu_data_handle_t stats,
+                             const tg_task_opts *opts);
+int tg_lm_softmax_combine_insert(int V, float scale, starpu_data_handle_t stats,
+                                 starpu_data_handle_t logits, starpu_data_handle_t targets,
+                                 starpu_data_handle_t lse, starpu_data_handle_t loss,
+                                 tg_accum loss_accum, const tg_task_opts *opts);
+int tg_lm_dlogits_tile_insert(int V, int v0, float alpha, starpu_data_handle_t lse,
+                              starpu_data_handle_t targets, starpu_data_handle_t dl,
+                              const tg_task_opts *opts);
+
 typedef struct tg_sgd_hyper {
   float lr, momentum, weight_decay, grad_scale;
 } tg_sgd_hyper;
@@ -249,6 +285,8 @@ int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_han
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
  * REDUX merge). */
 extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl,
+    tg_linear_fwd_tile_cl, tg_linear_bwd_data_tile_cl, tg_lm_logits_tile_cl,
+    tg_lm_softmax_combine_cl, tg_lm_dlogits_tile_cl,
     tg_bias_add_cl, tg_bias_grad_cl,
     tg_act_fwd_cl, tg_act_bwd_cl, tg_softmax_xent_cl, tg_accuracy_cl,
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,

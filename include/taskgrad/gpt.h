@@ -80,6 +80,14 @@ typedef struct tg_gpt_run_config {
    * gradients are then summed in leaves (reduce.h), never STARPU_REDUX.
    * Needs CPU workers; not with the sharded data parallelism */
   int offload_optimizer;
+  /* tiled linear layers: each of the four linear layers of a block runs as
+   * this many tasks on column tiles of its output (forward) and of its
+   * input's gradient (backward-data), codelets/linear.c; the weight
+   * gradients stay whole.  Intra-operation parallelism where micro-batches
+   * alone leave workers idle.  0 = auto: by the CPU workers per
+   * micro-batch (1 up to 4 workers, or with devices), at most 16; 1 = off.
+   * Resolved by tg_gpt_create (tg_gpt.run holds the count used) */
+  int linear_tiles;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -89,6 +97,11 @@ tg_gpt_run_config tg_gpt_run_default(int B, int T);
 typedef struct tg_gpt_attn {
   tg_tensor qkv, out, dout, dqkv, state;
   tg_split qkv_s, out_s, dout_s, dqkv_s, state_s;
+  /* tiled linear layers (linear_tiles > 1): the MLP's hidden activations
+   * (pre- and post-GELU, (b T, 4C)) kept here instead of temporaries, and
+   * column plans of the linear layers' outputs (graphs/gpt_tiles.c) */
+  tg_tensor fch, fchg;
+  tg_split qkv_c, dout_c, fch_c, fchg_c;
 } tg_gpt_attn;
 
 typedef struct tg_gpt {
@@ -121,6 +134,7 @@ typedef struct tg_gpt {
   /* internal, sharded data parallelism (graphs/shard.h): the devices, the
    * buckets, and where each tensor is ([param * MAX_LAYERS + l]: bucket *
    * TG_SHARD_MAX_MEMBERS + member); NULL otherwise */
+  struct tg_gpt_tilebufs *tilebufs; /* internal, tiled: [micro] outputs */
   struct tg_dp *dp;
   struct tg_shard *shards;
   int nshards;
@@ -137,6 +151,9 @@ void tg_gpt_destroy(tg_gpt *g);
  * task adds into dwte), else split, its dwte increments in that many row
  * blocks of dwte (1: the whole). */
 int tg_gpt_classifier_blocks(const tg_gpt *g);
+/* The vocabulary tiles of the training classifier (with tiled linear
+ * layers in f32: the linear tile count), or 0 when it is not tiled. */
+int tg_gpt_classifier_tiles(const tg_gpt *g);
 
 /* Zeroes the gradients, then forward and backward of every micro-batch;
  * the gradients are then those of the batch-mean loss. */

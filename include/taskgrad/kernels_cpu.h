@@ -203,6 +203,25 @@ void tg_cpu_classifier_dlogits(int n, int C, int V, int chunk, const float *lnf,
                                float grad_scale, float *dlnf, int lddl, float *loss_acc,
                                float *dlogits, int Vd);
 
+/* The classifier in vocabulary tiles (lm_classifier_tile.c):
+ *   logits_tile   logits (n, m) = lnf (n, C) wte[v0 : v0+m]^T, wte (Vp, C)
+ *                 contiguous; stats (n, 2): each row's max over the tile's
+ *                 columns below V and its sum of exp(x - max) ((-inf, 0)
+ *                 for a tile of padding);
+ *   combine       from the ntiles stats (n, 2 ntiles) and the whole logits
+ *                 (n, ldo): lse (n, 2) as hi, lo floats, and
+ *                 *loss_acc += scale * sum over rows (lse - x_target);
+ *   dlogits_tile  in place on the tile (n, m): alpha (softmax - onehot)
+ *                 below V, zero on the padding.
+ * A target outside [0, V): zero gradient row, NaN loss. */
+void tg_cpu_lm_logits_tile(int n, int C, int V, int v0, int m, const float *lnf, int ldl,
+                           const float *wte, float *logits, int ldo, float *stats, int lds);
+void tg_cpu_lm_softmax_combine(int n, int V, int ntiles, const float *stats, int lds,
+                               const float *logits, int ldo, const int32_t *targets,
+                               float scale, float *lse, int ldlse, float *loss_acc);
+void tg_cpu_lm_dlogits_tile(int n, int V, int v0, int m, const float *lse, int ldlse,
+                            const int32_t *targets, float alpha, float *dl, int ldd);
+
 #ifdef __cplusplus
 }
 #endif

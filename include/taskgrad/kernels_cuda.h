@@ -174,6 +174,19 @@ cudaError_t tg_cuda_classifier_dlogits(cublasHandle_t handle, int n, int C, int 
                                        float *dlnf, int lddl, float *loss_acc, float *dlogits,
                                        int Vd, cudaStream_t stream);
 
+/* The classifier in vocabulary tiles: see tg_cpu_lm_logits_tile and its
+ * siblings (kernels_cpu.h); cuBLAS on `handle`, bound to `stream`. */
+cudaError_t tg_cuda_lm_logits_tile(cublasHandle_t handle, int n, int C, int V, int v0, int m,
+                                   const float *lnf, int ldl, const float *wte, float *logits,
+                                   int ldo, float *stats, int lds, cudaStream_t stream);
+cudaError_t tg_cuda_lm_softmax_combine(int n, int V, int ntiles, const float *stats, int lds,
+                                       const float *logits, int ldo, const int32_t *targets,
+                                       float scale, float *lse, int ldlse, float *loss_acc,
+                                       cudaStream_t stream);
+cudaError_t tg_cuda_lm_dlogits_tile(int n, int V, int v0, int m, const float *lse, int ldlse,
+                                    const int32_t *targets, float alpha, float *dl, int ldd,
+                                    cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

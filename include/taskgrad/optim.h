@@ -79,7 +79,8 @@ typedef struct tg_param {
 } tg_param;
 
 /* Parameters of at least this many elements are updated in row blocks, one
- * task per worker (at most 8), so that the workers share the update that
+ * task per worker (at most 8 with devices, 64 on CPUs alone), so that the
+ * workers share the update that
  * ends the step (GPT-2's token embedding: 38.6 M values, the last gradient
  * to be final).  Element-wise optimizers: the same bits as one task. */
 #define TG_OPTIM_BLOCK_MIN (1 << 22)
