@@ -78,6 +78,9 @@ static const run_option options[] = {
     {"--tiles", "N", K_INT, F(cfg.linear_tiles), 1, TG_MAX_SPLIT, -1, GPT,
      "tasks per linear layer: column tiles of its\noutput and of its input's gradient (default:\n"
      "the CPU workers per micro-batch, at most 16;\n1 up to 4 workers or with devices)"},
+    {"--tile-owner", NULL, K_FLAG, F(cfg.tile_owner), 1, 0, -1, GPT,
+     "pin tile j of every tiled layer to device j mod\ndevices (a fixed tensor-parallel layout;\n"
+     "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
      "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
     {"--data-parallel", "MODE", K_DATA_PARALLEL, F(cfg.data_parallel), 0, 0, -1, GPT,

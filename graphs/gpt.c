@@ -216,6 +216,16 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->linear_tiles > c->channels)
     return tg_fail(EINVAL, "GPT: %d linear tiles for %d channels: at most one per channel",
                    r->linear_tiles, c->channels);
+  if (r->tile_owner != 0 && r->tile_owner != 1)
+    return tg_fail(EINVAL, "GPT: tile_owner %d is not 0 or 1", r->tile_owner);
+  if (r->tile_owner && r->linear_tiles < 2)
+    return tg_fail(EINVAL, "GPT: the owner placement of tiles needs 2 or more tiles (--tiles)");
+  if (r->tile_owner && starpu_cuda_worker_get_count() + tg_nopencl_workers() == 0)
+    return tg_fail(EINVAL, "GPT: the owner placement of tiles puts them on devices, and there "
+                   "are none");
+  if (r->tile_owner && r->data_parallel == TG_DP_SHARD)
+    return tg_fail(EINVAL, "GPT: the owner placement of tiles and the sharded data parallelism "
+                   "(--data-parallel shard) do not go together: use --data-parallel redux");
   if (r->classifier_blocks < 0 || r->classifier_blocks > TG_MAX_SPLIT)
     return tg_fail(EINVAL, "GPT: classifier blocks %d not in [0 (auto), %d]", r->classifier_blocks,
                    TG_MAX_SPLIT);
@@ -337,7 +347,8 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   g->run = *run;
   if (g->run.data_parallel == TG_DP_AUTO) { /* shard when every device gets a micro-batch */
     int ndev = tg_dp_count_devices();
-    g->run.data_parallel = ndev >= 2 && g->run.nmicro >= ndev && !g->run.offload_optimizer
+    g->run.data_parallel = ndev >= 2 && g->run.nmicro >= ndev && !g->run.offload_optimizer &&
+                                   !g->run.tile_owner
                                ? TG_DP_SHARD : TG_DP_REDUX;
   }
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
@@ -580,13 +591,13 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
   TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l), A->ln1.handle,
                                  A->mean1.handle, A->rstd1.handle, o));
   int N = NT(g);
-  TG_TRY(tg_gpt_linear_fwd(N, A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
+  TG_TRY(tg_gpt_linear_fwd(g, A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
                            &at->qkv, N > 1 ? &at->qkv_c : NULL, NULL, NULL, o));
   TG_TRY(tg_gpt_attn_fwd(g, at, S, o));
   tg_tensor proj;                    /* (n, C) */
   tg_split *pc;
   TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
-  TG_TRY(tg_gpt_linear_fwd(N, at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
+  TG_TRY(tg_gpt_linear_fwd(g, at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   TG_TRY(TEMP(&A->x2, n, C));        /* (n, C) x + attention */
   TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, o));
@@ -606,11 +617,11 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
     TG_TRY(TEMP(&A->fch, n, 4 * C));   /* (n, 4C) pre-activation */
     TG_TRY(TEMP(&A->fchg, n, 4 * C));  /* (n, 4C) GELU of it */
   }
-  TG_TRY(tg_gpt_linear_fwd(N, A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
+  TG_TRY(tg_gpt_linear_fwd(g, A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
                            &A->fch, A->fch_c, &A->fchg, A->fchg_c, o));
   if (!x_out) return 0;
   TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
-  TG_TRY(tg_gpt_linear_fwd(N, A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
+  TG_TRY(tg_gpt_linear_fwd(g, A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   TG_TRY(TEMP(x_out, n, C));
   TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
@@ -727,7 +738,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     TG_TRY(tg_gpt_bgrad(g, mb, TG_FCPROJB, l, dres.handle, WGRAD(l)));
     tg_split *tc, *dc;
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
-    TG_TRY(tg_gpt_linear_bwd_data(N, dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
+    TG_TRY(tg_gpt_linear_bwd_data(g, dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
                                   A->fch.handle, &tmp, tc, BWD(l)));
     tg_gpt_out_release(&A->fchg, A->fchg_c);
     tg_gpt_out_release(&A->fch, A->fch_c);
@@ -735,7 +746,7 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     TG_TRY(tg_gpt_bgrad(g, mb, TG_FCB, l, tmp.handle, WGRAD(l)));
     tg_tensor dln;                                                   /* (n, C) */
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd_data(N, tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL, &dln, dc,
+    TG_TRY(tg_gpt_linear_bwd_data(g, tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL, &dln, dc,
                                   BWD(l)));
     tg_gpt_out_release(&tmp, tc);
     TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
@@ -750,13 +761,13 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     /* attention block: dres holds dL/d(x + attproj) */
     TG_TRY(tg_gpt_wgrad(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_ATTPROJB, l, dres.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_linear_bwd_data(N, dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
+    TG_TRY(tg_gpt_linear_bwd_data(g, dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
                                   &at->dout, N > 1 ? &at->dout_c : NULL, BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
     TG_TRY(tg_gpt_wgrad(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle, WGRAD(l)));
     TG_TRY(tg_gpt_bgrad(g, mb, TG_QKVB, l, at->dqkv.handle, WGRAD(l)));
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd_data(N, at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
+    TG_TRY(tg_gpt_linear_bwd_data(g, at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
                                   &dln, dc, BWD(l)));
     TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
     GZERO(TG_LN1W, l);
@@ -847,9 +858,11 @@ static int tg_gpt_classifier_tiles_insert(tg_gpt *g, tg_gpt_micro *mb, tg_sum *l
   const tg_task_opts *o = OPT(2 * L, TG_GPT_RANKS(L), "m%d.classifier", i);
   tg_split_write(&tb->dl, &tb->dl_c);
   tg_split_write(&tb->stats, &tb->stats_c);
+  tg_task_opts buf;
   for (int j = 0; j < N; j++)
     TG_TRY(tg_lm_logits_tile_insert(V, tg_split_start(Vp, N, j, NULL), mb->lnf.handle, wte,
-                                    tb->dl_c.parts[j], tb->stats_c.parts[j], o));
+                                    tb->dl_c.parts[j], tb->stats_c.parts[j],
+                                    tg_gpt_tile_opts(g, j, o, &buf)));
   tg_split_join(&tb->dl, &tb->dl_c);
   tg_split_join(&tb->stats, &tb->stats_c);
   tg_tensor lse; /* (n, 2) hi, lo */
@@ -861,11 +874,11 @@ static int tg_gpt_classifier_tiles_insert(tg_gpt *g, tg_gpt_micro *mb, tg_sum *l
   for (int j = 0; j < N && rc == 0; j++)
     rc = tg_lm_dlogits_tile_insert(V, tg_split_start(Vp, N, j, NULL),
                                    scale * g->optim.scaler.scale, lse.handle, mb->targets,
-                                   tb->dl_c.parts[j], o);
+                                   tb->dl_c.parts[j], tg_gpt_tile_opts(g, j, o, &buf));
   tg_split_join(&tb->dl, &tb->dl_c);
   tg_tensor_release(&lse);
   TG_TRY(rc);
-  TG_TRY(tg_gpt_linear_bwd_data(N, tb->dl.handle, wte, TG_ACT_NONE, NULL, &mb->dlnf,
+  TG_TRY(tg_gpt_linear_bwd_data(g, tb->dl.handle, wte, TG_ACT_NONE, NULL, &mb->dlnf,
                                 mb->dlnf_c, o));
   return tg_gpt_dwte(g, mb, tb->dl.handle, 1.0f);
 }

@@ -51,14 +51,18 @@ typedef enum { TG_TILE_PROJ, TG_TILE_DLN, TG_TILE_DFCH } tg_gpt_tile_buf;
  * plan; returns 1.  Untiled: *plan = NULL, returns 0 (t untouched). */
 int tg_gpt_tile_out(tg_gpt *g, int micro, tg_gpt_tile_buf which, int layer, tg_tensor *t,
                     tg_split **plan);
-/* A linear layer's forward or backward-data: one task, or with ntiles > 1
- * and a column plan (Zc, Hc, dXc) one per tile of the output (written
- * through the plan, whole again after). */
-int tg_gpt_linear_fwd(int ntiles, starpu_data_handle_t X, starpu_data_handle_t W,
+/* A linear layer's forward or backward-data: one task, or with
+ * g->run.linear_tiles > 1 and a column plan (Zc, Hc, dXc) one per tile of
+ * the output (written through the plan, whole again after). */
+int tg_gpt_linear_fwd(const tg_gpt *g, starpu_data_handle_t X, starpu_data_handle_t W,
                       starpu_data_handle_t b, tg_activation act, tg_tensor *Z, tg_split *Zc,
                       tg_tensor *H, tg_split *Hc, const tg_task_opts *o);
-int tg_gpt_linear_bwd_data(int ntiles, starpu_data_handle_t dZ, starpu_data_handle_t W,
+int tg_gpt_linear_bwd_data(const tg_gpt *g, starpu_data_handle_t dZ, starpu_data_handle_t W,
                            tg_activation act, starpu_data_handle_t Zprev, tg_tensor *dX,
                            tg_split *dXc, const tg_task_opts *o);
+/* Tile j's options: o, or with owner placement (run.tile_owner) o pinned
+ * to device j mod devices (buf holds the copy). */
+const tg_task_opts *tg_gpt_tile_opts(const tg_gpt *g, int j, const tg_task_opts *o,
+                                     tg_task_opts *buf);
 
 #endif

@@ -18,7 +18,8 @@
  * persistent tensors with column plans, reused every step (StarPU's
  * sequential consistency orders a step's writes after the last reads).
  * Their home is main RAM on CPUs alone, and with devices a micro-batch's
- * device (micro-batch i on device i mod devices): StarPU 1.3 runs a plan's
+ * device (sharded, the one its tasks are pinned to; else micro-batch i on
+ * device i mod devices): StarPU 1.3 runs a plan's
  * partition and join on the home node, and host homes sent every tiled
  * output to main RAM and back (8 GB per step over PCIe at GPT-2 350M on one
  * simulated H100, bench/results/2026-11-26-tiles.md).  Device homes are not
@@ -41,6 +42,7 @@
 
 #include "check.h"
 #include "gpt_internal.h"
+#include "shard.h"
 
 
 int tg_gpt_tiles_auto(const tg_gpt_config *c, const tg_gpt_run_config *r) {
@@ -54,7 +56,7 @@ int tg_gpt_tiles_auto(const tg_gpt_config *c, const tg_gpt_run_config *r) {
 }
 
 unsigned tg_gpt_tile_node(const tg_gpt *g, int micro) {
-  (void)g;
+  if (g->dp) return g->dp->node[tg_dp_device(g->dp, micro)]; /* sharded: its device */
   int k = 0, want = -1, ndev = 0;
   unsigned nodes = starpu_memory_nodes_get_count();
   for (unsigned mn = 0; mn < nodes; mn++) {
@@ -158,30 +160,62 @@ int tg_gpt_tile_out(tg_gpt *g, int micro, tg_gpt_tile_buf which, int layer, tg_t
   return 1;
 }
 
-int tg_gpt_linear_fwd(int ntiles, starpu_data_handle_t X, starpu_data_handle_t W,
+/* The worker of device k (CUDA or OpenCL, in memory-node order) of n
+ * devices, or -1 without devices. */
+static int tg_device_worker(int k, int *n) {
+  int found = -1, ndev = 0;
+  unsigned nodes = starpu_memory_nodes_get_count();
+  for (unsigned mn = 0; mn < nodes; mn++) {
+    enum starpu_node_kind kind = starpu_node_get_kind(mn);
+    if (kind != STARPU_CUDA_RAM && kind != STARPU_OPENCL_RAM) continue;
+    for (unsigned w = 0; w < starpu_worker_get_count(); w++)
+      if (starpu_worker_get_memory_node(w) == mn) {
+        if (ndev == k) found = (int)w;
+        ndev++;
+        break;
+      }
+  }
+  if (n) *n = ndev;
+  return found;
+}
+
+const tg_task_opts *tg_gpt_tile_opts(const tg_gpt *g, int j, const tg_task_opts *o,
+                                     tg_task_opts *buf) {
+  int ndev;
+  if (!g->run.tile_owner || tg_device_worker(0, &ndev) < 0) return o;
+  *buf = *o;
+  buf->worker = tg_device_worker(j % ndev, NULL);
+  return buf;
+}
+
+int tg_gpt_linear_fwd(const tg_gpt *g, starpu_data_handle_t X, starpu_data_handle_t W,
                       starpu_data_handle_t b, tg_activation act, tg_tensor *Z, tg_split *Zc,
                       tg_tensor *H, tg_split *Hc, const tg_task_opts *o) {
   int has_h = act != TG_ACT_NONE;
-  if (ntiles < 2 || !Zc)
+  tg_task_opts buf;
+  if (g->run.linear_tiles < 2 || !Zc)
     return tg_linear_fwd_insert(X, W, b, act, Z->handle, has_h ? H->handle : NULL, o);
   tg_split_write(Z, Zc);
   if (has_h) tg_split_write(H, Hc);
   for (int j = 0; j < Zc->n; j++)
     TG_TRY(tg_linear_fwd_tile_insert(tg_split_start(Z->cols, Zc->n, j, NULL), X, W, b, act,
-                                     Zc->parts[j], has_h ? Hc->parts[j] : NULL, o));
+                                     Zc->parts[j], has_h ? Hc->parts[j] : NULL,
+                                     tg_gpt_tile_opts(g, j, o, &buf)));
   tg_split_join(Z, Zc);
   if (has_h) tg_split_join(H, Hc);
   return 0;
 }
 
-int tg_gpt_linear_bwd_data(int ntiles, starpu_data_handle_t dZ, starpu_data_handle_t W,
+int tg_gpt_linear_bwd_data(const tg_gpt *g, starpu_data_handle_t dZ, starpu_data_handle_t W,
                            tg_activation act, starpu_data_handle_t Zprev, tg_tensor *dX,
                            tg_split *dXc, const tg_task_opts *o) {
-  if (ntiles < 2 || !dXc) return tg_linear_bwd_data_insert(dZ, W, act, Zprev, dX->handle, o);
+  tg_task_opts buf;
+  if (g->run.linear_tiles < 2 || !dXc)
+    return tg_linear_bwd_data_insert(dZ, W, act, Zprev, dX->handle, o);
   tg_split_write(dX, dXc);
   for (int j = 0; j < dXc->n; j++)
     TG_TRY(tg_linear_bwd_data_tile_insert(tg_split_start(dX->cols, dXc->n, j, NULL), dZ, W, act,
-                                          Zprev, dXc->parts[j], o));
+                                          Zprev, dXc->parts[j], tg_gpt_tile_opts(g, j, o, &buf)));
   tg_split_join(dX, dXc);
   return 0;
 }

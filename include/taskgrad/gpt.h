@@ -88,6 +88,12 @@ typedef struct tg_gpt_run_config {
    * micro-batch (1 up to 4 workers, or with devices), at most 16; 1 = off.
    * Resolved by tg_gpt_create (tg_gpt.run holds the count used) */
   int linear_tiles;
+  /* owner placement of the tiles: 1 pins tile j of every tiled layer (and
+   * of the classifier) to device j mod devices, a fixed tensor-parallel
+   * layout, where 0 leaves the tiles to the scheduler like every other
+   * task.  Needs linear_tiles > 1, devices, and not the sharded data
+   * parallelism (whose micro-batches are pinned to their devices) */
+  int tile_owner;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
