@@ -77,6 +77,13 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
    * in place, f32), every micro-batch's whole dlogits at once at worst */
   int split = tg_sum_in_place() && !tg_deterministic() && !tg_precision_lowp(run->amp.precision);
   size_t dlogits = split ? rows * (size_t)cfg->padded_vocab_size * sizeof(float) : 0;
+  if (run->linear_tiles > 1) { /* gpt_tiles.c: per micro-batch proj, 2 dln, 2 dfch (11 C),
+                                * and in f32 its dlogits, stats and dlnf, kept */
+    acts += rows * 11 * C;
+    if (!tg_precision_lowp(run->amp.precision))
+      dlogits = rows * ((size_t)cfg->padded_vocab_size + 2 * (size_t)run->linear_tiles + C) *
+                sizeof(float);
+  }
   size_t scratch = (split ? 0 : (size_t)chunk * cfg->vocab_size * sizeof(float)) +
                    tg_attention_scratch_bytes(run->attention, run->B / run->nmicro, run->T,
                                               cfg->channels, cfg->num_heads, run->chunk);
