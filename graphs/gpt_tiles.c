@@ -57,20 +57,10 @@ int tg_gpt_tiles_auto(const tg_gpt_config *c, const tg_gpt_run_config *r) {
 
 unsigned tg_gpt_tile_node(const tg_gpt *g, int micro) {
   if (g->dp) return g->dp->node[tg_dp_device(g->dp, micro)]; /* sharded: its device */
-  int k = 0, want = -1, ndev = 0;
-  unsigned nodes = starpu_memory_nodes_get_count();
-  for (unsigned mn = 0; mn < nodes; mn++) {
-    enum starpu_node_kind kind = starpu_node_get_kind(mn);
-    ndev += kind == STARPU_CUDA_RAM || kind == STARPU_OPENCL_RAM;
-  }
+  unsigned node[TG_MAX_SPLIT];
+  int ndev = tg_dp_scan(NULL, node, TG_MAX_SPLIT);
   if (ndev == 0) return STARPU_MAIN_RAM;
-  want = micro % ndev;
-  for (unsigned mn = 0; mn < nodes; mn++) {
-    enum starpu_node_kind kind = starpu_node_get_kind(mn);
-    if (kind != STARPU_CUDA_RAM && kind != STARPU_OPENCL_RAM) continue;
-    if (k++ == want) return mn;
-  }
-  return STARPU_MAIN_RAM;
+  return node[micro % (ndev < TG_MAX_SPLIT ? ndev : TG_MAX_SPLIT)];
 }
 
 int tg_gpt_tile_tensor(tg_tensor *t, int rows, int cols, tg_dtype dt, unsigned node) {
@@ -160,31 +150,13 @@ int tg_gpt_tile_out(tg_gpt *g, int micro, tg_gpt_tile_buf which, int layer, tg_t
   return 1;
 }
 
-/* The worker of device k (CUDA or OpenCL, in memory-node order) of n
- * devices, or -1 without devices. */
-static int tg_device_worker(int k, int *n) {
-  int found = -1, ndev = 0;
-  unsigned nodes = starpu_memory_nodes_get_count();
-  for (unsigned mn = 0; mn < nodes; mn++) {
-    enum starpu_node_kind kind = starpu_node_get_kind(mn);
-    if (kind != STARPU_CUDA_RAM && kind != STARPU_OPENCL_RAM) continue;
-    for (unsigned w = 0; w < starpu_worker_get_count(); w++)
-      if (starpu_worker_get_memory_node(w) == mn) {
-        if (ndev == k) found = (int)w;
-        ndev++;
-        break;
-      }
-  }
-  if (n) *n = ndev;
-  return found;
-}
-
 const tg_task_opts *tg_gpt_tile_opts(const tg_gpt *g, int j, const tg_task_opts *o,
                                      tg_task_opts *buf) {
-  int ndev;
-  if (!g->run.tile_owner || tg_device_worker(0, &ndev) < 0) return o;
+  int worker[TG_MAX_SPLIT];
+  int ndev = g->run.tile_owner ? tg_dp_scan(worker, NULL, TG_MAX_SPLIT) : 0;
+  if (ndev == 0) return o;
   *buf = *o;
-  buf->worker = tg_device_worker(j % ndev, NULL);
+  buf->worker = worker[j % (ndev < TG_MAX_SPLIT ? ndev : TG_MAX_SPLIT)];
   return buf;
 }
 

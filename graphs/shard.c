@@ -12,7 +12,7 @@
 #include "taskgrad/parallel.h"
 
 /* device d: the memory node of a CUDA or OpenCL worker, and its first worker */
-static int tg_dp_scan(int *worker, unsigned *node, int max) {
+int tg_dp_scan(int *worker, unsigned *node, int max) {
   int n = 0;
   unsigned nodes = starpu_memory_nodes_get_count();
   for (unsigned mn = 0; mn < nodes; mn++) {

@@ -63,6 +63,9 @@ typedef struct tg_dp {
 /* The accelerator devices StarPU started (memory nodes with a CUDA or
  * OpenCL worker), in memory-node order: how many, up to max. */
 int tg_dp_count_devices(void);
+/* The same scan: device k's first worker and memory node in worker[k] and
+ * node[k] (either may be NULL), k < max; returns how many devices. */
+int tg_dp_scan(int *worker, unsigned *node, int max);
 /* The layout for nmicro micro-batches: -EINVAL with a message when there
  * are fewer than 2 devices or fewer micro-batches than devices. */
 int tg_dp_init(tg_dp *dp, int nmicro, tg_dtype compute);
