@@ -10,7 +10,8 @@
  *                    kernel set came from (OPENBLAS_CORETYPE or OpenBLAS's
  *                    own pick for this CPU);
  *   gemm choice:     the back end of each shape class and its measured
- *                    GFLOP/s (gemm_choice.h: forced, cached or measured now);
+ *                    GFLOP/s (gemm_choice.h: forced, cached or measured now),
+ *                    and whether bf16 GEMMs run natively or widened;
  *   starpu:          StarPU's version and its compiled-in limits.
  * The bench commands print the one-line form (tg_cli_machine_line) in
  * their header.
@@ -161,6 +162,12 @@ int tg_cmd_info(int argc, char **argv) {
     }
     printf("\n");
   }
+  printf("  bf16: %s, %s", ch->bf16_native ? "native (oneDNN, AVX512-BF16)" : "widened to f32",
+         ch->bf16_how);
+  if (ch->bf16_gflops[0] > 0)
+    printf(", %.1f GFLOP/s (widened %.1f, native %.1f)", ch->bf16_gflops[ch->bf16_native],
+           ch->bf16_gflops[0], ch->bf16_gflops[1]);
+  printf("\n");
 
   int maj = 0, min = 0, rel = 0;
   starpu_get_version(&maj, &min, &rel);

@@ -74,6 +74,16 @@ double tg_linear_tile_bytes(struct starpu_task *task); /* its linear part */
  * (codelets/lowp_adapter.c): a task submitted with 2-byte buffers and
  * opts->lowp gets f32 views of them; any other task calls fn directly. */
 void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
+/* tg_lowp_cpu for a CPU function that multiplies bf16 operands itself
+ * (tg_cpu_gemm_bf16, where the CPU has AVX512-BF16 and the native path is
+ * on; otherwise exactly tg_lowp_cpu): the 2-byte buffers in the mask keep
+ * (bit i: buffer i; inputs or outputs, which fn then writes in 16 bits) reach
+ * fn as they are, and fn's workspace buffer (index nbuf) is the room their
+ * f32 copies would have taken, for its own scratch and tg_cpu_gemm_lowp's
+ * widening should oneDNN decline a shape.  All of the mask or none: when
+ * one of them is not 2-byte, none is kept. */
+void tg_lowp_cpu_keep(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                      unsigned keep);
 #ifdef TG_HAVE_CUDA
 void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 #define TG_CUDA_ENTRY(op, fn)                                               \
@@ -130,6 +140,23 @@ void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void
 
 #define TG_CODELET(op, cpu_fn, cuda_fn)                                     \
   static void tg_##op##_cpu_entry(void *b[], void *a) { tg_lowp_cpu(b, a, cpu_fn); } \
+  TG_CUDA_ENTRY(op, cuda_fn)                                                \
+  TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
+
+/* TG_CODELET whose CPU function reads the bf16 inputs in keep itself
+ * (tg_lowp_cpu_keep) and whose CUDA function has a native 16-bit twin */
+#define TG_CODELET_NATIVE(op, cpu_fn, keep, cuda_fn, native)                \
+  static void tg_##op##_cpu_entry(void *b[], void *a) {                     \
+    tg_lowp_cpu_keep(b, a, cpu_fn, keep);                                   \
+  }                                                                         \
+  TG_CUDA_ENTRY_NATIVE(op, cuda_fn, native)                                 \
+  TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
+
+/* TG_CODELET whose CPU function reads the 2-byte buffers in keep itself */
+#define TG_CODELET_KEEP(op, cpu_fn, keep, cuda_fn)                          \
+  static void tg_##op##_cpu_entry(void *b[], void *a) {                     \
+    tg_lowp_cpu_keep(b, a, cpu_fn, keep);                                   \
+  }                                                                         \
   TG_CUDA_ENTRY(op, cuda_fn)                                                \
   TG_CODELET_ENTRIES(op, tg_##op##_cpu_entry, tg_##op##_cuda_entry)
 

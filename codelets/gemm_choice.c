@@ -38,8 +38,9 @@
 #include "hooks.h"
 #include "taskgrad/clock.h"
 #include "taskgrad/gemm_choice.h"
+#include "taskgrad/precision_kernels.h"
 
-#define CACHE_FORMAT "taskgrad-gemm-choice 1"
+#define CACHE_FORMAT "taskgrad-gemm-choice 2"
 
 static tg_gemm_choice g_choice;
 
@@ -147,6 +148,55 @@ static int probe(tg_gemm_choice *ch) {
   return 0;
 }
 
+/* bf16 operands at the forward, data- and weight-gradient probe shapes,
+ * widened (the fp32 back ends as chosen) and native, in turn as above;
+ * native only when it is clearly faster */
+static int probe_bf16(tg_gemm_choice *ch) {
+  size_t most = 0;
+  for (int c = 0; c < TG_GEMM_CLASSIFIER; c++) {
+    const probe_gemm *p = &kProbe[c][0];
+    size_t s[3] = {(size_t)p->m * p->k, (size_t)p->k * p->n, (size_t)p->m * p->n};
+    for (int j = 0; j < 3; j++) most = s[j] > most ? s[j] : most;
+  }
+  size_t work = 0;
+  for (int c = 0; c < TG_GEMM_CLASSIFIER; c++) {
+    size_t w = tg_cpu_gemm_lowp_work_floats(kProbe[c][0].m, kProbe[c][0].n, kProbe[c][0].k);
+    work = w > work ? w : work;
+  }
+  uint16_t *ab = malloc(2 * most * sizeof(uint16_t));
+  float *cw = malloc((most + work) * sizeof(float));
+  if (!ab || !cw) {
+    free(ab);
+    free(cw);
+    return tg_fail(ENOMEM, "gemm probe: out of memory");
+  }
+  for (size_t i = 0; i < 2 * most; i++)
+    ab[i] = tg_f32_to_bf16((float)((i * 7919u) % 1000) * 1e-3f - 0.5f);
+  double flops = 0, t[2] = {1e30, 1e30}, spent = 0;
+  for (int c = 0; c < TG_GEMM_CLASSIFIER; c++)
+    flops += 2.0 * kProbe[c][0].m * kProbe[c][0].n * kProbe[c][0].k;
+  for (int r = -1; r < 5 || (spent < 0.06 && r < 50); r++) /* r = -1: warm */
+    for (int native = 0; native < 2; native++) {
+      tg_cpu_gemm_bf16_set_native(native);
+      double t0 = tg_monotonic_us();
+      for (int c = 0; c < TG_GEMM_CLASSIFIER; c++) {
+        const probe_gemm *p = &kProbe[c][0];
+        tg_cpu_gemm_lowp(TG_BF16, p->ta, p->tb, p->m, p->n, p->k, p->alpha, ab,
+                         p->ta ? p->m : p->k, ab + most, p->tb ? p->k : p->n, p->beta,
+                         TG_F32, cw, p->n, cw + most);
+      }
+      double sec = (tg_monotonic_us() - t0) * 1e-6;
+      if (r < 0) continue;
+      spent += sec;
+      t[native] = sec < t[native] ? sec : t[native];
+    }
+  for (int i = 0; i < 2; i++) ch->bf16_gflops[i] = flops / t[i] * 1e-9;
+  ch->bf16_native = ch->bf16_gflops[1] > ch->bf16_gflops[0] * (1 + kMargin);
+  free(ab);
+  free(cw);
+  return 0;
+}
+
 /* ---- the cache ------------------------------------------------------------- */
 
 static int cache_read(const char *path, const char *key, tg_gemm_choice *ch) {
@@ -169,6 +219,12 @@ static int cache_read(const char *path, const char *key, tg_gemm_choice *ch) {
       for (int l = 0; l < TG_GEMM_NLIBS; l++) ch->gflops[c][l] = g[l];
     }
   }
+  char mode[32];
+  ok = ok && fgets(line, sizeof line, f) &&
+       sscanf(line, "bf16 %31s %lf %lf", mode, &ch->bf16_gflops[0], &ch->bf16_gflops[1]) ==
+           3 &&
+       (strcmp(mode, "native") == 0 || strcmp(mode, "widen") == 0);
+  if (ok) ch->bf16_native = strcmp(mode, "native") == 0;
   fclose(f);
   return ok ? 0 : -1;
 }
@@ -181,6 +237,10 @@ static int cache_write(const char *path, const char *key, const tg_gemm_choice *
     w += snprintf(text + w, sizeof text - w, "%s %s %.17g %.17g %.17g\n",
                   tg_gemm_class_name(c), tg_gemm_lib_name(ch->lib[c]),
                   ch->gflops[c][0], ch->gflops[c][1], ch->gflops[c][2]);
+  if (w > 0 && (size_t)w < sizeof text)
+    w += snprintf(text + w, sizeof text - w, "bf16 %s %.17g %.17g\n",
+                  ch->bf16_native ? "native" : "widen", ch->bf16_gflops[0],
+                  ch->bf16_gflops[1]);
   if (w <= 0 || (size_t)w >= sizeof text) return -1;
   char saved[1024]; /* the caller's message: a failure here sets none */
   snprintf(saved, sizeof saved, "%s", tg_last_error());
@@ -210,6 +270,11 @@ int tg_gemm_choose(const char *name, const char *how) {
     if (!name || !*name) name = "auto";
   }
   tg_gemm_choice ch = {.made = 1};
+  const char *bf16 = getenv("TG_GEMM_BF16");
+  if (!bf16 || !*bf16) bf16 = "auto";
+  if (strcmp(bf16, "auto") != 0 && strcmp(bf16, "native") != 0 && strcmp(bf16, "widen") != 0)
+    return tg_fail(EINVAL, "unknown TG_GEMM_BF16 '%s': use native, widen or auto", bf16);
+  const int bf16_auto = strcmp(bf16, "auto") == 0;
   if (strcmp(name, "auto") != 0) {
     int lib = tg_gemm_lib_parse(name);
     if (lib < 0 || strcmp(name, tg_gemm_lib_name(lib)) != 0)
@@ -217,6 +282,10 @@ int tg_gemm_choose(const char *name, const char *how) {
                              "libxsmm or auto", name, from);
     for (int c = 0; c < TG_GEMM_NCLASSES; c++) ch.lib[c] = lib;
     snprintf(ch.how, sizeof ch.how, "%s", from);
+    if (bf16_auto && tg_cpu_gemm_bf16_supported()) { /* measured, not cached */
+      for (int c = 0; c < TG_GEMM_NCLASSES; c++) tg_cpu_gemm_set_lib(c, ch.lib[c]);
+      TG_TRY(probe_bf16(&ch));
+    }
   } else {
     char key[2048];
     cache_key(key, sizeof key);
@@ -226,12 +295,25 @@ int tg_gemm_choose(const char *name, const char *how) {
       snprintf(ch.how, sizeof ch.how, "measured, from the cache");
     } else {
       TG_TRY(probe(&ch));
+      for (int c = 0; c < TG_GEMM_NCLASSES; c++) tg_cpu_gemm_set_lib(c, ch.lib[c]);
+      if (tg_cpu_gemm_bf16_supported()) TG_TRY(probe_bf16(&ch));
       int cached = have_path && cache_write(ch.cache, key, &ch) == 0;
       if (!cached) ch.cache[0] = '\0';
       snprintf(ch.how, sizeof ch.how, "measured now%s", cached ? ", cached" : "");
     }
   }
   for (int c = 0; c < TG_GEMM_NCLASSES; c++) tg_cpu_gemm_set_lib(c, ch.lib[c]);
+  if (!tg_cpu_gemm_bf16_supported()) {
+    ch.bf16_native = 0;
+    snprintf(ch.bf16_how, sizeof ch.bf16_how, "widened: no AVX512-BF16 (oneDNN ISA)");
+  } else if (!bf16_auto) {
+    ch.bf16_native = strcmp(bf16, "native") == 0;
+    ch.bf16_gflops[0] = ch.bf16_gflops[1] = 0; /* not this choice's measure */
+    snprintf(ch.bf16_how, sizeof ch.bf16_how, "forced by TG_GEMM_BF16");
+  } else {
+    snprintf(ch.bf16_how, sizeof ch.bf16_how, "measured");
+  }
+  tg_cpu_gemm_bf16_set_native(ch.bf16_native);
   g_choice = ch;
   return 0;
 }
@@ -252,6 +334,10 @@ char *tg_gemm_choice_summary(char *out, size_t n) {
       w += (size_t)snprintf(out + w, n - w, " %s=%s", tg_gemm_class_name(c),
                             tg_gemm_lib_name(ch->lib[c]));
   }
+  if (w < n)
+    w += (size_t)snprintf(out + w, n - w, " bf16=%s", ch->bf16_native ? "native" : "widened");
+  if (w < n && ch->bf16_gflops[ch->bf16_native] > 0)
+    w += (size_t)snprintf(out + w, n - w, "(%.0f GF/s)", ch->bf16_gflops[ch->bf16_native]);
   if (w < n) snprintf(out + w, n - w, " [%s]", ch->how);
   return out;
 }

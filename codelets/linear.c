@@ -24,6 +24,7 @@
  */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda_precision.h"
 #endif
@@ -40,11 +41,28 @@ static void *tg_at(void *buf, size_t i) {
 }
 #define TG_FAT(buf, i) ((float *)tg_at((buf), (i)))
 
+static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
+
+/* The CPU functions run under tg_lowp_cpu_keep (TG_CODELET_NATIVE, mask
+ * kKeep: X or dZ, and W): on a CPU with native bf16 GEMMs those two arrive
+ * in bf16, the other buffers as f32 views, and the buffer after the last
+ * is the workspace tg_cpu_gemm_lowp may widen in. */
+static const unsigned kKeep = 1u << 0 | 1u << 1;
+
 /* forward buffers: X (rows, in), W (out, in), b (1, out), Zj (rows, m) [, Hj] */
 static void tg_linear_fwd_cpu(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_h = a->act != TG_ACT_NONE;
   size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
+  if (tg_is16(buffers[0])) {
+    tg_cpu_linear_fwd_lowp(
+        TG_BF16, TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_COLS(buffers[3]),
+        TG_HPTR(buffers[0]), TG_LD(buffers[0]), (const uint16_t *)tg_at(buffers[1], w0),
+        TG_LD(buffers[1]), TG_FAT(buffers[2], a->c0), a->act, TG_PTR(buffers[3]),
+        TG_LD(buffers[3]), has_h ? TG_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
+        TG_VPTR(buffers[has_h ? 5 : 4]));
+    return;
+  }
   tg_cpu_linear_fwd(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), TG_COLS(buffers[3]),
                     TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], w0),
                     TG_LD(buffers[1]), TG_FAT(buffers[2], a->c0), a->act, TG_PTR(buffers[3]),
@@ -56,6 +74,15 @@ static void tg_linear_fwd_cpu(void *buffers[], void *cl_arg) {
 static void tg_linear_bwd_data_cpu(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_z = a->act != TG_ACT_NONE;
+  if (tg_is16(buffers[0])) {
+    tg_cpu_linear_bwd_data_lowp(
+        TG_BF16, TG_ROWS(buffers[0]), TG_COLS(buffers[2]), TG_ROWS(buffers[1]),
+        TG_HPTR(buffers[0]), TG_LD(buffers[0]), (const uint16_t *)tg_at(buffers[1], a->c0),
+        TG_LD(buffers[1]), a->act, has_z ? TG_FAT(buffers[3], a->c0) : NULL,
+        has_z ? TG_LD(buffers[3]) : 0, TG_PTR(buffers[2]), TG_LD(buffers[2]),
+        TG_VPTR(buffers[has_z ? 4 : 3]));
+    return;
+  }
   tg_cpu_linear_bwd_data(TG_ROWS(buffers[0]), TG_COLS(buffers[2]), TG_ROWS(buffers[1]),
                          TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_FAT(buffers[1], a->c0),
                          TG_LD(buffers[1]), a->act,
@@ -97,8 +124,6 @@ static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
   tg_linear_check(e, s, "tg_linear_bwd_data");
 }
 
-static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
-
 /* 16-bit X and W: the tensor cores (linear_lowp.cu), as the untiled codelet */
 static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
                                           float *ws) {
@@ -137,14 +162,14 @@ static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtyp
 }
 #endif
 
-TG_CODELET_NATIVE_CUDA(linear_fwd, tg_linear_fwd_cpu, tg_linear_fwd_cuda,
-                       tg_linear_fwd_cuda_native);
-TG_CODELET_NATIVE_CUDA(linear_bwd_data, tg_linear_bwd_data_cpu,
-                       tg_linear_bwd_data_cuda, tg_linear_bwd_data_cuda_native);
-TG_CODELET_NATIVE_CUDA(linear_fwd_tile, tg_linear_fwd_cpu, tg_linear_fwd_cuda,
-                       tg_linear_fwd_cuda_native);
-TG_CODELET_NATIVE_CUDA(linear_bwd_data_tile, tg_linear_bwd_data_cpu,
-                       tg_linear_bwd_data_cuda, tg_linear_bwd_data_cuda_native);
+TG_CODELET_NATIVE(linear_fwd, tg_linear_fwd_cpu, kKeep, tg_linear_fwd_cuda,
+                  tg_linear_fwd_cuda_native);
+TG_CODELET_NATIVE(linear_bwd_data, tg_linear_bwd_data_cpu, kKeep, tg_linear_bwd_data_cuda,
+                  tg_linear_bwd_data_cuda_native);
+TG_CODELET_NATIVE(linear_fwd_tile, tg_linear_fwd_cpu, kKeep, tg_linear_fwd_cuda,
+                  tg_linear_fwd_cuda_native);
+TG_CODELET_NATIVE(linear_bwd_data_tile, tg_linear_bwd_data_cpu, kKeep, tg_linear_bwd_data_cuda,
+                  tg_linear_bwd_data_cuda_native);
 
 static int tg_linear_act_check(tg_activation act, const char *op) {
   if (act != TG_ACT_RELU && act != TG_ACT_GELU && act != TG_ACT_NONE)

@@ -19,17 +19,28 @@
 
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 
 typedef struct tg_lmc_args {
   uint32_t shape;
   int V, chunk, backward, keep;
   float scale, grad_scale;
+  int lowp_scratch; /* keep form: buffer 6 is the bf16 kernel's scratch */
 } tg_lmc_args;
 
 /* buffers: lnf, wte, targets, loss, scratch [, dlnf, dwte];
  * keep: lnf, wte, targets, loss, dlogits, dlnf */
 static void tg_lm_classifier_cpu(void *buffers[], void *cl_arg) {
   const tg_lmc_args *a = cl_arg;
+  if (a->keep && a->lowp_scratch && STARPU_MATRIX_GET_ELEMSIZE(buffers[0]) == 2) {
+    /* native bf16 (kKeep below): lnf, wte and dlogits as they are */
+    tg_cpu_classifier_dlogits_lowp(
+        TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk, TG_HPTR(buffers[0]),
+        TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_IPTR(buffers[2]), a->scale, a->grad_scale,
+        TG_PTR(buffers[5]), TG_LD(buffers[5]), TG_PTR(buffers[3]), TG_HPTR(buffers[4]),
+        TG_COLS(buffers[4]), TG_VPTR(buffers[6]));
+    return;
+  }
   if (a->keep) {
     tg_cpu_classifier_dlogits(TG_ROWS(buffers[0]), TG_COLS(buffers[0]), a->V, a->chunk,
                               TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[1]),
@@ -69,7 +80,11 @@ static void tg_lm_classifier_cuda(void *buffers[], void *cl_arg) {
 }
 #endif
 
-TG_CODELET(lm_classifier, tg_lm_classifier_cpu, tg_lm_classifier_cuda);
+/* the split form's lnf, wte and dlogits, when all three are bf16 and the
+ * CPU multiplies bf16 natively (tg_lowp_cpu_keep); the fused form's
+ * scratch is not 2-byte, so it never qualifies and is widened */
+static const unsigned kKeep = 1u << 0 | 1u << 1 | 1u << 4;
+TG_CODELET_KEEP(lm_classifier, tg_lm_classifier_cpu, kKeep, tg_lm_classifier_cuda);
 
 int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t lnf,
                             starpu_data_handle_t wte, starpu_data_handle_t targets,
@@ -155,15 +170,25 @@ int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_sc
     return tg_fail(EINVAL, "%s: dlogits is (%d, %d), wants (%d, V >= %d)", op, dn, vd, n, V);
   TG_TRY(tg_expect(dlogits, op, "dlogits", n, vd, TG_FLOAT_SLOT));
   TG_TRY(tg_expect_contiguous(dlogits, op, "dlogits"));
+  /* all three bf16 on a CPU with native bf16 GEMMs: the bf16 kernel's
+   * scratch (tg_lm_classifier_cpu), which the other paths ignore */
+  int lowp_scratch = tg_cpu_gemm_bf16_native() && starpu_matrix_get_elemsize(lnf) == 2 &&
+                     starpu_matrix_get_elemsize(wte) == 2 &&
+                     starpu_matrix_get_elemsize(dlogits) == 2;
   tg_lmc_args args = {.shape = 0, .V = V, .chunk = chunk, .backward = 1, .keep = 1,
-                      .scale = scale, .grad_scale = grad_scale};
+                      .scale = scale, .grad_scale = grad_scale, .lowp_scratch = lowp_scratch};
   int key[4] = {V, chunk, 1, 1};
   args.shape = tg_hash_ints(key, 4);
-  starpu_data_handle_t h[6] = {lnf, wte, targets, loss, dlogits, dlnf};
-  enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
-                                        tg_accum_mode(loss_accum), STARPU_W, STARPU_W};
+  starpu_data_handle_t h[7] = {
+      lnf, wte, targets, loss, dlogits, dlnf,
+      lowp_scratch ? tg_scratch(tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk) *
+                                sizeof(float))
+                   : NULL};
+  enum starpu_data_access_mode md[7] = {STARPU_R, STARPU_R, STARPU_R, tg_accum_mode(loss_accum),
+                                        STARPU_W, STARPU_W,        STARPU_SCRATCH};
   double flops = 2.0 * n * (double)V * C * 2;
-  return tg_submit(&tg_lm_classifier_cl, 6, h, md, &args, sizeof args, flops, opts);
+  return tg_submit(&tg_lm_classifier_cl, lowp_scratch ? 7 : 6, h, md, &args, sizeof args,
+                   flops, opts);
 }
 
 /* ---- the dwte increment on a row block --------------------------------------- */

@@ -37,6 +37,7 @@
 
 #include "codelet_common.h"
 #include "taskgrad/precision.h"
+#include "taskgrad/precision_kernels.h"
 
 #define TG_LOWP_MAGIC 0x7467206c6f777021ull /* "tg lowp!" */
 #define TG_LOWP_ALIGN 16                    /* floats: 64-byte aligned copies */
@@ -113,8 +114,12 @@ static int tg_lowp_buffer(void *buf) {
 typedef void (*tg_lowp_convert_fn)(tg_dtype lowp, const struct starpu_matrix_interface *m,
                                    float *copy, int to_lowp, void *ctx);
 
+/* keep: a mask of 2-byte buffers handed to fn as they are, neither widened
+ * nor rounded (a CPU function that uses them natively, below); their f32
+ * copies' room goes, in one block after the widened copies, to fn as its
+ * workspace: buffers[nbuf] becomes a vector of that many floats. */
 static void tg_lowp_run(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
-                        tg_lowp_convert_fn convert, void *ctx) {
+                        tg_lowp_convert_fn convert, void *ctx, unsigned keep) {
   struct starpu_task *task = starpu_task_get_current();
   int nbuf = 0;
   tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
@@ -123,18 +128,34 @@ static void tg_lowp_run(void *buffers[], void *cl_arg, void (*fn)(void *[], void
     return;
   }
   struct starpu_matrix_interface views[TG_MAX_BUFFERS];
+  struct starpu_vector_interface spare;
   void *bufs[TG_MAX_BUFFERS + 1];
   if (nbuf > TG_MAX_BUFFERS) TG_FATAL("lowp adapter: %d buffers", nbuf);
   float *ws = TG_VPTR(buffers[nbuf]);
+  size_t kept = 0;
   for (int i = 0; i < nbuf; i++) {
     bufs[i] = buffers[i];
     if (!tg_lowp_buffer(buffers[i])) continue;
+    if ((keep >> i) & 1) { /* as it is; fn reads or writes it in 16 bits */
+      const struct starpu_matrix_interface *m = buffers[i];
+      kept += tg_lowp_floats((int)m->ny, (int)m->nx);
+      continue;
+    }
     float *copy = ws;
     ws += tg_lowp_view(&views[i], buffers[i], copy);
     if (STARPU_TASK_GET_MODE(task, i) & STARPU_R) convert(lowp, buffers[i], copy, 0, ctx);
     bufs[i] = &views[i];
   }
   bufs[nbuf] = buffers[nbuf];
+  if (keep) {
+    spare = *(struct starpu_vector_interface *)buffers[nbuf];
+    spare.ptr = spare.dev_handle = (uintptr_t)ws;
+    spare.offset = 0;
+    spare.nx = kept;
+    spare.elemsize = sizeof(float);
+    spare.allocsize = kept * sizeof(float);
+    bufs[nbuf] = &spare;
+  }
   fn(bufs, cl_arg); /* on CUDA: queues its kernels on the same stream */
   for (int i = 0; i < nbuf; i++)
     if (bufs[i] != buffers[i] && (STARPU_TASK_GET_MODE(task, i) & STARPU_W))
@@ -153,7 +174,18 @@ static void tg_lowp_convert_cpu(tg_dtype lowp, const struct starpu_matrix_interf
 }
 
 void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
-  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL);
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL, 0);
+}
+
+void tg_lowp_cpu_keep(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                      unsigned keep) {
+  struct starpu_task *task = starpu_task_get_current();
+  int nbuf = 0;
+  if (tg_lowp_of_task(task, &nbuf) != TG_BF16 || !tg_cpu_gemm_bf16_native()) keep = 0;
+  /* all of them or none: the function gets its 16-bit operands together */
+  for (int i = 0; keep && i < 32; i++)
+    if ((keep >> i) & 1 && (i >= nbuf || !tg_lowp_buffer(buffers[i]))) keep = 0;
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL, keep);
 }
 
 #ifdef TG_HAVE_CUDA
@@ -170,7 +202,7 @@ static void tg_lowp_convert_cuda(tg_dtype lowp, const struct starpu_matrix_inter
 
 void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
   cudaStream_t stream = starpu_cuda_get_local_stream();
-  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cuda, &stream);
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cuda, &stream, 0);
 }
 
 void tg_lowp_cuda_native(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),

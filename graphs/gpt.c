@@ -806,8 +806,10 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
 /* 1 when the classifier runs split (kernels/cpu/lm_classifier.c): training
  * with the gradients added in place (TG_COMMUTE, one memory node), where the
  * fused task would hold dwte for its whole run and the micro-batches'
- * classifiers would run one at a time; in f32, as the split form's dlogits
- * are f32.  With STARPU_REDUX or deterministic leaves each micro-batch adds
+ * classifiers would run one at a time.  In mixed precision dlogits are
+ * 16-bit like the other activation gradients (on a CPU with native bf16
+ * GEMMs the classifier and the dwte GEMM use them as they are, gemm_bf16.c).
+ * With STARPU_REDUX or deterministic leaves each micro-batch adds
  * into its own buffer and the fused task is kept (bit for bit as before).
  * The price: each micro-batch's whole (n, Vp) dlogits at once, 206 MB at
  * GPT-2 124M, B=8 T=256 with 2 micro-batches (1024 rows), where the fused
@@ -816,7 +818,7 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
 static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
   /* the gradients' sums add in place (TG_COMMUTE; reduce.c), known outside
    * a step too */
-  return backward && tg_sum_in_place() && !tg_deterministic() && !ACT(g);
+  return backward && tg_sum_in_place() && !tg_deterministic();
 }
 
 /* 1 when the classifier runs in vocabulary tiles (gpt_tiles.c): with the
@@ -839,6 +841,10 @@ static int tg_gpt_dwte(tg_gpt *g, tg_gpt_micro *mb, starpu_data_handle_t dl, flo
   tg_gopts go;
   tg_accum mode = TG_ACCUMULATE;
   TG_TRY(tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode));
+  if (g->dwte_blocks < 2 && ACT(g) && starpu_matrix_get_elemsize(dl) == 2)
+    return tg_gemm_lowp_insert(ACT(g), 1, 0, alpha, dl, mb->lnf.handle, 1.0f,
+                               G(g, TG_WTE, 0), mode,
+                               OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
   if (g->dwte_blocks < 2)
     return tg_gemm_insert(1, 0, alpha, dl, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
                           OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
@@ -921,8 +927,8 @@ static int tg_gpt_classifier(tg_gpt *g, tg_gpt_micro *mb, tg_sum *loss_sum, int 
   }
   /* dlogits (n, Vp): the padded columns are zero, so the GEMM adds nothing
    * to the padded rows of dwte (or, as the first contribution, zeroes them) */
-  tg_tensor dl;
-  TG_TRY(tg_temp(&dl, mb->n, c->padded_vocab_size));
+  tg_tensor dl; /* 16-bit in mixed precision, as the activations */
+  TG_TRY(TEMP(&dl, mb->n, c->padded_vocab_size));
   int rc = tg_lm_classifier_dlogits_insert(
       c->vocab_size, g->run.classifier_chunk, scale, gs, mb->lnf.handle, WG(g, TG_WTE, 0),
       mb->targets, mb->dlnf.handle, dl.handle, tg_sum_handle(loss_sum, i),

@@ -62,24 +62,56 @@ expect_line starpu '^  OpenCL: (yes|no)$' "OpenCL"
 # the chosen library is the fastest of the measured ones, or OpenBLAS when
 # none beats it by 3% (each line: "  CLASS: LIB, G GFLOP/s (openblas G1,
 # onednn G2, libxsmm G3)")
-slow=$(section "gemm choice" | grep GFLOP | sed -E 's/[:,()]/ /g' | awk '{
+slow=$(section "gemm choice" | grep GFLOP | grep -v '^  bf16:' | sed -E 's/[:,()]/ /g' | awk '{
   best = 0; for (i = 5; i < NF; i += 2) if ($(i + 1) + 0 > best) best = $(i + 1) + 0
   if ($2 == "openblas" ? best > 1.031 * $6 : $3 + 0 < best || $3 < 1.029 * $6) print $1 }')
 [ -z "$slow" ] && ok "each class gets its fastest library (OpenBLAS within 3%)" \
   || bad "not the fastest: $slow"
 
+# bf16 GEMMs: native exactly when the CPU has AVX512-BF16 (oneDNN's ISA) and
+# native measured over 3% faster than widening
+bf16=$(section "gemm choice" | grep '^  bf16:')
+if grep -q '^  avx512_bf16: yes' "$work/info" && grep -q 'max ISA avx512_core_\(bf16\|amx\)' "$work/info"; then
+  echo "$bf16" | sed -E 's/.*widened ([0-9.]+), native ([0-9.]+)\).*/\1 \2/' | {
+    read -r w n
+    want=$(awk -v w="$w" -v n="$n" 'BEGIN { print (n > 1.03 * w) ? "native" : "widened" }')
+    case "$bf16" in
+      "  bf16: native (oneDNN, AVX512-BF16), measured, "*) got=native ;;
+      "  bf16: widened to f32, measured, "*) got=widened ;;
+      *) got="?" ;;
+    esac
+    [ "$got" = "$want" ] && ok "bf16: $got, the faster by measurement ($w vs $n GFLOP/s)" \
+      || bad "bf16 choice: '$bf16' (want $want)"
+  }
+else
+  [ "$bf16" = "  bf16: widened to f32, widened: no AVX512-BF16 (oneDNN ISA)" ] \
+    && ok "bf16: widened, no AVX512-BF16 here" || bad "bf16 line without AVX512-BF16: '$bf16'"
+fi
+for mode in native widen; do
+  TG_GEMM_BF16=$mode "$tg" info >"$work/f" 2>&1
+  line=$(grep '^  bf16:' "$work/f")
+  if grep -q 'max ISA avx512_core_\(bf16\|amx\)' "$work/info"; then
+    case $mode in native) want="  bf16: native (oneDNN, AVX512-BF16), forced by TG_GEMM_BF16" ;;
+                  widen) want="  bf16: widened to f32, forced by TG_GEMM_BF16" ;; esac
+  else
+    want="  bf16: widened to f32, widened: no AVX512-BF16 (oneDNN ISA)"
+  fi
+  [ "$line" = "$want" ] && ok "TG_GEMM_BF16=$mode" || bad "TG_GEMM_BF16=$mode: '$line'"
+done
+TG_GEMM_BF16=fast expect_fail "unknown TG_GEMM_BF16" "unknown TG_GEMM_BF16 'fast'" info
+
 # ---- the cache -----------------------------------------------------------
 cache="$XDG_CACHE_HOME/taskgrad/gemm-choice.txt"
-if [ -f "$cache" ] && head -1 "$cache" | grep -q '^taskgrad-gemm-choice 1|cpu=.*|openblas=.*|onednn=.*|libxsmm=.*|OPENBLAS_CORETYPE=' \
-   && [ "$(wc -l <"$cache")" -eq 5 ]; then
-  ok "cache file: key line and 4 classes"
+if [ -f "$cache" ] && head -1 "$cache" | grep -q '^taskgrad-gemm-choice 2|cpu=.*|openblas=.*|onednn=.*|libxsmm=.*|OPENBLAS_CORETYPE=' \
+   && [ "$(wc -l <"$cache")" -eq 6 ] && tail -1 "$cache" | grep -qE '^bf16 (native|widen) '; then
+  ok "cache file: key line, 4 classes and bf16"
 else
   bad "cache file: $(cat "$cache" 2>&1)"
 fi
 "$tg" info >"$work/info2" 2>&1
 grep -q '^  how: measured, from the cache' "$work/info2" && ok "second run reads the cache" \
   || bad "second run: $(grep how: "$work/info2")"
-diff <(grep -A5 '^gemm choice:' "$work/info" | tail -4) <(grep -A5 '^gemm choice:' "$work/info2" | tail -4) >/dev/null \
+diff <(grep -A6 '^gemm choice:' "$work/info" | tail -5) <(grep -A6 '^gemm choice:' "$work/info2" | tail -5) >/dev/null \
   && ok "the cached choice is the measured one" || bad "cached choice differs"
 sed -i '1s/libxsmm=[^|]*/libxsmm=0.0/' "$cache"
 "$tg" info >"$work/info3" 2>&1
@@ -124,7 +156,7 @@ expect_fail "unknown --gemm-lib (bench gpt)" "--gemm-lib: unknown GEMM library '
 # ---- the bench header ----------------------------------------------------------
 TG_GEMM_LIB=onednn "$tg" bench mlp --steps 1 --hidden 32 >"$work/b" 2>&1
 if grep -q '^machine: .*, [0-9]* cores, .*OpenBLAS.*oneDNN.*libxsmm.*StarPU [0-9.]*$' "$work/b" \
-   && grep -q '^gemm: forward=onednn data-grad=onednn weight-grad=onednn classifier=onednn \[forced by TG_GEMM_LIB\]$' "$work/b"; then
+   && grep -qE '^gemm: forward=onednn data-grad=onednn weight-grad=onednn classifier=onednn bf16=(native|widened)(\([0-9]+ GF/s\))? \[forced by TG_GEMM_LIB\]$' "$work/b"; then
   ok "bench mlp header: machine and gemm lines"
 else
   bad "bench mlp header: $(head -3 "$work/b")"

@@ -14,6 +14,11 @@
  *     XDG_CACHE_HOME), keyed by the CPU model, the libraries' versions and
  *     OPENBLAS_CORETYPE, and measured again when any of them changes.  A
  *     cache that cannot be read or written just means measuring.
+ * bf16 GEMMs (bf16 operands, fp32 sums) are native where the CPU has
+ * AVX512-BF16 (kernels/cpu/gemm_bf16.c) and widened to f32 elsewhere;
+ * TG_GEMM_BF16=native|widen forces one (native falls back to widening on a
+ * CPU without it), "auto" (the default) measures both with the rest and
+ * keeps the faster.
  */
 #ifndef TASKGRAD_GEMM_CHOICE_H
 #define TASKGRAD_GEMM_CHOICE_H
@@ -34,6 +39,12 @@ typedef struct tg_gemm_choice {
   double gflops[TG_GEMM_NCLASSES][TG_GEMM_NLIBS];
   char how[48];                              /* "forced by TG_GEMM_LIB", ... */
   char cache[512];                           /* the cache file, "" if none */
+  /* bf16 operands: native (oneDNN on AVX512-BF16) or widened to f32 and
+   * multiplied in the fp32 back end; the GFLOP/s of each over the
+   * forward, data- and weight-gradient probe shapes (0: not measured) */
+  int bf16_native;
+  double bf16_gflops[2];                     /* [0] widened, [1] native */
+  char bf16_how[64];                         /* "measured", "no AVX512-BF16", ... */
 } tg_gemm_choice;
 
 /* Makes the choice and sets the kernels' table: name as above (NULL:

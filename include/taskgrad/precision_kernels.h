@@ -101,6 +101,45 @@ void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
                       const uint16_t *B, int ldb, float beta, tg_dtype c_dtype,
                       void *C, int ldc, float *work);
 
+/* Native bf16 GEMM (kernels/cpu/gemm_bf16.c): C = alpha op(A) op(B) +
+ * beta C with A, B in bf16, fp32 products and sums, C f32 (c_bf16 == 0) or
+ * bf16 (rounded once).  Only while the native path is on (set_native) and
+ * the CPU has AVX512-BF16; returns nonzero, touching nothing, for a call it
+ * does not run (the caller widens: tg_cpu_gemm_lowp does).  m, n, k > 0 and
+ * alpha != 0 (the degenerate cases are the caller's). */
+int tg_cpu_gemm_bf16(int transa, int transb, int m, int n, int k, float alpha,
+                     const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                     int c_bf16, void *C, int ldc);
+/* 1 when this CPU and oneDNN can run bf16 GEMMs natively */
+int tg_cpu_gemm_bf16_supported(void);
+/* turns the native path on (where supported) or off; the codelets layer's
+ * choice (gemm_choice.h) calls it at start-up */
+void tg_cpu_gemm_bf16_set_native(int on);
+int tg_cpu_gemm_bf16_native(void);
+
+/* tg_cpu_linear_fwd and tg_cpu_linear_bwd_data (kernels_cpu.h) with X (dZ)
+ * and W in `lowp`: the GEMM is tg_cpu_gemm_lowp's (native bf16 where the CPU
+ * has it, else widened in work: tg_cpu_gemm_lowp_work_floats of the GEMM's
+ * m, n, k), the bias, activation and Zprev, Z, H, dX are f32. */
+void tg_cpu_linear_fwd_lowp(tg_dtype lowp, int rows, int in, int out, const uint16_t *X,
+                            int ldx, const uint16_t *W, int ldw, const float *b, int act,
+                            float *Z, int ldz, float *H, int ldh, float *work);
+void tg_cpu_linear_bwd_data_lowp(tg_dtype lowp, int rows, int in, int out,
+                                 const uint16_t *dZ, int lddz, const uint16_t *W, int ldw,
+                                 int act, const float *Zprev, int ldzp, float *dX, int lddx,
+                                 float *work);
+
+/* tg_cpu_classifier_dlogits (kernels_cpu.h) with lnf, wte and dlogits in
+ * bf16 (kernels/cpu/lm_classifier.c): logits and softmax in f32, dlogits
+ * rounded to bf16, and dlnf computed from the rounded dlogits; scratch:
+ * tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk) floats. */
+void tg_cpu_classifier_dlogits_lowp(int n, int C, int V, int chunk, const uint16_t *lnf,
+                                    int ldl, const uint16_t *wte, const int32_t *targets,
+                                    float scale, float grad_scale, float *dlnf, int lddl,
+                                    float *loss_acc, uint16_t *dlogits, int Vd,
+                                    float *scratch);
+size_t tg_cpu_classifier_lowp_scratch_floats(int n, int C, int V, int chunk);
+
 /* *flag = 1 when any of the n values of g is +-Inf or NaN; otherwise *flag
  * is left as it is, so several tensors can be checked into one flag (and a
  * StarPU reduction that sums per-worker flags starting at zero also works). */

@@ -44,6 +44,11 @@ void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
                       float *work)                // tg_cpu_gemm_lowp_work_floats
 {
   if (m <= 0 || n <= 0) return;
+  /* bf16 on a CPU that multiplies it natively: no widening (gemm_bf16.c) */
+  if (lowp == TG_BF16 && k > 0 && alpha != 0.0f &&
+      tg_cpu_gemm_bf16(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                       c_dtype != TG_F32, C, ldc) == 0)
+    return;
   const int c_low = c_dtype != TG_F32;
   float *wa = work;                       // (mb, kb) or (kb, mb) tile of A
   float *wb = wa + edge(m) * edge(k);     // (kb, nb) or (nb, kb) tile of B

@@ -50,6 +50,7 @@
  */
 #include "taskgrad/gemm_libs.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 
 /* The chunk loop of both entry points.  Chunk r0's dlogits go to
  * dl + r0 * ldd when keep (the caller's (n, ldd) matrix), else to dl itself
@@ -117,4 +118,48 @@ void tg_cpu_classifier_dlogits(int n, int C, int V, int chunk,
    * padded rows of a (Vd, C) gradient */
   for (int r = 0; r < n; r++)
     for (int v = V; v < Vd; v++) dlogits[(size_t)r * Vd + v] = 0.0f;
+}
+
+/* The split form with bf16 lnf, wte and dlogits (native bf16 GEMMs,
+ * gemm_bf16.c): per chunk, the logits in f32 (scratch, (chunk, V)), the
+ * softmax and loss as above, dlogits rounded to bf16 into the caller's
+ * (n, Vd) matrix, and dlnf = grad_scale dlogits wte from those rounded
+ * values, so that dlnf and the caller's dwte (the same dlogits^T lnf, on
+ * tg_gemm_lowp) see one dlogits, as a bf16 autocast would. */
+void tg_cpu_classifier_dlogits_lowp(int n, int C, int V, int chunk,
+                                    const uint16_t *lnf, int ldl,  // (n, ldl) bf16
+                                    const uint16_t *wte,           // (Vp, C) bf16
+                                    const int32_t *targets,        // (n)
+                                    float scale, float grad_scale,
+                                    float *dlnf, int lddl,         // (n, lddl), written
+                                    float *loss_acc,               // (1)
+                                    uint16_t *dlogits, int Vd,     // (n, Vd) bf16, written
+                                    float *scratch) // tg_cpu_classifier_lowp_scratch_floats
+{
+  if (n <= 0 || chunk <= 0) return;
+  float *logits = scratch;                         /* (chunk, V) */
+  float *work = scratch + (size_t)chunk * V;       /* tg_cpu_gemm_lowp's */
+  double total = 0.0;
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    uint16_t *d16 = dlogits + (size_t)r0 * Vd; /* (rows, Vd) */
+    tg_cpu_gemm_lowp(TG_BF16, 0, 1, rows, V, C, 1.0f, lnf + (size_t)r0 * ldl, ldl, wte, C,
+                     0.0f, TG_F32, logits, V, work);
+    float part = 0.0f;
+    tg_cpu_softmax_xent(rows, V, logits, V, targets + r0, scale, logits, V, &part);
+    total += (double)part;
+    tg_cpu_to_lowp(TG_BF16, rows, V, logits, V, d16, Vd);
+    tg_cpu_gemm_lowp(TG_BF16, 0, 0, rows, C, V, grad_scale, d16, Vd, wte, C, 0.0f, TG_F32,
+                     dlnf + (size_t)r0 * lddl, lddl, work);
+  }
+  *loss_acc = (float)((double)*loss_acc + total);
+  for (int r = 0; r < n; r++)
+    for (int v = V; v < Vd; v++) dlogits[(size_t)r * Vd + v] = 0;
+}
+
+size_t tg_cpu_classifier_lowp_scratch_floats(int n, int C, int V, int chunk) {
+  size_t a = tg_cpu_gemm_lowp_work_floats(chunk, V, C);
+  size_t b = tg_cpu_gemm_lowp_work_floats(chunk, C, V);
+  (void)n;
+  return (size_t)chunk * V + (a > b ? a : b);
 }

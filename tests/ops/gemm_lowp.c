@@ -7,7 +7,9 @@
  *            over NaN; against float64 on the widened 16-bit inputs: f32 C
  *            within 1e-5, 16-bit C within half an ulp + 1e-5; the workspace
  *            malloc'd at exactly its announced size (ASan); k == 0 and
- *            alpha == 0 read neither A nor B;
+ *            alpha == 0 read neither A nor B; all of it again on the native
+ *            bf16 path where the CPU has AVX512-BF16 (else said, not run),
+ *            with more shapes than a thread's primitive cache holds;
  *  cpu       the codelet with 1 and 2 CPU workers (every task of a section
  *            submitted before any result is read): against float64 on the
  *            original f32 inputs <= 1e-2 (bf16), 2e-3 (fp16) and more than
@@ -141,9 +143,46 @@ static void ref_gemm_degenerate(void) {
         "the workspace is bounded by three 256 x 256 tiles");
 }
 
+/* The native bf16 path (kernels/cpu/gemm_bf16.c): on only where the CPU
+ * has it, declining every call while off; on, the same float64 checks as
+ * the widened path (ref_gemm), and more distinct GEMMs than a thread's
+ * cache of primitives holds, so that entries are replaced and reused. */
+static void ref_gemm_native(void) {
+  const int had = tg_cpu_gemm_bf16_native();
+  uint16_t one[1] = {0x3f80};
+  float c[1] = {0};
+  tg_cpu_gemm_bf16_set_native(0);
+  CHECK(!tg_cpu_gemm_bf16_native() && tg_cpu_gemm_bf16(0, 0, 1, 1, 1, 1.0f, one, 1, one, 1,
+                                                      0.0f, 0, c, 1) != 0 && c[0] == 0.0f,
+        "native bf16 off: tg_cpu_gemm_bf16 declines and writes nothing");
+  tg_cpu_gemm_bf16_set_native(1);
+  CHECK(tg_cpu_gemm_bf16_native() == tg_cpu_gemm_bf16_supported(),
+        "native bf16 turns on exactly where supported (%d, %d)", tg_cpu_gemm_bf16_native(),
+        tg_cpu_gemm_bf16_supported());
+  if (!tg_cpu_gemm_bf16_supported()) {
+    printf("gemm_lowp native bf16: this CPU has no AVX512-BF16 (oneDNN's ISA), not run\n");
+  } else {
+    CHECK(tg_cpu_gemm_bf16(0, 0, 1, 1, 1, 1.0f, one, 1, one, 1, 0.0f, 0, c, 1) == 0 &&
+              c[0] == 1.0f,
+          "native bf16 on: 1 x 1 = %g", c[0]);
+    printf("gemm_lowp native bf16 (oneDNN):\n");
+    ref_gemm();
+    tg_rng rng = {.s = 0xB16};
+    for (int i = 0; i < 60; i++) /* 60 shapes, then the first ones again */
+      gemm_case(&rng, TG_BF16, i & 1, (i >> 1) & 1, 0, 1 + i % 60, 5, 3, i & 2 ? 0.5f : 0.0f);
+    for (int i = 0; i < 4; i++)
+      gemm_case(&rng, TG_BF16, i & 1, (i >> 1) & 1, 0, 1 + i, 5, 3, i & 2 ? 0.5f : 0.0f);
+  }
+  tg_cpu_gemm_bf16_set_native(had);
+}
+
 static void gemm_lowp_ref(void) {
+  const int had = tg_cpu_gemm_bf16_native();
+  tg_cpu_gemm_bf16_set_native(0); /* the widened path */
   ref_gemm();
   ref_gemm_degenerate();
+  tg_cpu_gemm_bf16_set_native(had);
+  ref_gemm_native();
 }
 
 /* ---- cpu: the codelet with 1 and 2 CPU workers ------------------------------- */
@@ -449,10 +488,12 @@ static void emu_gemm_lowp(void) {
 static const ops_row rows[] = {
     {.name = "gemm_lowp",
      .doc = "GEMM with bf16 / fp16 A, B, fp32 accumulation, C f32 or 16-bit (OpenBLAS sgemm on "
-            "widened tiles; cublasGemmEx, COMPUTE_32F)",
+            "widened tiles, or oneDNN's native bf16 matmul on AVX512-BF16; cublasGemmEx, "
+            "COMPUTE_32F)",
      .buffers = "A (R), B (R), C (W / RW / REDUX for f32), scratch",
      .covers = "tg_gemm_lowp_cl tg_gemm_lowp_insert tg_cuda_gemm_lowp tg_cuda_gemm_lowp_aligned",
-     .kernels = "tg_cpu_gemm_lowp tg_cpu_gemm_lowp_work_floats",
+     .kernels = "tg_cpu_gemm_lowp tg_cpu_gemm_lowp_work_floats tg_cpu_gemm_bf16 "
+                "tg_cpu_gemm_bf16_supported tg_cpu_gemm_bf16_set_native tg_cpu_gemm_bf16_native",
      .run = {[OPS_REF] = gemm_lowp_ref, [OPS_CPU] = gemm_lowp_cpu, [OPS_CUDA] = pair_gemm,
              [OPS_DEVICE] = pair_gemm, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm_lowp)},
      .why_not = {[OPS_LOWP] = "the codelet takes 16-bit buffers itself (no adapter)",

@@ -98,6 +98,71 @@ static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
   free(zr); free(hr); free(dxr); free(zg); free(hg); free(dxg);
 }
 
+/* tg_cpu_linear_fwd_lowp and tg_cpu_linear_bwd_data_lowp: bf16 X, dZ and W,
+ * the rest f32, against float64 on the bf16 values, on the widened path
+ * (native 0) and, where the CPU has it, the native one */
+static void check_kernels_lowp(tg_rng *rng, int rows, int in, int out, int act, int native) {
+  int ldx = in + 3, ldw = in + 1, ldz = out + 2, ldh = out + 5, ldd = in + 4;
+  uint16_t *X = malloc(2 * (size_t)rows * ldx), *W = malloc(2 * (size_t)out * ldw);
+  uint16_t *dZ = malloc(2 * (size_t)rows * ldz);
+  float *b = malloc(sizeof(float) * out), *Z = malloc(sizeof(float) * rows * ldz);
+  float *H = malloc(sizeof(float) * rows * ldh), *Zp = malloc(sizeof(float) * rows * ldd);
+  float *dX = malloc(sizeof(float) * rows * ldd);
+  size_t wn = tg_cpu_gemm_lowp_work_floats(rows, out, in);
+  size_t wb = tg_cpu_gemm_lowp_work_floats(rows, in, out);
+  float *work = malloc(sizeof(float) * (wn > wb ? wn : wb));
+  double *zr = malloc(sizeof(double) * rows * out), *dxr = malloc(sizeof(double) * rows * in);
+  float *zg = malloc(sizeof(float) * rows * out), *hg = malloc(sizeof(float) * rows * out);
+  double *hr = malloc(sizeof(double) * rows * out);
+  float *dxg = malloc(sizeof(float) * rows * in);
+  for (size_t i = 0; i < (size_t)rows * ldx; i++) X[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
+  for (size_t i = 0; i < (size_t)out * ldw; i++)
+    W[i] = tg_f32_to_bf16(0.5f * tg_rng_uniform(rng));
+  for (size_t i = 0; i < (size_t)rows * ldz; i++) dZ[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
+  tg_rng_fill(rng, b, out, 0.5f);
+  tg_rng_fill(rng, Zp, (size_t)rows * ldd, 2.0f);
+  for (size_t i = 0; i < (size_t)rows * ldz; i++) Z[i] = NAN; /* write-only */
+  for (size_t i = 0; i < (size_t)rows * ldd; i++) dX[i] = NAN;
+  tg_cpu_gemm_bf16_set_native(native);
+  tg_cpu_linear_fwd_lowp(TG_BF16, rows, in, out, X, ldx, W, ldw, b, act, Z, ldz, H, ldh, work);
+  tg_cpu_linear_bwd_data_lowp(TG_BF16, rows, in, out, dZ, ldz, W, ldw, act, Zp, ldd, dX, ldd,
+                              work);
+  for (int r = 0; r < rows; r++) {
+    for (int o = 0; o < out; o++) {
+      double z = b[o];
+      for (int i = 0; i < in; i++)
+        z += (double)tg_bf16_to_f32(X[r * ldx + i]) * tg_bf16_to_f32(W[o * ldw + i]);
+      zr[r * out + o] = z;
+      hr[r * out + o] = act64(act, z);
+      zg[r * out + o] = Z[r * ldz + o];
+      hg[r * out + o] = H[r * ldh + o];
+    }
+    for (int i = 0; i < in; i++) {
+      double g = 0;
+      for (int o = 0; o < out; o++)
+        g += (double)tg_bf16_to_f32(dZ[r * ldz + o]) * tg_bf16_to_f32(W[o * ldw + i]);
+      dxr[r * in + i] = g * act64_grad(act, Zp[r * ldd + i]);
+      dxg[r * in + i] = dX[r * ldd + i];
+    }
+  }
+  char what[112];
+  const char *path = native ? "native" : "widened";
+  snprintf(what, sizeof what, "linear_fwd_lowp %s Z act=%d (%d,%d,%d)", path, act, rows, in,
+           out);
+  if (ops_row_is("linear_fwd")) CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
+  if (act != 2 && ops_row_is("linear_fwd")) {
+    snprintf(what, sizeof what, "linear_fwd_lowp %s H act=%d (%d,%d,%d)", path, act, rows, in,
+             out);
+    CHECK_REL(tg_rel_err_f64(hg, hr, (size_t)rows * out), 1e-5, what);
+  }
+  snprintf(what, sizeof what, "linear_bwd_data_lowp %s act=%d (%d,%d,%d)", path, act, rows,
+           in, out);
+  if (ops_row_is("linear_bwd_data"))
+    CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
+  free(X); free(W); free(dZ); free(b); free(Z); free(H); free(Zp); free(dX); free(work);
+  free(zr); free(dxr); free(zg); free(hg); free(hr); free(dxg);
+}
+
 static void linear_ref(void) {
   tg_rng rng = {.s = 12345};
   static const int sizes[] = {1, 7, 33, 257};
@@ -105,6 +170,14 @@ static void linear_ref(void) {
     for (int a = 0; a < 4; a++)
       for (int c = 0; c < 4; c++)
         check_kernels(&rng, sizes[a], sizes[c], sizes[(a + c + act) % 4], act);
+  const int had = tg_cpu_gemm_bf16_native();
+  for (int native = 0; native < 1 + tg_cpu_gemm_bf16_supported(); native++)
+    for (int act = 0; act < 3; act++)
+      for (int a = 0; a < 4; a += 2)
+        check_kernels_lowp(&rng, sizes[a + 1], sizes[3 - a], sizes[(a + act) % 4], act, native);
+  if (!tg_cpu_gemm_bf16_supported() && ops_row_is("linear_fwd"))
+    printf("linear_fwd_lowp, linear_bwd_data_lowp: no AVX512-BF16 here, widened path only\n");
+  tg_cpu_gemm_bf16_set_native(had);
 }
 
 /* ---- cpu: the codelets against the kernels ----------------------------------- */
@@ -528,7 +601,7 @@ static const ops_row rows[] = {
      .doc = "fused linear forward `Z = X W^T + b; H = act(Z)`",
      .buffers = "X (R), W (R), b (R), Z (W), H (W)",
      .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd tg_cuda_linear_fwd_lowp",
-     .kernels = "tg_cpu_linear_fwd",
+     .kernels = "tg_cpu_linear_fwd tg_cpu_linear_fwd_lowp",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
              [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),
              [OPS_LOWP] = linear_lowp},
@@ -537,7 +610,7 @@ static const ops_row rows[] = {
      .doc = "fused linear backward-data `dX = (dZ W) * act'(Zprev)`",
      .buffers = "dZ (R), W (R), dX (W), Zprev (R)",
      .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data tg_cuda_linear_bwd_data_lowp",
-     .kernels = "tg_cpu_linear_bwd_data",
+     .kernels = "tg_cpu_linear_bwd_data tg_cpu_linear_bwd_data_lowp",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
              [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),
              [OPS_LOWP] = linear_lowp},

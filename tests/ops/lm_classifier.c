@@ -38,6 +38,7 @@
 
 #include "ref_util.h"
 #include "pair.h"
+#include "taskgrad/precision_kernels.h"
 
 /* ---- ref --------------------------------------------------------------------- */
 
@@ -342,9 +343,78 @@ static void ref_classifier(tg_rng *rng) {
   }
 }
 
+/* tg_cpu_classifier_dlogits_lowp: bf16 lnf and wte, against float64 on
+ * their values: the loss (1e-5), each dlogits entry the bf16 rounding of
+ * scale (p - onehot) (half an ulp + 1e-6 absolute), zero padding, and dlnf
+ * = grad_scale dlogits wte from the kernel's own rounded dlogits (1e-5);
+ * chunks of 1, 3 and all rows, on the widened path and, where the CPU has
+ * it, the native one */
+static void ref_classifier_lowp_case(tg_rng *rng, int n, int C, int V, int Vp, int chunk,
+                                     int native) {
+  const float scale = 0.25f, gscale = 2.0f;
+  uint16_t *lnf = tg_test_malloc(2 * (size_t)n * C), *wte = tg_test_malloc(2 * (size_t)Vp * C);
+  uint16_t *dl = tg_test_malloc(2 * (size_t)n * Vp);
+  int32_t *tg = tg_test_malloc(sizeof(int32_t) * n);
+  float *dlnf = tg_test_malloc(sizeof(float) * (size_t)n * C);
+  float *scratch =
+      tg_test_malloc(sizeof(float) * tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk));
+  double *x = tg_test_malloc(sizeof(double) * C), *w = tg_test_malloc(sizeof(double) * V * C);
+  double *p = tg_test_malloc(sizeof(double) * V);
+  for (size_t i = 0; i < (size_t)n * C; i++) lnf[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
+  for (size_t i = 0; i < (size_t)Vp * C; i++) wte[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
+  for (size_t i = 0; i < (size_t)n * Vp; i++) dl[i] = 0x7fc0; /* NaN: write-only */
+  for (int r = 0; r < n; r++) tg[r] = (int32_t)((r * 7 + 3) % V);
+  for (size_t i = 0; i < (size_t)V * C; i++) w[i] = tg_bf16_to_f32(wte[i]);
+  float loss = 0.0f;
+  tg_cpu_gemm_bf16_set_native(native);
+  tg_cpu_classifier_dlogits_lowp(n, C, V, chunk, lnf, C, wte, tg, scale, gscale, dlnf, C,
+                                 &loss, dl, Vp, scratch);
+  double want_loss = 0, worst_dl = 0, worst_dlnf = 0;
+  int pad_ok = 1;
+  for (int r = 0; r < n; r++) {
+    for (int j = 0; j < C; j++) x[j] = tg_bf16_to_f32(lnf[(size_t)r * C + j]);
+    want_loss += scale * ref_cls_row(C, V, x, w, tg[r], p);
+    for (int v = 0; v < V; v++) {
+      double want = scale * (p[v] - (v == tg[r])), got = tg_bf16_to_f32(dl[(size_t)r * Vp + v]);
+      double err = fabs(got - want) / (fabs(want) * ldexp(1.0, -8) + 1e-6);
+      worst_dl = fmax(worst_dl, err);
+    }
+    for (int v = V; v < Vp; v++) pad_ok &= dl[(size_t)r * Vp + v] == 0;
+    for (int j = 0; j < C; j++) {
+      double g = 0, mag = 0;
+      for (int v = 0; v < V; v++) {
+        double d = tg_bf16_to_f32(dl[(size_t)r * Vp + v]);
+        g += d * w[(size_t)v * C + j];
+        mag += fabs(d * w[(size_t)v * C + j]);
+      }
+      worst_dlnf = fmax(worst_dlnf, fabs(dlnf[(size_t)r * C + j] - gscale * g) /
+                                        (gscale * mag + 1e-30));
+    }
+  }
+  char what[112];
+  snprintf(what, sizeof what, "classifier_dlogits_lowp %s n=%d C=%d V=%d Vp=%d chunk=%d",
+           native ? "native" : "widened", n, C, V, Vp, chunk);
+  CHECK_REL(fabs(loss - want_loss) / fabs(want_loss), 1e-5, what);
+  CHECK(worst_dl <= 1.0, "%s: dlogits off by %.3g half-ulps", what, worst_dl);
+  CHECK(pad_ok, "%s: padding columns not zero", what);
+  CHECK_REL(worst_dlnf, 1e-5, what);
+  free(lnf); free(wte); free(dl); free(tg); free(dlnf); free(scratch); free(x); free(w);
+  free(p);
+}
+
 static void lm_classifier_ref(void) {
   tg_rng rng = {.s = 0x2545F4914F6CDD1DULL};
   ref_classifier(&rng);
+  if (!ops_row_is("lm_classifier_dlogits")) return;
+  const int had = tg_cpu_gemm_bf16_native();
+  for (int native = 0; native < 1 + tg_cpu_gemm_bf16_supported(); native++)
+    for (int chunk = 1; chunk <= 5; chunk += chunk == 1 ? 2 : 2) {
+      ref_classifier_lowp_case(&rng, 5, 24, 37, 40, chunk, native);
+      ref_classifier_lowp_case(&rng, 3, 64, 300, 304, chunk, native);
+    }
+  if (!tg_cpu_gemm_bf16_supported())
+    printf("classifier_dlogits_lowp: no AVX512-BF16 here, widened path only\n");
+  tg_cpu_gemm_bf16_set_native(had);
 }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
@@ -678,7 +748,8 @@ static const ops_row rows[] = {
             "to a `tg_gemm` or `lm_classifier_dwte` task",
      .buffers = "lnf, wte, targets (R), loss (RW / REDUX), dlogits (W), dlnf (W)",
      .covers = "tg_lm_classifier_dlogits_insert tg_cuda_classifier_dlogits",
-     .kernels = "tg_cpu_classifier_dlogits",
+     .kernels = "tg_cpu_classifier_dlogits tg_cpu_classifier_dlogits_lowp "
+                "tg_cpu_classifier_lowp_scratch_floats",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits)},
