@@ -4,6 +4,9 @@
  *
  * Design note
  * -----------
+ * Where the CPU has AVX512-BF16 and the native path is on, bf16 calls go
+ * to gemm_bf16.c first (oneDNN, no widening); what it declines, and fp16,
+ * comes here.
  * OpenBLAS has no bf16 / fp16 GEMM we can rely on (sbgemm exists only in
  * some builds, and no fp16 at all), so the operands are widened to f32 one
  * tile at a time and multiplied with the fp32 kernel (tg_cpu_gemm, i.e.
