@@ -61,6 +61,7 @@ typedef struct bf16_entry {
 } bf16_entry;
 
 typedef struct bf16_cache {
+  struct bf16_cache *next, *prev; /* g_caches: every live thread's */
   dnnl_engine_t engine;
   dnnl_stream_t stream;
   bf16_entry e[kCacheSize];
@@ -70,6 +71,11 @@ typedef struct bf16_cache {
 static volatile int g_native; /* set by the codelets layer's choice */
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+/* every thread's cache, so that a cache stays reachable from a global
+ * (leak checkers do not all scan a thread's pthread keys; the main
+ * thread's is never destroyed, it lives until exit) */
+static pthread_mutex_t g_caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static bf16_cache *g_caches;
 
 static void entry_free(bf16_entry *e) {
   if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -82,6 +88,11 @@ static void entry_free(bf16_entry *e) {
 static void cache_free(void *p) {
   bf16_cache *cache = p;
   if (!cache) return;
+  pthread_mutex_lock(&g_caches_lock);
+  if (cache->prev) cache->prev->next = cache->next;
+  else if (g_caches == cache) g_caches = cache->next;
+  if (cache->next) cache->next->prev = cache->prev;
+  pthread_mutex_unlock(&g_caches_lock);
   for (int i = 0; i < kCacheSize; i++) entry_free(&cache->e[i]);
   if (cache->stream) dnnl_stream_destroy(cache->stream);
   if (cache->engine) dnnl_engine_destroy(cache->engine);
@@ -105,6 +116,11 @@ static bf16_cache *thread_cache(void) {
     cache_free(cache);
     return NULL;
   }
+  pthread_mutex_lock(&g_caches_lock);
+  cache->next = g_caches;
+  if (g_caches) g_caches->prev = cache;
+  g_caches = cache;
+  pthread_mutex_unlock(&g_caches_lock);
   return cache;
 }
 
