@@ -4,6 +4,8 @@
  * and on 2 threads at once, and the 2048^3 sgemm ceiling of each library.
  *
  *   gemm_libs [--reps R]     (default 5)
+ *   gemm_libs --ceiling      only the ceilings (a few seconds: for each
+ *                            round of an interleaved benchmark)
  *
  * The shapes are a task's GEMMs in `taskgrad bench gpt` on 2 workers
  * (2 micro-batches): GPT d4 (L4 C256 T256 B8: 1024 rows per task, V 256)
@@ -171,12 +173,15 @@ static double ceiling_threaded(tg_gemm_lib lib, int n) {
 }
 
 int main(int argc, char **argv) {
+  int ceiling_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
       g_reps = atoi(argv[++i]);
       if (g_reps < 1 || g_reps > 1000) return fprintf(stderr, "--reps 1..1000\n"), 2;
+    } else if (!strcmp(argv[i], "--ceiling")) {
+      ceiling_only = 1;
     } else {
-      fprintf(stderr, "usage: gemm_libs [--reps R]\n");
+      fprintf(stderr, "usage: gemm_libs [--reps R] [--ceiling]\n");
       return 2;
     }
   }
@@ -193,7 +198,7 @@ int main(int argc, char **argv) {
   make_classes(sets[0].k, 1024, 256, 256);
   make_classes(sets[1].k, 128, 768, 8192);
   int before = nthreads();
-  for (int si = 0; si < 2; si++) {
+  for (int si = 0; si < 2 && !ceiling_only; si++) {
     printf("\n%s: GFLOP/s, 1 thread | 2 threads (sum)\n%-12s", sets[si].name, "class");
     for (int l = 0; l < TG_GEMM_NLIBS; l++) printf(" %17s", tg_gemm_lib_name(l));
     printf("\n");
@@ -206,8 +211,9 @@ int main(int argc, char **argv) {
     }
   }
   int after = nthreads();
-  printf("\nthreads of this process before the single-threaded runs %d, after %d\n", before,
-         after);
+  if (!ceiling_only)
+    printf("\nthreads of this process before the single-threaded runs %d, after %d\n", before,
+           after);
   const int n = 2048;
   printf("\nceiling %d^3 NN, GFLOP/s: 1 thread | 2 threads, one GEMM each (sum) | one GEMM "
          "threaded by the library\n", n);

@@ -8,15 +8,19 @@
  * from a constructor, so tg_init fills the kernels' table before StarPU
  * starts, for the CLI and for any program that links the library.
  *
- * The probe: for each class one representative shape of the GPT step
- * (GPT-2 124M at B4 T64: 256 rows, C 768; the classifier a 2048-column
- * slice of the vocabulary), each library run once to warm up (JIT, page
+ * The probe: for each class the GPT step's own GEMMs of that class (GPT-2
+ * 124M at B4 T64, 128 rows per micro-batch task: the qkv, MLP-up and
+ * MLP-down layers, whose shapes differ most; and d4's 1024 rows at C 256;
+ * the classifier a 2048-column slice of the vocabulary): one square shape
+ * per class had picked OpenBLAS for a forward that oneDNN ran 18% faster at
+ * the step's shapes (bench/results/2026-11-26-cpu-bf16-native.md).  Each
+ * library is run once to warm up (JIT, page
  * faults), then the libraries in turn, at least 5 rounds and 60 ms, the
  * best time of each kept.  The fastest wins if it beats OpenBLAS by 3%
  * (kMargin), else OpenBLAS stays: the probe's noise on a shared machine is
  * of that order, and a call libxsmm cannot do is timed on its OpenBLAS
  * fallback (the forward's transposed B), a tie that must not switch.  One
- * thread: StarPU runs one kernel per core.  It takes about a second, once
+ * thread: StarPU runs one kernel per core.  It takes a second or two, once
  * per machine and library versions.
  *
  * The cache: one text file, written atomically (src/atomic_file.c), its
@@ -40,7 +44,7 @@
 #include "taskgrad/gemm_choice.h"
 #include "taskgrad/precision_kernels.h"
 
-#define CACHE_FORMAT "taskgrad-gemm-choice 2"
+#define CACHE_FORMAT "taskgrad-gemm-choice 3"
 
 static tg_gemm_choice g_choice;
 
@@ -76,10 +80,23 @@ typedef struct probe_gemm {
 } probe_gemm;
 
 /* each class's GEMMs (the classifier: its chunk's three) */
-static const probe_gemm kProbe[TG_GEMM_NCLASSES][3] = {
-    [TG_GEMM_FORWARD] = {{0, 1, 256, 768, 768, 1.0f, 0.0f}},
-    [TG_GEMM_DATA_GRAD] = {{0, 0, 256, 768, 768, 1.0f, 0.0f}},
-    [TG_GEMM_WEIGHT_GRAD] = {{1, 0, 768, 768, 256, 1.0f, 1.0f}},
+enum { kProbeN = 4 };
+static const probe_gemm kProbe[TG_GEMM_NCLASSES][kProbeN] = {
+    /* X W^T: qkv, MLP up, MLP down at 128 rows; d4's MLP up */
+    [TG_GEMM_FORWARD] = {{0, 1, 128, 2304, 768, 1.0f, 0.0f},
+                         {0, 1, 128, 3072, 768, 1.0f, 0.0f},
+                         {0, 1, 128, 768, 3072, 1.0f, 0.0f},
+                         {0, 1, 1024, 1024, 256, 1.0f, 0.0f}},
+    /* dY W: the same layers' input gradients */
+    [TG_GEMM_DATA_GRAD] = {{0, 0, 128, 768, 2304, 1.0f, 0.0f},
+                           {0, 0, 128, 768, 3072, 1.0f, 0.0f},
+                           {0, 0, 128, 3072, 768, 1.0f, 0.0f},
+                           {0, 0, 1024, 256, 1024, 1.0f, 0.0f}},
+    /* dW += dY^T X */
+    [TG_GEMM_WEIGHT_GRAD] = {{1, 0, 2304, 768, 128, 1.0f, 1.0f},
+                             {1, 0, 3072, 768, 128, 1.0f, 1.0f},
+                             {1, 0, 768, 3072, 128, 1.0f, 1.0f},
+                             {1, 0, 1024, 256, 1024, 1.0f, 1.0f}},
     [TG_GEMM_CLASSIFIER] = {{0, 1, 256, 2048, 768, 1.0f, 0.0f},
                             {0, 0, 256, 768, 2048, 0.5f, 0.0f},
                             {1, 0, 2048, 768, 256, 0.5f, 1.0f}},
@@ -92,7 +109,7 @@ static const double kMargin = 0.03;
 static double probe_once(tg_gemm_lib lib, const probe_gemm *g, float *A, float *B,
                          float *C) {
   double t0 = tg_monotonic_us();
-  for (int i = 0; i < 3 && g[i].m; i++) {
+  for (int i = 0; i < kProbeN && g[i].m; i++) {
     const probe_gemm *p = &g[i];
     /* compact operands: A (m, k) or (k, m), B (k, n) or (n, k), C (m, n) */
     tg_cpu_gemm_on(lib, p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->ta ? p->m : p->k,
@@ -104,7 +121,7 @@ static double probe_once(tg_gemm_lib lib, const probe_gemm *g, float *A, float *
 static int probe(tg_gemm_choice *ch) {
   size_t most = 0;
   for (int c = 0; c < TG_GEMM_NCLASSES; c++)
-    for (int i = 0; i < 3 && kProbe[c][i].m; i++) {
+    for (int i = 0; i < kProbeN && kProbe[c][i].m; i++) {
       const probe_gemm *p = &kProbe[c][i];
       size_t s[3] = {(size_t)p->m * p->k, (size_t)p->k * p->n, (size_t)p->m * p->n};
       for (int j = 0; j < 3; j++) most = s[j] > most ? s[j] : most;
@@ -118,7 +135,7 @@ static int probe(tg_gemm_choice *ch) {
   for (size_t i = 0; i < 3 * most; i++) buf[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
   for (int c = 0; c < TG_GEMM_NCLASSES; c++) {
     double flops = 0;
-    for (int i = 0; i < 3 && kProbe[c][i].m; i++)
+    for (int i = 0; i < kProbeN && kProbe[c][i].m; i++)
       flops += 2.0 * kProbe[c][i].m * kProbe[c][i].n * kProbe[c][i].k;
     double t[TG_GEMM_NLIBS], spent = 0;
     for (int l = 0; l < TG_GEMM_NLIBS; l++) {

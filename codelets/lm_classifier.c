@@ -199,9 +199,18 @@ typedef struct tg_lmc_dwte_args {
   float grad_scale, beta;
 } tg_lmc_dwte_args;
 
-/* buffers: dlogits (n, Vd), lnf (n, C), dwte_rows (Vb, C) */
+/* buffers: dlogits (n, Vd), lnf (n, C), dwte_rows (Vb, C); bf16 dlogits
+ * and lnf arrive as they are on a CPU with native bf16 GEMMs (kKeepDwte),
+ * with the workspace after dwte_rows */
 static void tg_lm_classifier_dwte_cpu(void *buffers[], void *cl_arg) {
   const tg_lmc_dwte_args *a = cl_arg;
+  if (STARPU_MATRIX_GET_ELEMSIZE(buffers[0]) == 2) {
+    tg_cpu_gemm_lowp(TG_BF16, 1, 0, TG_ROWS(buffers[2]), TG_COLS(buffers[2]),
+                     TG_ROWS(buffers[0]), a->grad_scale, TG_HPTR(buffers[0]) + a->v0,
+                     TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), a->beta,
+                     TG_F32, TG_PTR(buffers[2]), TG_LD(buffers[2]), TG_VPTR(buffers[3]));
+    return;
+  }
   tg_cpu_gemm(1, 0, TG_ROWS(buffers[2]), TG_COLS(buffers[2]), TG_ROWS(buffers[0]),
               a->grad_scale, TG_PTR(buffers[0]) + a->v0, TG_LD(buffers[0]),
               TG_PTR(buffers[1]), TG_LD(buffers[1]), a->beta, TG_PTR(buffers[2]),
@@ -219,7 +228,9 @@ static void tg_lm_classifier_dwte_cuda(void *buffers[], void *cl_arg) {
 }
 #endif
 
-TG_CODELET(lm_classifier_dwte, tg_lm_classifier_dwte_cpu, tg_lm_classifier_dwte_cuda);
+static const unsigned kKeepDwte = 1u << 0 | 1u << 1;
+TG_CODELET_KEEP(lm_classifier_dwte, tg_lm_classifier_dwte_cpu, kKeepDwte,
+                tg_lm_classifier_dwte_cuda);
 
 int tg_lm_classifier_dwte_insert(int v0, float grad_scale, starpu_data_handle_t dlogits,
                                  starpu_data_handle_t lnf, starpu_data_handle_t dwte_rows,

@@ -102,7 +102,7 @@ TG_GEMM_BF16=fast expect_fail "unknown TG_GEMM_BF16" "unknown TG_GEMM_BF16 'fast
 
 # ---- the cache -----------------------------------------------------------
 cache="$XDG_CACHE_HOME/taskgrad/gemm-choice.txt"
-if [ -f "$cache" ] && head -1 "$cache" | grep -q '^taskgrad-gemm-choice 2|cpu=.*|openblas=.*|onednn=.*|libxsmm=.*|OPENBLAS_CORETYPE=' \
+if [ -f "$cache" ] && head -1 "$cache" | grep -q '^taskgrad-gemm-choice 3|cpu=.*|openblas=.*|onednn=.*|libxsmm=.*|OPENBLAS_CORETYPE=' \
    && [ "$(wc -l <"$cache")" -eq 6 ] && tail -1 "$cache" | grep -qE '^bf16 (native|widen) '; then
   ok "cache file: key line, 4 classes and bf16"
 else

@@ -21,6 +21,8 @@
 #    backward-data tiles per micro-batch and step), none in bf16;
 #  - without --deterministic (the classifier's dwte in row blocks, sums in
 #    place in any order): losses within 1e-5 of the untiled run's;
+#  - bf16 with the split classifier's dwte in 3 row blocks against 1:
+#    losses within 1e-6;
 #  - bench gpt's header names the tile count; auto is 1 on 2 workers;
 #  - a bad count is refused (exit 2, one message).
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
@@ -111,6 +113,17 @@ fi
 recompute_run t1w --ncpus 1 --precision fp32 --attention chunked --attn-splits 2 --tiles 3 &&
   close_or_same base1 t1w "fp32 chunked, 3 tiles, 1 CPU worker against 2 untiled"
 
+# 0 when the loss files A and B have the same shape and every loss is
+# within TOL relative
+losses_close() { # A B TOL
+  "$py" - "$1" "$2" "$3" <<'PY'
+import sys, numpy as np
+a, b = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
+ok = a.shape == b.shape and a.size and np.max(np.abs(a - b) / np.abs(a)) <= float(sys.argv[3])
+sys.exit(0 if ok else 1)
+PY
+}
+
 # not deterministic: the split classifier's dwte blocks, in-place sums
 for n in 1 3; do
   timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
@@ -119,15 +132,26 @@ for n in 1 3; do
     bad "not deterministic, $n tiles: exit status $? ($(grep 'taskgrad: ' "$work/nd$n.err" | head -2))"
   losses "$work/nd$n.out" >"$work/nd$n.num"
 done
-if "$py" - "$work/nd1.num" "$work/nd3.num" <<'PY'
-import sys, numpy as np
-a, b = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
-sys.exit(0 if a.shape == b.shape and a.size and np.max(np.abs(a - b) / np.abs(a)) <= 1e-5 else 1)
-PY
-then
+if losses_close "$work/nd1.num" "$work/nd3.num" 1e-5; then
   ok "not deterministic, 3 tiles: losses within 1e-5 of the untiled run ($(tr '\n' ' ' <"$work/nd3.num"))"
 else
   bad "not deterministic, 3 tiles: losses $(tr '\n' ' ' <"$work/nd3.num") against $(tr '\n' ' ' <"$work/nd1.num")"
+fi
+
+# bf16, not deterministic: dwte in 3 row blocks (lm_classifier_dwte on the
+# bf16 dlogits, natively where the CPU has AVX512-BF16) against one block
+# (one gemm_lowp): each row of dwte is the same dot products
+for nb in 1 3; do
+  timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
+    --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --ncpus 2 --precision bf16 \
+    --classifier-blocks $nb >"$work/cb$nb.out" 2>"$work/cb$nb.err" ||
+    bad "bf16, $nb dwte blocks: exit status $? ($(grep 'taskgrad: ' "$work/cb$nb.err" | head -2))"
+  losses "$work/cb$nb.out" >"$work/cb$nb.num"
+done
+if losses_close "$work/cb1.num" "$work/cb3.num" 1e-6; then
+  ok "bf16, dwte in 3 blocks: losses within 1e-6 of one block ($(tr '\n' ' ' <"$work/cb3.num"))"
+else
+  bad "bf16, dwte in 3 blocks: losses $(tr '\n' ' ' <"$work/cb3.num") against $(tr '\n' ' ' <"$work/cb1.num")"
 fi
 
 # bench's header: the count used; auto on 2 workers is 1

@@ -6,10 +6,10 @@
  * so the CLI and every program that links the library get the same one:
  *   - a name (tg_runtime_config.gemm_lib, the CLI's --gemm-lib, else
  *     TG_GEMM_LIB) forces one library for every class;
- *   - "auto" (the default) times each library at a representative shape of
+ *   - "auto" (the default) times each library at the step's own GEMMs of
  *     each class (the forward X W^T, the data gradient dY W, the weight
- *     gradient dY^T X, the classifier's three GEMMs), on this thread, warm,
- *     and takes the fastest.  The result is cached in
+ *     gradient dY^T X at GPT-2 124M's and d4's shapes; the classifier's
+ *     three GEMMs), on this thread, warm, and takes the fastest.  The result is cached in
  *     $XDG_CACHE_HOME/taskgrad/gemm-choice.txt (~/.cache/taskgrad without
  *     XDG_CACHE_HOME), keyed by the CPU model, the libraries' versions and
  *     OPENBLAS_CORETYPE, and measured again when any of them changes.  A
