@@ -37,6 +37,7 @@ EXTERNAL='
 --mpi             build-starpu
 --jobs            build-starpu
 --hostfile        mpirun
+--ceiling         gemm_libs
 --map-by          mpirun
 --bind-to         mpirun
 --oversubscribe   mpirun
