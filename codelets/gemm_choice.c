@@ -118,14 +118,21 @@ static double probe_once(tg_gemm_lib lib, const probe_gemm *g, float *A, float *
   return (tg_monotonic_us() - t0) * 1e-6;
 }
 
-static int probe(tg_gemm_choice *ch) {
+/* the largest operand, in elements, of the first `per` GEMMs of the first
+ * `classes` classes */
+static size_t probe_most(int classes, int per) {
   size_t most = 0;
-  for (int c = 0; c < TG_GEMM_NCLASSES; c++)
-    for (int i = 0; i < kProbeN && kProbe[c][i].m; i++) {
+  for (int c = 0; c < classes; c++)
+    for (int i = 0; i < per && kProbe[c][i].m; i++) {
       const probe_gemm *p = &kProbe[c][i];
       size_t s[3] = {(size_t)p->m * p->k, (size_t)p->k * p->n, (size_t)p->m * p->n};
       for (int j = 0; j < 3; j++) most = s[j] > most ? s[j] : most;
     }
+  return most;
+}
+
+static int probe(tg_gemm_choice *ch) {
+  size_t most = probe_most(TG_GEMM_NCLASSES, kProbeN);
   float *buf = malloc(3 * most * sizeof(float));
   if (!buf) return tg_fail(ENOMEM, "gemm probe: out of memory");
   float *A = buf, *B = buf + most, *C = buf + 2 * most;
@@ -169,12 +176,7 @@ static int probe(tg_gemm_choice *ch) {
  * widened (the fp32 back ends as chosen) and native, in turn as above;
  * native only when it is clearly faster */
 static int probe_bf16(tg_gemm_choice *ch) {
-  size_t most = 0;
-  for (int c = 0; c < TG_GEMM_CLASSIFIER; c++) {
-    const probe_gemm *p = &kProbe[c][0];
-    size_t s[3] = {(size_t)p->m * p->k, (size_t)p->k * p->n, (size_t)p->m * p->n};
-    for (int j = 0; j < 3; j++) most = s[j] > most ? s[j] : most;
-  }
+  size_t most = probe_most(TG_GEMM_CLASSIFIER, 1);
   size_t work = 0;
   for (int c = 0; c < TG_GEMM_CLASSIFIER; c++) {
     size_t w = tg_cpu_gemm_lowp_work_floats(kProbe[c][0].m, kProbe[c][0].n, kProbe[c][0].k);

@@ -181,7 +181,7 @@ int tg_lm_classifier_dlogits_insert(int V, int chunk, float scale, float grad_sc
   args.shape = tg_hash_ints(key, 4);
   starpu_data_handle_t h[7] = {
       lnf, wte, targets, loss, dlogits, dlnf,
-      lowp_scratch ? tg_scratch(tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk) *
+      lowp_scratch ? tg_scratch(tg_cpu_classifier_lowp_scratch_floats(C, V, chunk) *
                                 sizeof(float))
                    : NULL};
   enum starpu_data_access_mode md[7] = {STARPU_R, STARPU_R, STARPU_R, tg_accum_mode(loss_accum),

@@ -550,17 +550,24 @@ static int tg_gpt_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
 /* zeros first if nothing wrote gradient (p, l) yet: for kernels that add */
 #define GZERO(p, l) TG_TRY(tg_gpt_take(g, mb, (p), (l), 0, NULL))
 
-/* A weight gradient dW (+)= dY^T X of parameter (p, l): with 16-bit dY and
- * X through the 16-bit GEMM codelet (cublasGemmEx, fp32 accumulation), else
- * the f32 one; beta 0 when it is the first contribution. */
+/* dW (+)= alpha dY^T X: with 16-bit dY and X (the activations' type)
+ * through the 16-bit GEMM codelet (cublasGemmEx or the CPU's native bf16,
+ * fp32 accumulation), else the f32 one */
+static int tg_gpt_gemm_tn(const tg_gpt *g, float alpha, starpu_data_handle_t dY,
+                          starpu_data_handle_t X, starpu_data_handle_t dW, tg_accum mode,
+                          const tg_task_opts *o) {
+  if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, alpha, dY, X, 1.0f, dW, mode, o);
+  return tg_gemm_insert(1, 0, alpha, dY, X, 1.0f, dW, mode, o);
+}
+
+/* A weight gradient dW (+)= dY^T X of parameter (p, l); beta 0 when it is
+ * the first contribution. */
 static int tg_gpt_wgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
                         starpu_data_handle_t dY, starpu_data_handle_t X,
                         const tg_task_opts *o) {
   tg_accum mode;
   TG_TRY(tg_gpt_take(g, mb, p, l, 1, &mode));
-  starpu_data_handle_t dW = G(g, p, l);
-  if (ACT(g)) return tg_gemm_lowp_insert(ACT(g), 1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
-  return tg_gemm_insert(1, 0, 1.0f, dY, X, 1.0f, dW, mode, o);
+  return tg_gpt_gemm_tn(g, 1.0f, dY, X, G(g, p, l), mode, o);
 }
 
 /* The bias gradient of parameter (p, l): column sums of dY */
@@ -841,12 +848,8 @@ static int tg_gpt_dwte(tg_gpt *g, tg_gpt_micro *mb, starpu_data_handle_t dl, flo
   tg_gopts go;
   tg_accum mode = TG_ACCUMULATE;
   TG_TRY(tg_gpt_take(g, mb, TG_WTE, 0, 1, &mode));
-  if (g->dwte_blocks < 2 && ACT(g) && starpu_matrix_get_elemsize(dl) == 2)
-    return tg_gemm_lowp_insert(ACT(g), 1, 0, alpha, dl, mb->lnf.handle, 1.0f,
-                               G(g, TG_WTE, 0), mode,
-                               OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
-  if (g->dwte_blocks < 2)
-    return tg_gemm_insert(1, 0, alpha, dl, mb->lnf.handle, 1.0f, G(g, TG_WTE, 0), mode,
+  if (g->dwte_blocks < 2) /* dl is 16-bit in mixed precision (tg_gpt_classifier) */
+    return tg_gpt_gemm_tn(g, alpha, dl, mb->lnf.handle, G(g, TG_WTE, 0), mode,
                           OPT(0, TG_GPT_RANKS(L), "m%d.classifier_dwte", i));
   for (int j = 0; j < g->dwte_blocks; j++)
     TG_TRY(tg_lm_classifier_dwte_insert(

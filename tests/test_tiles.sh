@@ -124,35 +124,39 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# not deterministic: the split classifier's dwte blocks, in-place sums
-for n in 1 3; do
+# train_losses TAG FLAGS...: 3 steps without --deterministic (sums in place,
+# in any order), the losses to $work/TAG.num
+train_losses() {
+  local tag=$1
+  shift
   timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
-    --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --ncpus 2 --classifier-blocks 2 \
-    --tiles $n >"$work/nd$n.out" 2>"$work/nd$n.err" ||
-    bad "not deterministic, $n tiles: exit status $? ($(grep 'taskgrad: ' "$work/nd$n.err" | head -2))"
-  losses "$work/nd$n.out" >"$work/nd$n.num"
-done
-if losses_close "$work/nd1.num" "$work/nd3.num" 1e-5; then
-  ok "not deterministic, 3 tiles: losses within 1e-5 of the untiled run ($(tr '\n' ' ' <"$work/nd3.num"))"
-else
-  bad "not deterministic, 3 tiles: losses $(tr '\n' ' ' <"$work/nd3.num") against $(tr '\n' ' ' <"$work/nd1.num")"
-fi
+    --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --ncpus 2 "$@" \
+    >"$work/$tag.out" 2>"$work/$tag.err" ||
+    bad "$tag ($*): exit status $? ($(grep 'taskgrad: ' "$work/$tag.err" | head -2))"
+  losses "$work/$tag.out" >"$work/$tag.num"
+}
+
+# same_losses A B TOL WHAT: the runs' losses within TOL relative
+same_losses() {
+  if losses_close "$work/$1.num" "$work/$2.num" "$3"; then
+    ok "$4: losses within $3 ($(tr '\n' ' ' <"$work/$2.num"))"
+  else
+    bad "$4: losses $(tr '\n' ' ' <"$work/$2.num") against $(tr '\n' ' ' <"$work/$1.num")"
+  fi
+}
+
+# not deterministic: the split classifier's dwte blocks, 3 tiles against
+# the untiled run
+train_losses nd1 --classifier-blocks 2 --tiles 1
+train_losses nd3 --classifier-blocks 2 --tiles 3
+same_losses nd1 nd3 1e-5 "not deterministic, 3 tiles against the untiled run"
 
 # bf16, not deterministic: dwte in 3 row blocks (lm_classifier_dwte on the
 # bf16 dlogits, natively where the CPU has AVX512-BF16) against one block
 # (one gemm_lowp): each row of dwte is the same dot products
-for nb in 1 3; do
-  timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
-    --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --ncpus 2 --precision bf16 \
-    --classifier-blocks $nb >"$work/cb$nb.out" 2>"$work/cb$nb.err" ||
-    bad "bf16, $nb dwte blocks: exit status $? ($(grep 'taskgrad: ' "$work/cb$nb.err" | head -2))"
-  losses "$work/cb$nb.out" >"$work/cb$nb.num"
-done
-if losses_close "$work/cb1.num" "$work/cb3.num" 1e-6; then
-  ok "bf16, dwte in 3 blocks: losses within 1e-6 of one block ($(tr '\n' ' ' <"$work/cb3.num"))"
-else
-  bad "bf16, dwte in 3 blocks: losses $(tr '\n' ' ' <"$work/cb3.num") against $(tr '\n' ' ' <"$work/cb1.num")"
-fi
+train_losses cb1 --precision bf16 --classifier-blocks 1
+train_losses cb3 --precision bf16 --classifier-blocks 3
+same_losses cb1 cb3 1e-6 "bf16, dwte in 3 blocks against 1"
 
 # bench's header: the count used; auto on 2 workers is 1
 for n in 0 3; do

@@ -9,8 +9,8 @@
  *   - "auto" (the default) times each library at the step's own GEMMs of
  *     each class (the forward X W^T, the data gradient dY W, the weight
  *     gradient dY^T X at GPT-2 124M's and d4's shapes; the classifier's
- *     three GEMMs), on this thread, warm, and takes the fastest.  The result is cached in
- *     $XDG_CACHE_HOME/taskgrad/gemm-choice.txt (~/.cache/taskgrad without
+ *     three GEMMs), on this thread, warm, and takes the fastest.  The
+ *     result is cached in $XDG_CACHE_HOME/taskgrad/gemm-choice.txt (~/.cache/taskgrad without
  *     XDG_CACHE_HOME), keyed by the CPU model, the libraries' versions and
  *     OPENBLAS_CORETYPE, and measured again when any of them changes.  A
  *     cache that cannot be read or written just means measuring.

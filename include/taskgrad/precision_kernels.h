@@ -132,13 +132,13 @@ void tg_cpu_linear_bwd_data_lowp(tg_dtype lowp, int rows, int in, int out,
 /* tg_cpu_classifier_dlogits (kernels_cpu.h) with lnf, wte and dlogits in
  * bf16 (kernels/cpu/lm_classifier.c): logits and softmax in f32, dlogits
  * rounded to bf16, and dlnf computed from the rounded dlogits; scratch:
- * tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk) floats. */
+ * tg_cpu_classifier_lowp_scratch_floats(C, V, chunk) floats. */
 void tg_cpu_classifier_dlogits_lowp(int n, int C, int V, int chunk, const uint16_t *lnf,
                                     int ldl, const uint16_t *wte, const int32_t *targets,
                                     float scale, float grad_scale, float *dlnf, int lddl,
                                     float *loss_acc, uint16_t *dlogits, int Vd,
                                     float *scratch);
-size_t tg_cpu_classifier_lowp_scratch_floats(int n, int C, int V, int chunk);
+size_t tg_cpu_classifier_lowp_scratch_floats(int C, int V, int chunk);
 
 /* *flag = 1 when any of the n values of g is +-Inf or NaN; otherwise *flag
  * is left as it is, so several tensors can be checked into one flag (and a

@@ -157,9 +157,8 @@ void tg_cpu_classifier_dlogits_lowp(int n, int C, int V, int chunk,
     for (int v = V; v < Vd; v++) dlogits[(size_t)r * Vd + v] = 0;
 }
 
-size_t tg_cpu_classifier_lowp_scratch_floats(int n, int C, int V, int chunk) {
+size_t tg_cpu_classifier_lowp_scratch_floats(int C, int V, int chunk) {
   size_t a = tg_cpu_gemm_lowp_work_floats(chunk, V, C);
   size_t b = tg_cpu_gemm_lowp_work_floats(chunk, C, V);
-  (void)n;
   return (size_t)chunk * V + (a > b ? a : b);
 }

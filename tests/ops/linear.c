@@ -50,7 +50,12 @@ static double act64_grad(int act, double z) {
   return act == 0 ? (z > 0 ? 1 : 0) : act == 1 ? gelu64_grad(z) : 1;
 }
 
-static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
+/* The kernels against float64.  path 0: tg_cpu_linear_fwd and
+ * tg_cpu_linear_bwd_data on f32; 1 and 2: tg_cpu_linear_fwd_lowp and
+ * tg_cpu_linear_bwd_data_lowp with bf16 X, dZ and W (the rest f32), on the
+ * widened path (1) and the native one (2), against float64 on the bf16
+ * values. */
+static void check_kernels(tg_rng *rng, int rows, int in, int out, int act, int path) {
   int ldx = in + 3, ldw = in + 1, ldz = out + 2, ldh = out + 5, ldd = in + 4;
   float *X = malloc(sizeof(float) * rows * ldx), *W = malloc(sizeof(float) * out * ldw);
   float *b = malloc(sizeof(float) * out), *Z = malloc(sizeof(float) * rows * ldz);
@@ -67,8 +72,28 @@ static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
   tg_rng_fill(rng, Zp, (size_t)rows * ldd, 2.0f);
   for (size_t i = 0; i < (size_t)rows * ldz; i++) Z[i] = NAN; /* write-only */
   for (size_t i = 0; i < (size_t)rows * ldd; i++) dX[i] = NAN;
-  tg_cpu_linear_fwd(rows, in, out, X, ldx, W, ldw, b, act, Z, ldz, H, ldh);
-  tg_cpu_linear_bwd_data(rows, in, out, dZ, ldz, W, ldw, act, Zp, ldd, dX, ldd);
+  if (path == 0) {
+    tg_cpu_linear_fwd(rows, in, out, X, ldx, W, ldw, b, act, Z, ldz, H, ldh);
+    tg_cpu_linear_bwd_data(rows, in, out, dZ, ldz, W, ldw, act, Zp, ldd, dX, ldd);
+  } else { /* X, W, dZ rounded to bf16: the reference below reads those values */
+    uint16_t *X16 = malloc(2 * (size_t)rows * ldx), *W16 = malloc(2 * (size_t)out * ldw);
+    uint16_t *dZ16 = malloc(2 * (size_t)rows * ldz);
+    tg_cpu_to_lowp(TG_BF16, rows, ldx, X, ldx, X16, ldx);
+    tg_cpu_to_lowp(TG_BF16, out, ldw, W, ldw, W16, ldw);
+    tg_cpu_to_lowp(TG_BF16, rows, ldz, dZ, ldz, dZ16, ldz);
+    tg_cpu_from_lowp(TG_BF16, rows, ldx, X16, ldx, X, ldx);
+    tg_cpu_from_lowp(TG_BF16, out, ldw, W16, ldw, W, ldw);
+    tg_cpu_from_lowp(TG_BF16, rows, ldz, dZ16, ldz, dZ, ldz);
+    size_t wn = tg_cpu_gemm_lowp_work_floats(rows, out, in);
+    size_t wb = tg_cpu_gemm_lowp_work_floats(rows, in, out);
+    float *work = malloc(sizeof(float) * (wn > wb ? wn : wb));
+    tg_cpu_gemm_bf16_set_native(path == 2);
+    tg_cpu_linear_fwd_lowp(TG_BF16, rows, in, out, X16, ldx, W16, ldw, b, act, Z, ldz, H, ldh,
+                           work);
+    tg_cpu_linear_bwd_data_lowp(TG_BF16, rows, in, out, dZ16, ldz, W16, ldw, act, Zp, ldd, dX,
+                                ldd, work);
+    free(X16); free(W16); free(dZ16); free(work);
+  }
   for (int r = 0; r < rows; r++) {
     for (int o = 0; o < out; o++) {
       double z = b[o];
@@ -85,82 +110,21 @@ static void check_kernels(tg_rng *rng, int rows, int in, int out, int act) {
       dxg[r * in + i] = dX[r * ldd + i];
     }
   }
-  char what[96];
-  snprintf(what, sizeof what, "linear_fwd Z act=%d (%d,%d,%d)", act, rows, in, out);
-  if (ops_row_is("linear_fwd")) CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
-  if (act != 2 && ops_row_is("linear_fwd")) {
-    snprintf(what, sizeof what, "linear_fwd H act=%d (%d,%d,%d)", act, rows, in, out);
-    CHECK_REL(tg_rel_err_f64(hg, hr, (size_t)rows * out), 1e-5, what);
-  }
-  snprintf(what, sizeof what, "linear_bwd_data act=%d (%d,%d,%d)", act, rows, in, out);
-  if (ops_row_is("linear_bwd_data")) CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
-  free(X); free(W); free(b); free(Z); free(H); free(dZ); free(Zp); free(dX);
-  free(zr); free(hr); free(dxr); free(zg); free(hg); free(dxg);
-}
-
-/* tg_cpu_linear_fwd_lowp and tg_cpu_linear_bwd_data_lowp: bf16 X, dZ and W,
- * the rest f32, against float64 on the bf16 values, on the widened path
- * (native 0) and, where the CPU has it, the native one */
-static void check_kernels_lowp(tg_rng *rng, int rows, int in, int out, int act, int native) {
-  int ldx = in + 3, ldw = in + 1, ldz = out + 2, ldh = out + 5, ldd = in + 4;
-  uint16_t *X = malloc(2 * (size_t)rows * ldx), *W = malloc(2 * (size_t)out * ldw);
-  uint16_t *dZ = malloc(2 * (size_t)rows * ldz);
-  float *b = malloc(sizeof(float) * out), *Z = malloc(sizeof(float) * rows * ldz);
-  float *H = malloc(sizeof(float) * rows * ldh), *Zp = malloc(sizeof(float) * rows * ldd);
-  float *dX = malloc(sizeof(float) * rows * ldd);
-  size_t wn = tg_cpu_gemm_lowp_work_floats(rows, out, in);
-  size_t wb = tg_cpu_gemm_lowp_work_floats(rows, in, out);
-  float *work = malloc(sizeof(float) * (wn > wb ? wn : wb));
-  double *zr = malloc(sizeof(double) * rows * out), *dxr = malloc(sizeof(double) * rows * in);
-  float *zg = malloc(sizeof(float) * rows * out), *hg = malloc(sizeof(float) * rows * out);
-  double *hr = malloc(sizeof(double) * rows * out);
-  float *dxg = malloc(sizeof(float) * rows * in);
-  for (size_t i = 0; i < (size_t)rows * ldx; i++) X[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
-  for (size_t i = 0; i < (size_t)out * ldw; i++)
-    W[i] = tg_f32_to_bf16(0.5f * tg_rng_uniform(rng));
-  for (size_t i = 0; i < (size_t)rows * ldz; i++) dZ[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
-  tg_rng_fill(rng, b, out, 0.5f);
-  tg_rng_fill(rng, Zp, (size_t)rows * ldd, 2.0f);
-  for (size_t i = 0; i < (size_t)rows * ldz; i++) Z[i] = NAN; /* write-only */
-  for (size_t i = 0; i < (size_t)rows * ldd; i++) dX[i] = NAN;
-  tg_cpu_gemm_bf16_set_native(native);
-  tg_cpu_linear_fwd_lowp(TG_BF16, rows, in, out, X, ldx, W, ldw, b, act, Z, ldz, H, ldh, work);
-  tg_cpu_linear_bwd_data_lowp(TG_BF16, rows, in, out, dZ, ldz, W, ldw, act, Zp, ldd, dX, ldd,
-                              work);
-  for (int r = 0; r < rows; r++) {
-    for (int o = 0; o < out; o++) {
-      double z = b[o];
-      for (int i = 0; i < in; i++)
-        z += (double)tg_bf16_to_f32(X[r * ldx + i]) * tg_bf16_to_f32(W[o * ldw + i]);
-      zr[r * out + o] = z;
-      hr[r * out + o] = act64(act, z);
-      zg[r * out + o] = Z[r * ldz + o];
-      hg[r * out + o] = H[r * ldh + o];
-    }
-    for (int i = 0; i < in; i++) {
-      double g = 0;
-      for (int o = 0; o < out; o++)
-        g += (double)tg_bf16_to_f32(dZ[r * ldz + o]) * tg_bf16_to_f32(W[o * ldw + i]);
-      dxr[r * in + i] = g * act64_grad(act, Zp[r * ldd + i]);
-      dxg[r * in + i] = dX[r * ldd + i];
-    }
-  }
+  static const char *const kPath[3] = {"", "_lowp widened", "_lowp native"};
   char what[112];
-  const char *path = native ? "native" : "widened";
-  snprintf(what, sizeof what, "linear_fwd_lowp %s Z act=%d (%d,%d,%d)", path, act, rows, in,
+  snprintf(what, sizeof what, "linear_fwd%s Z act=%d (%d,%d,%d)", kPath[path], act, rows, in,
            out);
   if (ops_row_is("linear_fwd")) CHECK_REL(tg_rel_err_f64(zg, zr, (size_t)rows * out), 1e-5, what);
   if (act != 2 && ops_row_is("linear_fwd")) {
-    snprintf(what, sizeof what, "linear_fwd_lowp %s H act=%d (%d,%d,%d)", path, act, rows, in,
+    snprintf(what, sizeof what, "linear_fwd%s H act=%d (%d,%d,%d)", kPath[path], act, rows, in,
              out);
     CHECK_REL(tg_rel_err_f64(hg, hr, (size_t)rows * out), 1e-5, what);
   }
-  snprintf(what, sizeof what, "linear_bwd_data_lowp %s act=%d (%d,%d,%d)", path, act, rows,
+  snprintf(what, sizeof what, "linear_bwd_data%s act=%d (%d,%d,%d)", kPath[path], act, rows,
            in, out);
-  if (ops_row_is("linear_bwd_data"))
-    CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
-  free(X); free(W); free(dZ); free(b); free(Z); free(H); free(Zp); free(dX); free(work);
-  free(zr); free(dxr); free(zg); free(hg); free(hr); free(dxg);
+  if (ops_row_is("linear_bwd_data")) CHECK_REL(tg_rel_err_f64(dxg, dxr, (size_t)rows * in), 1e-5, what);
+  free(X); free(W); free(b); free(Z); free(H); free(dZ); free(Zp); free(dX);
+  free(zr); free(hr); free(dxr); free(zg); free(hg); free(dxg);
 }
 
 static void linear_ref(void) {
@@ -169,12 +133,13 @@ static void linear_ref(void) {
   for (int act = 0; act < 3; act++)
     for (int a = 0; a < 4; a++)
       for (int c = 0; c < 4; c++)
-        check_kernels(&rng, sizes[a], sizes[c], sizes[(a + c + act) % 4], act);
+        check_kernels(&rng, sizes[a], sizes[c], sizes[(a + c + act) % 4], act, 0);
+  /* the bf16 kernels: widened, and native where the CPU has it */
   const int had = tg_cpu_gemm_bf16_native();
-  for (int native = 0; native < 1 + tg_cpu_gemm_bf16_supported(); native++)
+  for (int path = 1; path <= 1 + tg_cpu_gemm_bf16_supported(); path++)
     for (int act = 0; act < 3; act++)
       for (int a = 0; a < 4; a += 2)
-        check_kernels_lowp(&rng, sizes[a + 1], sizes[3 - a], sizes[(a + act) % 4], act, native);
+        check_kernels(&rng, sizes[a + 1], sizes[3 - a], sizes[(a + act) % 4], act, path);
   if (!tg_cpu_gemm_bf16_supported() && ops_row_is("linear_fwd"))
     printf("linear_fwd_lowp, linear_bwd_data_lowp: no AVX512-BF16 here, widened path only\n");
   tg_cpu_gemm_bf16_set_native(had);

@@ -38,6 +38,7 @@
 
 #include "ref_util.h"
 #include "pair.h"
+#include "precision_testlib.h"
 #include "taskgrad/precision_kernels.h"
 
 /* ---- ref --------------------------------------------------------------------- */
@@ -357,7 +358,7 @@ static void ref_classifier_lowp_case(tg_rng *rng, int n, int C, int V, int Vp, i
   int32_t *tg = tg_test_malloc(sizeof(int32_t) * n);
   float *dlnf = tg_test_malloc(sizeof(float) * (size_t)n * C);
   float *scratch =
-      tg_test_malloc(sizeof(float) * tg_cpu_classifier_lowp_scratch_floats(n, C, V, chunk));
+      tg_test_malloc(sizeof(float) * tg_cpu_classifier_lowp_scratch_floats(C, V, chunk));
   double *x = tg_test_malloc(sizeof(double) * C), *w = tg_test_malloc(sizeof(double) * V * C);
   double *p = tg_test_malloc(sizeof(double) * V);
   for (size_t i = 0; i < (size_t)n * C; i++) lnf[i] = tg_f32_to_bf16(tg_rng_uniform(rng));
@@ -416,6 +417,94 @@ static void lm_classifier_ref(void) {
     printf("classifier_dlogits_lowp: no AVX512-BF16 here, widened path only\n");
   tg_cpu_gemm_bf16_set_native(had);
 }
+
+/* ---- lowp: the split form and its dwte blocks on bf16 buffers --------------- */
+
+/* worst |a - b| / (rel |b| + abs) over n values (a: the bf16 run's) */
+static double worst_close(const float *a, const float *b, size_t n, double rel, double abs) {
+  double w = 0;
+  for (size_t i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]) / (rel * fabs(b[i]) + abs));
+  return w;
+}
+
+/* tg_lm_classifier_dlogits_insert with bf16 lnf, wte, dlogits and dlnf
+ * (native bf16 GEMMs where the CPU has them, else the adapter's widening)
+ * against the f32 codelet on the same rounded inputs: the loss within 1e-5,
+ * each dlogits entry within a bf16 ulp of the f32 one (the rounding, and
+ * logits summed in another order), dlnf within 1e-2 in norm (it may come
+ * from the rounded dlogits); then the dwte row blocks on those bf16
+ * dlogits against the f32 block on the same values, within 1e-5 */
+static void lowp_classifier_split(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256, chunk = 7, vb = 100;
+  const float scale = 1.0f / 37.0f, gs = 2.0f;
+  tg_rng rng = {.s = 0xB16C1A55};
+  float *lnf = rounded_rand(&rng, TG_BF16, n, C, 1.0f);
+  float *wte = rounded_rand(&rng, TG_BF16, Vp, C, 1.0f);
+  tg_tensor L16, W16, L32, W32, tok, loss16, loss32, dl16, dl32, dn16, dn32;
+  new_low(&L16, TG_BF16, n, C, lnf);
+  new_low(&W16, TG_BF16, Vp, C, wte);
+  new_f32(&L32, n, C, lnf);
+  new_f32(&W32, Vp, C, wte);
+  tokens_tensor(&tok, n, V);
+  new_f32(&loss16, 1, 1, NULL);
+  new_f32(&loss32, 1, 1, NULL);
+  new_f32(&dl32, n, Vp, NULL);
+  new_f32(&dn32, n, C, NULL);
+  CHECK(tg_tensor_alloc(&dl16, n, Vp, TG_BF16) == 0 && tg_tensor_alloc(&dn16, n, C, TG_BF16) == 0,
+        "alloc: %s", tg_last_error());
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = TG_BF16};
+  CHECK(tg_lm_classifier_dlogits_insert(V, chunk, scale, gs, L16.handle, W16.handle, tok.handle,
+                                        dn16.handle, dl16.handle, loss16.handle, TG_ACCUMULATE,
+                                        &o) == 0, "bf16 split classifier: %s", tg_last_error());
+  CHECK(tg_lm_classifier_dlogits_insert(V, chunk, scale, gs, L32.handle, W32.handle, tok.handle,
+                                        dn32.handle, dl32.handle, loss32.handle, TG_ACCUMULATE,
+                                        NULL) == 0, "f32 split classifier: %s", tg_last_error());
+  float *l16 = read_as_f32(&loss16, TG_F32), *l32 = read_as_f32(&loss32, TG_F32);
+  float *a = read_as_f32(&dl16, TG_BF16), *b = read_as_f32(&dl32, TG_F32);
+  float *da = read_as_f32(&dn16, TG_BF16), *db = read_as_f32(&dn32, TG_F32);
+  double dd = 0, dn = 0;
+  for (int i = 0; i < n * C; i++) {
+    dd += ((double)da[i] - db[i]) * ((double)da[i] - db[i]);
+    dn += (double)db[i] * db[i];
+  }
+  const char *path = tg_cpu_gemm_bf16_native() ? "native" : "widened";
+  CHECK_REL(fabs(l16[0] - l32[0]) / fabs(l32[0]), 1e-5, "bf16 split classifier: loss");
+  CHECK(worst_close(a, b, (size_t)n * Vp, ldexp(1.0, -7), 1e-7) <= 1.0,
+        "bf16 split classifier (%s): dlogits off by more than a bf16 ulp", path);
+  CHECK_REL(sqrt(dd / dn), 1e-2, "bf16 split classifier: dlnf");
+  printf("ok   bf16 split classifier (%s GEMMs): loss %g (f32 %g), dlnf %.2g apart in norm\n",
+         path, l16[0], l32[0], sqrt(dd / dn));
+
+  /* dwte rows [v0, v0 + vb) from the bf16 dlogits, against f32 on the
+   * same (rounded) values */
+  tg_tensor R16, R32, D32b;
+  new_f32(&D32b, n, Vp, a); /* the bf16 dlogits' values, in f32 */
+  float *init = tg_rand_mat(&rng, vb, C, C, 0.01f, 0.0f);
+  for (int v0 = 0; v0 <= Vp - vb; v0 += Vp - vb) {
+    new_f32(&R16, vb, C, init);
+    new_f32(&R32, vb, C, init);
+    CHECK(tg_lm_classifier_dwte_insert(v0, gs, dl16.handle, L16.handle, R16.handle,
+                                       TG_ACCUMULATE, &o) == 0, "bf16 dwte: %s",
+          tg_last_error());
+    CHECK(tg_lm_classifier_dwte_insert(v0, gs, D32b.handle, L32.handle, R32.handle,
+                                       TG_ACCUMULATE, NULL) == 0, "f32 dwte: %s",
+          tg_last_error());
+    float *r16 = read_as_f32(&R16, TG_F32), *r32 = read_as_f32(&R32, TG_F32);
+    char what[64];
+    snprintf(what, sizeof what, "bf16 dwte rows %d..%d", v0, v0 + vb - 1);
+    CHECK_REL(tg_rel_err_f32(r16, r32, (size_t)vb * C), 1e-5, what);
+    free(r16);
+    free(r32);
+    tg_tensor_free(&R16);
+    tg_tensor_free(&R32);
+  }
+  tg_tensor *all[] = {&L16, &W16, &L32, &W32, &tok, &loss16, &loss32,
+                      &dl16, &dl32, &dn16, &dn32, &D32b};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(lnf); free(wte); free(l16); free(l32); free(a); free(b); free(da); free(db); free(init);
+}
+
+static void lowp_classifier(void) { ops_run_worker_counts(lowp_classifier_split); }
 
 /* ---- pair: cpu, cuda, device ------------------------------------------------- */
 
@@ -746,25 +835,27 @@ static const ops_row rows[] = {
     {.name = "lm_classifier_dlogits",
      .doc = "the same split: loss, dlnf and the kept dlogits (padding columns zero), dwte left "
             "to a `tg_gemm` or `lm_classifier_dwte` task",
-     .buffers = "lnf, wte, targets (R), loss (RW / REDUX), dlogits (W), dlnf (W)",
+     .buffers = "lnf, wte, targets (R), loss (RW / REDUX), dlogits (W), dlnf (W) [, scratch: "
+                "native bf16]",
      .covers = "tg_lm_classifier_dlogits_insert tg_cuda_classifier_dlogits",
      .kernels = "tg_cpu_classifier_dlogits tg_cpu_classifier_dlogits_lowp "
                 "tg_cpu_classifier_lowp_scratch_floats",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits)},
-     .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
-                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits),
+             [OPS_LOWP] = lowp_classifier},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "lm_classifier_dwte",
      .doc = "the split form's dwte increment on a row block of dwte (a column range of dlogits)",
      .buffers = "dlogits, lnf (R), dwte rows (W / RW / REDUX / RW COMMUTE)",
      .covers = "tg_lm_classifier_dwte_cl tg_lm_classifier_dwte_insert",
      .run = {[OPS_CPU] = pair_classifier_dwte, [OPS_CUDA] = pair_classifier_dwte,
              [OPS_DEVICE] = pair_classifier_dwte,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dwte)},
-     .why_not = {[OPS_REF] = "no kernel of its own: tg_cpu_gemm on an offset pointer (the "
-                             "gemm row's ref); checked against float64 in the pair backends",
-                 [OPS_LOWP] = "f32 only, as the split classifier it belongs to",
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dwte),
+             [OPS_LOWP] = lowp_classifier},
+     .why_not = {[OPS_REF] = "no kernel of its own: tg_cpu_gemm or tg_cpu_gemm_lowp on an "
+                             "offset pointer (the gemm rows' ref); checked against float64 in "
+                             "the pair backends",
                  [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
