@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # GPT training-step speed as a fraction of the sgemm ceiling measured in the
 # same run, for one build or an A/B comparison of several:
-#   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] [-g LIBS] BUILD [BUILD...]
+#   bench/gpt-cpu-ceiling.sh [-r ROUNDS] [-s SIZES] [-g LIBS] [-p PRECISIONS] BUILD [BUILD...]
 # LIBS: GEMM libraries to run each build with (--gemm-lib, e.g. "openblas
 # onednn libxsmm auto"), interleaved like builds; default: none named (the
-# build's own choice, TG_GEMM_LIB or auto).
+# build's own choice, TG_GEMM_LIB or auto).  PRECISIONS: --precision values
+# (e.g. "fp32 bf16"), interleaved the same way; default fp32.
+# The ceiling: with BUILD/bin/gemm_libs (from 2026-11-25 on), the best
+# 2-thread 2048^3 sgemm of any GEMM library (gemm_libs --ceiling: two
+# GEMMs, one per thread, or one threaded by the library), else bin/ceiling's
+# (OpenBLAS).
 # SIZES: d4, 124m and/or 124m-b8t256 (default "d4 124m").  Each round runs the ceiling
 # probe (bin/ceiling of the first BUILD that has one, as an older build may
 # predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
@@ -24,12 +29,14 @@ set -euo pipefail
 rounds=3
 sizes="d4 124m"
 libs=""
-while getopts "r:s:g:" opt; do
+precs="fp32"
+while getopts "r:s:g:p:" opt; do
   case $opt in
     r) rounds=$OPTARG ;;
     s) sizes=$OPTARG ;;
     g) libs=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] [-g LIBS] BUILD [BUILD...]" >&2; exit 2 ;;
+    p) precs=$OPTARG ;;
+    *) echo "usage: $0 [-r ROUNDS] [-s 'd4 124m'] [-g LIBS] [-p PRECISIONS] BUILD [BUILD...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -37,13 +44,18 @@ shift $((OPTIND - 1))
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$0: error: -r wants a positive integer" >&2; exit 2; }
 builds=("$@")
 # the runs of a round: each build, with each library of -g
-vbuild=() vlib=()
-for b in "${builds[@]}"; do
-  for g in ${libs:-""}; do vbuild+=("$b"); vlib+=("$g"); done
-  [ -n "$libs" ] || { vbuild+=("$b"); vlib+=(""); }
+vbuild=() vlib=() vprec=()
+for p in $precs; do
+  for b in "${builds[@]}"; do
+    for g in ${libs:-""}; do vbuild+=("$b"); vlib+=("$g"); vprec+=("$p"); done
+    [ -n "$libs" ] || { vbuild+=("$b"); vlib+=(""); vprec+=("$p"); }
+  done
 done
-label() { echo "${vbuild[$1]}${vlib[$1]:+ --gemm-lib ${vlib[$1]}}"; }
-ceiling=
+label() { echo "${vbuild[$1]}${vlib[$1]:+ --gemm-lib ${vlib[$1]}} ${vprec[$1]}"; }
+ceiling= libs_probe=
+for b in "${builds[@]}"; do
+  if [ -x "$b/bin/gemm_libs" ]; then libs_probe="$b/bin/gemm_libs"; break; fi
+done
 for b in "${builds[@]}"; do
   if [ -x "$b/bin/ceiling" ]; then ceiling="$b/bin/ceiling"; break; fi
 done
@@ -72,13 +84,21 @@ for r in $(seq "$rounds"); do
   "$ceiling" --reps 5 >"$out/ceiling.txt"
   one=$(awk '/^ceiling 1 thread:/ {print $4}' "$out/ceiling.txt")
   all=$(awk '/^ceiling [0-9]+ threads:/ {print $4}' "$out/ceiling.txt")
-  echo "round $r: ceiling $one GFLOP/s (1 thread), $all (all cores); $(uptime | sed 's/.*load/load/')"
+  if [ -n "$libs_probe" ]; then # "ceiling LIB 1t | 2 GEMMs | threaded": the best 2-thread
+    "$libs_probe" --ceiling >"$out/libs.txt"
+    all=$(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)$/ {
+                 for (i = 5; i <= NF; i += 2) if ($i + 0 > c) { c = $i + 0; l = $2 } }
+               END {printf "%.1f", c}' "$out/libs.txt")
+    echo "round $r: ceiling $all GFLOP/s (best 2-thread sgemm of any library: $(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)$/ {printf "%s %s/%s ", $2, $5, $7}' "$out/libs.txt")); $(uptime | sed 's/.*load/load/')"
+  else
+    echo "round $r: ceiling $one GFLOP/s (1 thread), $all (all cores); $(uptime | sed 's/.*load/load/')"
+  fi
   for s in $sizes; do
     for i in "${!vbuild[@]}"; do
       b=${vbuild[$i]}
       # shellcheck disable=SC2046  # the flags are words
       STARPU_HOME="$b/starpu-home" "$b/bin/taskgrad" bench gpt $(size_flags "$s") \
-        ${vlib[$i]:+--gemm-lib "${vlib[$i]}"} \
+        ${vlib[$i]:+--gemm-lib "${vlib[$i]}"} --precision "${vprec[$i]}" \
         >"$out/run.txt" 2>&1 || { echo "$b bench gpt $s failed:"; tail -3 "$out/run.txt"; exit 1; }
       ms=$(awk '/^taskgrad median step ms:/ {print $5}' "$out/run.txt")
       # the mean over the whole window (builds from 2026-11-24 on): the

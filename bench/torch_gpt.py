@@ -6,40 +6,19 @@ first V of Vp logits), and times training steps (forward, backward, AdamW)
 on the first B*T+1 tokens with torch.set_num_threads(--threads).  Prints the
 median step time.  Runs with Debian's /usr/bin/python3 (python3-torch).
 """
-import argparse
 import math
 import statistics
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+import llmc_files
 
 
 def load_model(path):
-    header = np.fromfile(path, dtype=np.int32, count=256)
-    assert header[0] == 20240326 and header[1] == 3, "not an llm.c v3 checkpoint"
-    maxT, V, L, NH, C, Vp = (int(x) for x in header[2:8])
-    shapes = [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C),
-              (L, C, C), (L, C), (L, C), (L, C), (L, 4 * C, C), (L, 4 * C),
-              (L, C, 4 * C), (L, C), (C,), (C,)]
-    flat = np.fromfile(path, dtype=np.float32, offset=256 * 4)
-    params, at = {}, 0
-    for name, shape in zip(NAMES, shapes):
-        n = int(np.prod(shape))
-        params[name] = torch.tensor(flat[at:at + n].reshape(shape), requires_grad=True)
-        at += n
-    assert at == flat.size, "checkpoint size does not match its header"
-    return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp), params
-
-
-def load_tokens(path, count):
-    header = np.fromfile(path, dtype=np.int32, count=256)
-    assert header[0] == 20240520 and header[1] == 1, "not an llm.c token file"
-    return np.fromfile(path, dtype=np.uint16, offset=256 * 4)[:count].astype(np.int64)
+    cfg, arrays = llmc_files.load_model(path)
+    return cfg, {k: torch.tensor(a, requires_grad=True) for k, a in arrays.items()}
 
 
 def loss_fn(cfg, p, idx, targets):
@@ -68,18 +47,12 @@ def loss_fn(cfg, p, idx, targets):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap = llmc_files.step_args()
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg, p = load_model(a.model)
-    tok = torch.from_numpy(load_tokens(a.tokens, a.batch * a.seq + 1))
+    tok = torch.from_numpy(llmc_files.load_tokens(a.tokens, a.batch * a.seq + 1))
     idx = tok[:-1].view(a.batch, a.seq)
     targets = tok[1:].view(a.batch, a.seq)
     opt = torch.optim.AdamW(p.values(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,

@@ -66,7 +66,9 @@ typedef struct bench_gpt {
   const char *init_from;
   int steps, warmup, torch, quiet;
   tg_gpt_config cfg;
-  float *params;                 /* the initial parameters (freed once built) */
+  float *params;                 /* the initial parameters (freed once built);
+                                    NULL for a random model without --torch */
+  tg_llmc_model_reader *reader;  /* else --init-from, read while building */
   size_t nparams;
   uint16_t *tokens;              /* one random batch, reused every step */
   size_t ntok;
@@ -110,15 +112,21 @@ static void make_inputs(bench_gpt *r) {
   tg_gpt_config *cfg = &r->cfg;
   size_t sizes[TG_GPT_NPARAMS];
   int B = r->ro.cfg.B, T = r->ro.cfg.T;
-  if (r->init_from) {
-    if (tg_llmc_model_read(r->init_from, cfg, &r->params) < 0) tg_cli_die_last("--init-from");
+  if (r->init_from) { /* read whole only for PyTorch's copy, else piece by piece */
+    if ((r->torch ? tg_llmc_model_read(r->init_from, cfg, &r->params)
+                  : tg_llmc_model_open(r->init_from, cfg, &r->reader)) < 0)
+      tg_cli_die_last("--init-from");
     r->nparams = tg_gpt_param_sizes(cfg, sizes);
   } else {
     if (tg_gpt_config_check(cfg) < 0) tg_cli_die_last("model shape");
     r->nparams = tg_gpt_param_sizes(cfg, sizes);
-    r->params = malloc(sizeof(float) * r->nparams);
-    if (!r->params) tg_cli_die("out of memory");
-    tg_gpt_init_params(cfg, 1, r->params);
+    /* only PyTorch's input file needs the whole random model in one array;
+     * else it goes straight into the graph's buffers (build_model) */
+    if (r->torch) {
+      r->params = malloc(sizeof(float) * r->nparams);
+      if (!r->params) tg_cli_die("out of memory");
+      tg_gpt_init_params(cfg, 1, r->params);
+    }
   }
   if (T > cfg->max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum %d", T, cfg->max_seq_len);
@@ -160,8 +168,8 @@ static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
         tg_llmc_tokens_write(r->tokfile, r->tokens, r->ntok) < 0)
       tg_cli_die_last("writing the PyTorch inputs");
   }
-  if (tg_gpt_create(&r->g, &r->cfg, r->params, &r->run, opt) < 0)
-    tg_cli_die_last("building the model");
+  tg_cli_gpt_create(&r->g, &r->cfg, r->params, r->reader, 1, &r->run, opt);
+  r->reader = NULL; /* closed */
   free(r->params);
   r->params = NULL;
 }

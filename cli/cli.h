@@ -11,6 +11,8 @@
 #include <stdnoreturn.h>
 
 #include "taskgrad/checkpoint.h"
+#include "taskgrad/gpt.h"
+#include "taskgrad/llmc.h"
 #include "taskgrad/mlp.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/runtime.h"
@@ -177,6 +179,15 @@ void tg_cli_scaler_restore(tg_loss_scaler *s, const tg_loss_scaler_state *st);
 int tg_cmd_train_mlp(int argc, char **argv);
 int tg_cmd_bench_mlp(int argc, char **argv);
 int tg_cmd_init_gpt(int argc, char **argv);
+/* tg_gpt_create with the initial parameters from `params` (an llm.c-layout
+ * array) when not NULL, else read piece by piece from `reader` (which it
+ * closes) when not NULL, else GPT-2's random initialisation with `seed`
+ * (tg_gpt_init_params' bits): the last two straight into the model's
+ * buffers, never a second whole host copy (cli/init_gpt.c).  Dies with the
+ * message on failure. */
+void tg_cli_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
+                       tg_llmc_model_reader *reader, uint64_t seed,
+                       const tg_gpt_run_config *run, const tg_optimizer_config *opt);
 int tg_cmd_prepare_kjv(int argc, char **argv);
 int tg_cmd_train_gpt(int argc, char **argv);
 int tg_cmd_bench_gpt(int argc, char **argv);

@@ -23,6 +23,28 @@
 #include "taskgrad/llmc.h"
 #include "taskgrad/safetensors.h"
 
+typedef struct gpt_init {
+  const tg_gpt_config *cfg;
+  uint64_t seed;
+} gpt_init;
+
+static int gpt_init_fill(void *ctx, int param, size_t off, float *dst, size_t n) {
+  const gpt_init *init = ctx;
+  tg_gpt_init_param_range(init->cfg, init->seed, param, off, n, dst);
+  return 0;
+}
+
+void tg_cli_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
+                       tg_llmc_model_reader *reader, uint64_t seed,
+                       const tg_gpt_run_config *run, const tg_optimizer_config *opt) {
+  gpt_init init = {.cfg = cfg, .seed = seed};
+  int rc = params   ? tg_gpt_create(g, cfg, params, run, opt)
+           : reader ? tg_gpt_create_from(g, cfg, tg_llmc_model_fill, reader, run, opt)
+                    : tg_gpt_create_from(g, cfg, gpt_init_fill, &init, run, opt);
+  if (rc < 0) tg_cli_die_last("building the model");
+  if (reader && tg_llmc_model_close(reader) < 0) tg_cli_die_last("--init-from");
+}
+
 static void init_gpt_usage(void) {
   puts("usage: taskgrad init gpt --layers L --channels C --heads NH --max-seq T\n"
        "                         --vocab V --out FILE [flags]\n"

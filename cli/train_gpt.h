@@ -36,6 +36,7 @@ typedef struct gpt_session {
   char train_path[4096], val_path[4096]; /* the demonstration's token files */
   tg_gpt_config cfg;
   float *params;                 /* the initial parameters (freed once built) */
+  tg_llmc_model_reader *reader;  /* or --init-from, read while it is built */
   tg_checkpoint ck;              /* --resume's checkpoint, when have_ck */
   int have_ck;
   uint16_t *tokens, *vtokens;    /* training and validation tokens */

@@ -56,9 +56,9 @@ static int resume_from_checkpoint(const gpt_opts *o) {
 static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
   need_file("--init-from", init_from);
   tg_gpt_config cfg;
-  float *params = NULL;
-  if (tg_llmc_model_read(init_from, &cfg, &params) < 0) tg_cli_die_last("--init-from");
-  free(params);
+  tg_llmc_model_reader *reader;
+  if (tg_llmc_model_open(init_from, &cfg, &reader) < 0 || tg_llmc_model_close(reader) < 0)
+    tg_cli_die_last("--init-from");
   if (memcmp(&cfg, ck, sizeof cfg))
     tg_cli_die("--init-from %s (L=%d C=%d NH=%d V=%d Vp=%d T=%d) is not the model of the "
                "checkpoint in the --resume directory (L=%d C=%d NH=%d V=%d Vp=%d T=%d)",
@@ -115,10 +115,8 @@ void gpt_setup_model(gpt_session *s) {
     demo_prepare(o, s->train_path, s->val_path, sizeof s->train_path);
     s->cfg = (tg_gpt_config){.max_seq_len = 256, .vocab_size = 256, .num_layers = 4,
                              .num_heads = 4, .channels = 128, .padded_vocab_size = 256};
-    size_t sizes[TG_GPT_NPARAMS];
-    s->params = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
-    if (!s->params) tg_cli_die("out of memory");
-    tg_gpt_init_params(&s->cfg, o->seed, s->params);
+    /* initialised straight into the graph's buffers (gpt_build_model) */
+    s->params = NULL;
     fprintf(stderr, "taskgrad: demonstration: L=%d C=%d NH=%d, byte-level KJV, %d steps "
             "of %d x %d tokens\n", s->cfg.num_layers, s->cfg.channels, s->cfg.num_heads,
             o->steps, o->run.cfg.B, o->run.cfg.T);
@@ -128,7 +126,8 @@ void gpt_setup_model(gpt_session *s) {
     need_file("--init-from", o->init_from);
     need_file("--data", o->data);
     if (o->val) need_file("--val", o->val);
-    if (tg_llmc_model_read(o->init_from, &s->cfg, &s->params) < 0)
+    /* read while the model is built (gpt_build_model), into its buffers */
+    if (tg_llmc_model_open(o->init_from, &s->cfg, &s->reader) < 0)
       tg_cli_die_last("--init-from");
   }
 }
@@ -176,8 +175,8 @@ void gpt_build_model(gpt_session *s) {
   tg_cli_gpt_fit(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers(), tg_cli_device_memory(),
                  s->root, "this GPT model and batch");
   tg_gpt *g = &s->g;
-  if (tg_gpt_create(g, &s->cfg, s->params, &run, &o->opt) < 0)
-    tg_cli_die_last("building the model");
+  tg_cli_gpt_create(g, &s->cfg, s->params, s->reader, o->seed, &run, &o->opt);
+  s->reader = NULL; /* closed */
   /* every replica starts from rank 0's parameters */
   if (tg_gpt_broadcast_params(g) < 0) tg_cli_die_last("broadcasting the parameters");
   if (s->have_ck) {

@@ -342,8 +342,30 @@ static int tg_gpt_shard(tg_gpt *g) {
   return tg_gpt_bucket(g, lnf, l0, 2, TG_SHARD_READ_F32);
 }
 
+/* tg_gpt_create's source: the whole llm.c-layout array */
+typedef struct params_array {
+  const float *params;
+  size_t base[TG_GPT_NPARAMS]; /* where each tensor starts */
+} params_array;
+
+static int params_array_fill(void *ctx, int param, size_t off, float *dst, size_t n) {
+  const params_array *a = ctx;
+  memcpy(dst, a->params + a->base[param] + off, n * sizeof(float));
+  return 0;
+}
+
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
                   const tg_gpt_run_config *run, const tg_optimizer_config *opt) {
+  params_array a = {.params = params};
+  size_t sizes[TG_GPT_NPARAMS];
+  if (params && tg_gpt_param_sizes(cfg, sizes) > 0)
+    for (int p = 1; p < TG_GPT_NPARAMS; p++) a.base[p] = a.base[p - 1] + sizes[p - 1];
+  return tg_gpt_create_from(g, cfg, params ? params_array_fill : NULL, &a, run, opt);
+}
+
+int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source source,
+                       void *ctx, const tg_gpt_run_config *run,
+                       const tg_optimizer_config *opt) {
   memset(g, 0, sizeof *g);
   TG_TRY(tg_gpt_config_check(cfg));
   if (cfg->num_layers > TG_GPT_MAX_LAYERS)
@@ -361,9 +383,6 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
   TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
   g->optim.on_cpu = g->run.offload_optimizer;
-  size_t sizes[TG_GPT_NPARAMS];
-  tg_gpt_param_sizes(cfg, sizes);
-  const float *src = params;
   int rc = 0;
   for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
     int rows, cols;
@@ -372,12 +391,11 @@ int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
       tg_tensor *all[4] = {&g->w[p][l], &g->g[p][l], &g->m[p][l], &g->v[p][l]};
       for (int k = 0; k < 4 && rc == 0; k++) rc = tg_tensor_alloc(all[k], rows, cols, TG_F32);
       if (rc) break;
-      /* no task has touched the fresh host buffers: plain copies are safe;
-       * without params they stay as allocated (zeros; folded, simulated) */
-      if (src) {
-        memcpy(g->w[p][l].host, src, (size_t)rows * cols * sizeof(float));
-        src += (size_t)rows * cols;
-      }
+      /* no task has touched the fresh host buffers: plain writes are safe;
+       * without a source they stay as allocated (zeros; folded, simulated) */
+      const size_t n = (size_t)rows * cols;
+      if (source) rc = source(ctx, p, (size_t)l * n, g->w[p][l].host, n);
+      if (rc) break;
       tg_tensor_enable_reduction(&g->g[p][l]);
     }
   }
@@ -815,7 +833,7 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
  * fused task would hold dwte for its whole run and the micro-batches'
  * classifiers would run one at a time.  In mixed precision dlogits are
  * 16-bit like the other activation gradients (on a CPU with native bf16
- * GEMMs the classifier and the dwte GEMM use them as they are, gemm_bf16.c).
+ * GEMMs the classifier and the dwte GEMM use them as they are, matmul_onednn.c).
  * With STARPU_REDUX or deterministic leaves each micro-batch adds
  * into its own buffer and the fused task is kept (bit for bit as before).
  * The price: each micro-batch's whole (n, Vp) dlogits at once, 206 MB at

@@ -144,19 +144,26 @@ void tg_gpt_param_shape(const tg_gpt_config *c, tg_gpt_param p, int *rows,
 
 /* ---- initialisation ----------------------------------------------------- */
 
-/* n normal(0, std) values by Box-Muller (both values of each pair used). */
-static void fill_normal(float *x, size_t n, float std, uint64_t seed,
-                        int stream) {
+/* Elements [off, off + n) of a stream of normal(0, std) values drawn by
+ * Box-Muller, both values of each pair used: element i is one of pair i / 2,
+ * whose two uniforms are the stream's splitmix64 outputs 2 (i / 2) and
+ * 2 (i / 2) + 1.  splitmix64's state only advances by its constant, so any
+ * range starts in O(1), and a tensor filled range by range gets the bits of
+ * one sweep. */
+static void fill_normal_at(float *x, size_t off, size_t n, float std, uint64_t seed,
+                           int stream) {
   uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(stream + 1));
   (void)tg_splitmix64(&s);
+  size_t i = off & ~(size_t)1; /* the first pair that the range touches */
+  s += (uint64_t)i * 0x9E3779B97F4A7C15ULL;
   const double two_pi = 6.283185307179586476925286766559;
-  for (size_t i = 0; i < n; i += 2) {
+  for (; i < off + n; i += 2) {
     /* u1 in (0, 1] so that log(u1) is finite; u2 in [0, 1) */
     double u1 = (double)((tg_splitmix64(&s) >> 11) + 1) * 0x1.0p-53;
     double u2 = (double)(tg_splitmix64(&s) >> 11) * 0x1.0p-53;
     double r = sqrt(-2.0 * log(u1));
-    x[i] = (float)(std * r * cos(two_pi * u2));
-    if (i + 1 < n) x[i + 1] = (float)(std * r * sin(two_pi * u2));
+    if (i >= off) x[i - off] = (float)(std * r * cos(two_pi * u2));
+    if (i + 1 >= off && i + 1 < off + n) x[i + 1 - off] = (float)(std * r * sin(two_pi * u2));
   }
 }
 
@@ -164,34 +171,44 @@ static void fill_value(float *x, size_t n, float v) {
   for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
+void tg_gpt_init_param_range(const tg_gpt_config *c, uint64_t seed, int param, size_t off,
+                             size_t n, float *dst) {
+  size_t sz[TG_GPT_NPARAMS];
+  if (!c || !dst || param < 0 || param >= TG_GPT_NPARAMS || tg_gpt_param_sizes(c, sz) == 0 ||
+      off > sz[param] || n > sz[param] - off)
+    return;
+  const float std = 0.02f;
+  const float proj_std = (float)(0.02 / sqrt(2.0 * c->num_layers));
+  switch ((tg_gpt_param)param) {
+  case TG_WTE: { /* the padded rows (V .. Vp) are zeros */
+    const size_t real = (size_t)c->vocab_size * (size_t)c->channels;
+    const size_t nn = off >= real ? 0 : (real - off < n ? real - off : n);
+    fill_normal_at(dst, off, nn, std, seed, param);
+    fill_value(dst + nn, n - nn, 0.0f);
+    break;
+  }
+  case TG_WPE: case TG_QKVW: case TG_FCW:
+    fill_normal_at(dst, off, n, std, seed, param);
+    break;
+  case TG_ATTPROJW: case TG_FCPROJW:
+    fill_normal_at(dst, off, n, proj_std, seed, param);
+    break;
+  case TG_LN1W: case TG_LN2W: case TG_LNFW:
+    fill_value(dst, n, 1.0f);
+    break;
+  case TG_LN1B: case TG_QKVB: case TG_ATTPROJB: case TG_LN2B: case TG_FCB:
+  case TG_FCPROJB: case TG_LNFB:
+    fill_value(dst, n, 0.0f);
+    break;
+  }
+}
+
 void tg_gpt_init_params(const tg_gpt_config *c, uint64_t seed, float *params) {
   size_t sz[TG_GPT_NPARAMS];
   if (!c || !params || tg_gpt_param_sizes(c, sz) == 0) return;
-  const float std = 0.02f;
-  const float proj_std = (float)(0.02 / sqrt(2.0 * c->num_layers));
   float *p = params;
   for (int i = 0; i < TG_GPT_NPARAMS; i++) {
-    switch ((tg_gpt_param)i) {
-    case TG_WTE: {
-      const size_t real = (size_t)c->vocab_size * (size_t)c->channels;
-      fill_normal(p, real, std, seed, i);
-      fill_value(p + real, sz[i] - real, 0.0f); /* padded rows */
-      break;
-    }
-    case TG_WPE: case TG_QKVW: case TG_FCW:
-      fill_normal(p, sz[i], std, seed, i);
-      break;
-    case TG_ATTPROJW: case TG_FCPROJW:
-      fill_normal(p, sz[i], proj_std, seed, i);
-      break;
-    case TG_LN1W: case TG_LN2W: case TG_LNFW:
-      fill_value(p, sz[i], 1.0f);
-      break;
-    case TG_LN1B: case TG_QKVB: case TG_ATTPROJB: case TG_LN2B: case TG_FCB:
-    case TG_FCPROJB: case TG_LNFB:
-      fill_value(p, sz[i], 0.0f);
-      break;
-    }
+    tg_gpt_init_param_range(c, seed, i, 0, sz[i], p);
     p += sz[i];
   }
 }

@@ -110,58 +110,100 @@ static int read_header(FILE *f, const char *path, int32_t h[HEADER_INTS],
   return 0;
 }
 
-int tg_llmc_model_read(const char *path, tg_gpt_config *cfg, float **params) {
-  if (params) *params = NULL;
-  if (!path || !cfg || !params)
-    return tg_fail(EINVAL, "tg_llmc_model_read: NULL argument");
+struct tg_llmc_model_reader {
+  FILE *f;
+  char *path;
+  uint64_t base[TG_GPT_NPARAMS], size[TG_GPT_NPARAMS]; /* each tensor's floats */
+};
+
+int tg_llmc_model_open(const char *path, tg_gpt_config *cfg, tg_llmc_model_reader **out) {
+  if (out) *out = NULL;
+  if (!path || !cfg || !out) return tg_fail(EINVAL, "tg_llmc_model_open: NULL argument");
   off_t size;
   int rc = 0;
   FILE *f = open_for_read(path, &size, &rc);
   if (!f) return rc;
-  int32_t h[HEADER_INTS];
+  int32_t h[HEADER_INTS] = {0};
   rc = read_header(f, path, h, TG_LLMC_MODEL_MAGIC, TG_LLMC_MODEL_VERSION);
-  if (rc < 0) goto out;
-
-  tg_gpt_config c = {.max_seq_len = h[2], .vocab_size = h[3],
-                     .num_layers = h[4], .num_heads = h[5], .channels = h[6],
-                     .padded_vocab_size = h[7]};
+  tg_gpt_config c = {.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4],
+                     .num_heads = h[5], .channels = h[6], .padded_vocab_size = h[7]};
   char msg[256];
   uint64_t sz[TG_GPT_NPARAMS];
-  const uint64_t n = tg_gpt_config_sizes(&c, sz, msg, sizeof msg);
-  if (n == 0) {
-    rc = tg_fail(EINVAL, "%s: invalid header: %s", path, msg);
-    goto out;
-  }
-  const uint64_t bytes = n * sizeof(float);
-  const uint64_t have = (uint64_t)size - HEADER_BYTES;
-  if (have != bytes) {
+  const uint64_t n = rc < 0 ? 0 : tg_gpt_config_sizes(&c, sz, msg, sizeof msg);
+  if (rc == 0 && n == 0) rc = tg_fail(EINVAL, "%s: invalid header: %s", path, msg);
+  const uint64_t bytes = n * sizeof(float), have = (uint64_t)size - HEADER_BYTES;
+  if (rc == 0 && have != bytes)
     rc = tg_fail(EINVAL, "%s: header says %llu parameters (%llu bytes) but "
                  "the file has %llu bytes after the header", path,
                  (unsigned long long)n, (unsigned long long)bytes,
                  (unsigned long long)have);
-    goto out;
+  tg_llmc_model_reader *r = rc == 0 ? calloc(1, sizeof *r) : NULL;
+  if (rc == 0 && (!r || !(r->path = strdup(path))))
+    rc = tg_fail(ENOMEM, "%s: out of memory", path);
+  if (rc < 0) {
+    if (r) free(r);
+    fclose(f); /* read-only: nothing to lose */
+    return rc;
   }
-  float *p = malloc((size_t)bytes);
-  if (!p) {
-    rc = tg_fail(ENOMEM, "%s: cannot allocate %llu bytes for the parameters",
-                 path, (unsigned long long)bytes);
-    goto out;
+  r->f = f;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    r->size[p] = sz[p];
+    r->base[p] = p ? r->base[p - 1] + sz[p - 1] : 0;
   }
-  rc = read_exact(f, path, p, (size_t)bytes, "parameters");
+  *cfg = c;
+  *out = r;
+  return 0;
+}
+
+int tg_llmc_model_fill(void *reader, int param, size_t off, float *dst, size_t n) {
+  tg_llmc_model_reader *r = reader;
+  if (!r || !dst || param < 0 || param >= TG_GPT_NPARAMS || off > r->size[param] ||
+      n > r->size[param] - off)
+    return tg_fail(EINVAL, "tg_llmc_model_fill: bad argument");
+  const uint64_t at = HEADER_BYTES + (r->base[param] + off) * sizeof(float);
+  if (fseeko(r->f, (off_t)at, SEEK_SET) != 0) {
+    int e = errno ? errno : EIO;
+    return tg_fail(e, "%s: seek failed: %s", r->path, strerror(e));
+  }
+  return read_exact(r->f, r->path, dst, n * sizeof(float), "parameters");
+}
+
+int tg_llmc_model_close(tg_llmc_model_reader *r) {
+  if (!r) return 0;
+  int rc = 0;
+  if (fclose(r->f) != 0) {
+    int e = errno ? errno : EIO;
+    rc = tg_fail(e, "%s: close failed: %s", r->path, strerror(e));
+  }
+  free(r->path);
+  free(r);
+  return rc;
+}
+
+int tg_llmc_model_read(const char *path, tg_gpt_config *cfg, float **params) {
+  if (params) *params = NULL;
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_llmc_model_read: NULL argument");
+  tg_llmc_model_reader *r;
+  tg_gpt_config c;
+  int rc = tg_llmc_model_open(path, &c, &r);
+  if (rc < 0) return rc;
+  const uint64_t n = r->base[TG_GPT_NPARAMS - 1] + r->size[TG_GPT_NPARAMS - 1];
+  float *p = malloc((size_t)n * sizeof(float));
+  rc = p ? 0
+         : tg_fail(ENOMEM, "%s: cannot allocate %llu bytes for the parameters", path,
+                       (unsigned long long)(n * sizeof(float)));
+  for (int i = 0; i < TG_GPT_NPARAMS && rc == 0; i++)
+    rc = tg_llmc_model_fill(r, i, 0, p + r->base[i], (size_t)r->size[i]);
+  int close_rc = tg_llmc_model_close(r);
+  if (rc == 0) rc = close_rc;
   if (rc < 0) {
     free(p);
-    goto out;
+    return rc;
   }
   *cfg = c;
   *params = p;
-out:
-  if (fclose(f) != 0 && rc == 0) {
-    int e = errno ? errno : EIO;
-    free(*params);
-    *params = NULL;
-    rc = tg_fail(e, "%s: close failed: %s", path, strerror(e));
-  }
-  return rc;
+  return 0;
 }
 
 int tg_llmc_tokens_read(const char *path, int vocab_size, uint16_t **tokens,

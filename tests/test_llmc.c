@@ -5,7 +5,10 @@
  *  - GPT-2 init statistics (std of wte 0.02, attprojw and fcprojw
  *    0.02/sqrt(2L), LayerNorm weights 1, biases 0, padded wte rows 0),
  *    determinism for a seed, a different model for another seed;
- *  - checkpoint round trip (bitwise) and refusals, each with a message
+ *  - the init piece by piece (tg_gpt_init_param_range) equal to the whole,
+ *    bit for bit, for ranges of both parities;
+ *  - checkpoint round trip (bitwise), also read piece by piece
+ *    (tg_llmc_model_open/fill/close), and refusals, each with a message
  *    naming the file: missing file, wrong magic, wrong version, truncated,
  *    extra bytes, header values that disagree with the file size, invalid
  *    configurations in the header (C % NH != 0, V > Vp, zero, negative);
@@ -228,6 +231,26 @@ static void test_init(void) {
   for (size_t k = 0; k < sz[TG_FCW]; k++) beyond += fabsf(fcw[k]) > 0.04f;
   double frac = (double)beyond / (double)sz[TG_FCW];
   CHECK(frac > 0.040 && frac < 0.051, "fcw: %.4f beyond 2 std", frac);
+
+  /* piece by piece (tg_gpt_init_param_range): the same bits for any
+   * ranges, odd starts and lengths included (a Box-Muller pair split) */
+  memset(c, 0xff, n * sizeof *c);
+  const float *at = a;
+  for (int i = 0; i < TG_GPT_NPARAMS; i++) {
+    size_t off = 0, step = 1;
+    while (off < sz[i]) {
+      size_t len = off + step <= sz[i] ? step : sz[i] - off;
+      tg_gpt_init_param_range(&small, 7, i, off, len, c + (at - a) + off);
+      off += len;
+      step = step * 3 + 2; /* 1, 5, 17, ...: odd and even, starts of both parities */
+    }
+    at += sz[i];
+  }
+  CHECK(memcmp(a, c, n * sizeof *a) == 0, "init by ranges differs from the whole init");
+  float guard[3] = {1.0f, 2.0f, 3.0f};
+  tg_gpt_init_param_range(&small, 7, TG_WTE, sz[TG_WTE] - 1, 2, guard);
+  tg_gpt_init_param_range(&small, 7, TG_GPT_NPARAMS, 0, 1, guard);
+  CHECK(guard[0] == 1.0f && guard[1] == 2.0f, "an out-of-range init range wrote");
   free(a);
   free(b);
   free(c);
@@ -267,6 +290,31 @@ static void test_model_files(void) {
   CHECK(r && memcmp(r, w, n * sizeof *w) == 0, "params differ after reading");
   free(r);
 
+  /* piece by piece: open checks the file and gives its configuration, fill
+   * reads any range of a tensor, bit for bit */
+  tg_llmc_model_reader *rd = NULL;
+  CHECK(tg_llmc_model_open(path, &cfg, &rd) == 0, "open: %s", tg_last_error());
+  CHECK(memcmp(&cfg, &small, sizeof cfg) == 0, "config differs after opening");
+  float *part = malloc(n * sizeof *part);
+  if (!part) exit(1);
+  memset(part, 0xff, n * sizeof *part);
+  for (int i = TG_GPT_NPARAMS - 1; rd && i >= 0; i--) { /* backwards: seeks */
+    size_t base = 0;
+    for (int k = 0; k < i; k++) base += sz[k];
+    size_t half = sz[i] / 2 + 1;
+    if (half > sz[i]) half = sz[i];
+    CHECK(tg_llmc_model_fill(rd, i, half, part + base + half, sz[i] - half) == 0 &&
+              tg_llmc_model_fill(rd, i, 0, part + base, half) == 0,
+          "fill %s: %s", tg_gpt_param_names[i], tg_last_error());
+  }
+  CHECK(memcmp(part, w, n * sizeof *w) == 0, "params differ when read piece by piece");
+  if (rd) {
+    CHECK(tg_llmc_model_fill(rd, TG_QKVW, sz[TG_QKVW], part, 1) < 0,
+          "fill past a tensor's end was accepted");
+    CHECK(tg_llmc_model_close(rd) == 0, "close: %s", tg_last_error());
+  }
+  free(part);
+
   /* refusals */
   const float *params = (const float *)(raw + 1024);
   int32_t h[256];
@@ -293,6 +341,9 @@ static void test_model_files(void) {
            "file has %zu bytes after the header", n, n * 4, n * 4 - 4);
   write_raw(bad, h, sizeof h, params, n * 4 - 4);
   check_refusal(tg_llmc_model_read(bad, &cfg, &r), bad, want, "truncated");
+  rd = (tg_llmc_model_reader *)1;
+  check_refusal(tg_llmc_model_open(bad, &cfg, &rd), bad, want, "truncated (open)");
+  CHECK(rd == NULL, "reader not NULL after a refusal");
 
   snprintf(want, sizeof want, "the file has %zu bytes after", n * 4 + 8);
   uint8_t *more = calloc(1, n * 4 + 8);

@@ -15,7 +15,7 @@
  *     OPENBLAS_CORETYPE, and measured again when any of them changes.  A
  *     cache that cannot be read or written just means measuring.
  * bf16 GEMMs (bf16 operands, fp32 sums) are native where the CPU has
- * AVX512-BF16 (kernels/cpu/gemm_bf16.c) and widened to f32 elsewhere;
+ * AVX512-BF16 (kernels/cpu/matmul_onednn.c) and widened to f32 elsewhere;
  * TG_GEMM_BF16=native|widen forces one (native falls back to widening on a
  * CPU without it), "auto" (the default) measures both with the rest and
  * keeps the faster.

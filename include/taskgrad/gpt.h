@@ -152,6 +152,17 @@ typedef struct tg_gpt {
  * gradients and AdamW state.  opt->kind must be TG_OPT_ADAMW. */
 int tg_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
                   const tg_gpt_run_config *run, const tg_optimizer_config *opt);
+/* Writes n floats into dst: elements [off, off + n) of parameter tensor
+ * `param` (tg_gpt_param) in llm.c's layout; 0, or a negative errno with a
+ * message (tg_fail), which makes tg_gpt_create_from fail. */
+typedef int (*tg_gpt_param_source)(void *ctx, int param, size_t off, float *dst, size_t n);
+/* tg_gpt_create with the parameters from `source`, one layer's slice at a
+ * time, written straight into the model's own buffers: no second whole
+ * copy of the model in host memory (e.g. tg_gpt_init_param_range, or a
+ * file read piece by piece).  source NULL: zeros. */
+int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source source,
+                       void *ctx, const tg_gpt_run_config *run,
+                       const tg_optimizer_config *opt);
 void tg_gpt_destroy(tg_gpt *g);
 /* How the classifier's gradient is formed in a training step: 0 fused (one
  * task adds into dwte), else split, its dwte increments in that many row

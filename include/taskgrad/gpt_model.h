@@ -59,6 +59,12 @@ int tg_gpt_param_per_layer(tg_gpt_param p);
  * 1; biases 0.  params holds tg_gpt_param_sizes() floats, laid out as in the
  * file.  Deterministic for a seed. */
 void tg_gpt_init_params(const tg_gpt_config *c, uint64_t seed, float *params);
+/* The same values, elements [off, off + n) of tensor `param` only (its
+ * place in the file's layout), bit for bit: a model initialised piece by
+ * piece (tg_gpt_create_from) never needs a second whole copy.  Out-of-range
+ * arguments write nothing. */
+void tg_gpt_init_param_range(const tg_gpt_config *c, uint64_t seed, int param, size_t off,
+                             size_t n, float *dst);
 
 #ifdef __cplusplus
 }

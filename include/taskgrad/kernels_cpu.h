@@ -28,6 +28,13 @@ void tg_cpu_gemm(int transa, int transb, int m, int n, int k, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc);
 
+/* C(m, n) = op(A) * op(B) + bias, bias (n) added to every row; C is
+ * write-only.  On the back end of the call's class (gemm_libs.h): oneDNN adds
+ * the bias in the product's own pass, the others onto a C filled with it
+ * (so the bits depend on the back end, as every GEMM's do). */
+void tg_cpu_gemm_bias(int transa, int transb, int m, int n, int k, const float *A, int lda,
+                      const float *B, int ldb, const float *bias, float *C, int ldc);
+
 /* Y(r, c) += b(c) for every row r.  b: (cols) */
 void tg_cpu_bias_add(int rows, int cols, float *Y, int ldy, const float *b);
 

@@ -37,6 +37,15 @@ extern "C" {
 
 /* Reads a checkpoint: *params is malloc'd (the caller frees it). */
 int tg_llmc_model_read(const char *path, tg_gpt_config *cfg, float **params);
+/* The same checkpoint read piece by piece: open checks the file as
+ * tg_llmc_model_read does (header, configuration, size) and gives its
+ * configuration; fill reads elements [off, off + n) of tensor `param`
+ * (tg_gpt_param) into dst, with tg_gpt_create_from's source signature, so
+ * that a model is read straight into its own buffers; close frees. */
+typedef struct tg_llmc_model_reader tg_llmc_model_reader;
+int tg_llmc_model_open(const char *path, tg_gpt_config *cfg, tg_llmc_model_reader **reader);
+int tg_llmc_model_fill(void *reader, int param, size_t off, float *dst, size_t n);
+int tg_llmc_model_close(tg_llmc_model_reader *reader);
 int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
                         const float *params);
 

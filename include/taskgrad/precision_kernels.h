@@ -101,7 +101,7 @@ void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
                       const uint16_t *B, int ldb, float beta, tg_dtype c_dtype,
                       void *C, int ldc, float *work);
 
-/* Native bf16 GEMM (kernels/cpu/gemm_bf16.c): C = alpha op(A) op(B) +
+/* Native bf16 GEMM (kernels/cpu/matmul_onednn.c): C = alpha op(A) op(B) +
  * beta C with A, B in bf16, fp32 products and sums, C f32 (c_bf16 == 0) or
  * bf16 (rounded once).  Only while the native path is on (set_native) and
  * the CPU has AVX512-BF16; returns nonzero, touching nothing, for a call it

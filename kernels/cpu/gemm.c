@@ -31,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "matmul_onednn.h"
 #include "taskgrad/gemm_libs.h"
 #include "taskgrad/kernels_cpu.h"
 
@@ -95,10 +96,16 @@ static void gemm_openblas(int transa, int transb, int m, int n, int k, float alp
               ldb, beta, C, ldc);
 }
 
-/* 0 when oneDNN did it */
+/* 0 when oneDNN did it: X W^T (and its bias) on the matmul primitive,
+ * the rest on dnnl_sgemm, whichever was measured the faster for the step's
+ * shapes (matmul_onednn.c) */
 static int gemm_onednn(int transa, int transb, int m, int n, int k, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta,
-                       float *C, int ldc) {
+                       const float *A, int lda, const float *B, int ldb, const float *bias,
+                       float beta, float *C, int ldc) {
+  if (!transa && transb &&
+      tg_cpu_matmul_onednn_f32(0, 1, m, n, k, alpha, A, lda, B, ldb, bias, beta, C, ldc) == 0)
+    return 0;
+  if (bias) return -1;
   static _Thread_local int one_thread;
   if (!one_thread) { /* this thread's OpenMP ICV: no team of its own */
     omp_set_num_threads(1);
@@ -156,7 +163,7 @@ void tg_cpu_gemm_on(tg_gemm_lib lib, int transa, int transb, int m, int n, int k
     return;
   }
   if (lib == TG_GEMM_ONEDNN &&
-      gemm_onednn(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+      gemm_onednn(transa, transb, m, n, k, alpha, A, lda, B, ldb, NULL, beta, C, ldc) == 0)
     return;
   if (lib == TG_GEMM_LIBXSMM &&
       gemm_libxsmm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
@@ -179,6 +186,23 @@ void tg_cpu_gemm(int transa, int transb, int m, int n, int k, float alpha,
 {
   tg_cpu_gemm_on(tg_cpu_gemm_lib(tg_gemm_class_of(transa, transb)), transa, transb, m, n,
                  k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void tg_cpu_gemm_bias(int transa, int transb, int m, int n, int k,
+                      const float *A, int lda, // (m, lda) or, transposed, (k, lda)
+                      const float *B, int ldb, // (k, ldb) or, transposed, (n, ldb)
+                      const float *bias,       // (n)
+                      float *C, int ldc)       // (m, ldc)
+{
+  if (m <= 0 || n <= 0) return;
+  const tg_gemm_lib lib = tg_cpu_gemm_lib(tg_gemm_class_of(transa, transb));
+  if (k > 0 && lib == TG_GEMM_ONEDNN &&
+      gemm_onednn(transa, transb, m, n, k, 1.0f, A, lda, B, ldb, bias, 0.0f, C, ldc) == 0)
+    return;
+  /* elsewhere the bias is written into C first and the GEMM adds onto it:
+   * one write pass instead of a read-modify-write pass after the GEMM */
+  for (int r = 0; r < m; r++) memcpy(C + (size_t)r * ldc, bias, sizeof(float) * (size_t)n);
+  tg_cpu_gemm_on(lib, transa, transb, m, n, k, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 /* ---- what each library is ------------------------------------------------- */

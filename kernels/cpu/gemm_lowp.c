@@ -5,7 +5,7 @@
  * Design note
  * -----------
  * Where the CPU has AVX512-BF16 and the native path is on, bf16 calls go
- * to gemm_bf16.c first (oneDNN, no widening); what it declines, and fp16,
+ * to matmul_onednn.c first (oneDNN, no widening); what it declines, and fp16,
  * comes here.
  * OpenBLAS has no bf16 / fp16 GEMM we can rely on (sbgemm exists only in
  * some builds, and no fp16 at all), so the operands are widened to f32 one
@@ -47,7 +47,7 @@ void tg_cpu_gemm_lowp(tg_dtype lowp, int transa, int transb, int m, int n,
                       float *work)                // tg_cpu_gemm_lowp_work_floats
 {
   if (m <= 0 || n <= 0) return;
-  /* bf16 on a CPU that multiplies it natively: no widening (gemm_bf16.c) */
+  /* bf16 on a CPU that multiplies it natively: no widening (matmul_onednn.c) */
   if (lowp == TG_BF16 && k > 0 && alpha != 0.0f &&
       tg_cpu_gemm_bf16(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
                        c_dtype != TG_F32, C, ldc) == 0)

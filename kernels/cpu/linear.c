@@ -3,9 +3,9 @@
  * same call, so the epilogue reads the GEMM's output while it is still in the
  * core's cache, and a training step has one task per layer instead of three.
  *
- * Forward: the bias is written into Z first and the GEMM accumulates onto it
- * (beta = 1), which costs one write pass instead of a read-modify-write pass
- * after the GEMM; then the activation maps Z to H.  Backward to the input:
+ * Forward: the GEMM adds the bias itself (tg_cpu_gemm_bias: in the
+ * product's pass on oneDNN, else written into Z first and accumulated onto);
+ * then the activation maps Z to H.  Backward to the input:
  * the GEMM writes dX, then the activation derivative multiplies it in place.
  * Row-blocking the GEMM to keep blocks in L1/L2 was measured slower (OpenBLAS
  * repacks W for every block), so the whole micro-batch is one GEMM.
@@ -49,8 +49,10 @@ void tg_cpu_linear_fwd(int rows, int in, int out,
                        float *Z, int ldz,        /* (rows, out) */
                        float *H, int ldh) {      /* (rows, out) */
   if (rows <= 0 || out <= 0) return;
-  float beta = fwd_bias(rows, out, b, Z, ldz);
-  tg_cpu_gemm(0, 1, rows, out, in, 1.0f, X, ldx, W, ldw, beta, Z, ldz);
+  if (b)
+    tg_cpu_gemm_bias(0, 1, rows, out, in, X, ldx, W, ldw, b, Z, ldz);
+  else
+    tg_cpu_gemm(0, 1, rows, out, in, 1.0f, X, ldx, W, ldw, 0.0f, Z, ldz);
   fwd_act(rows, out, act, Z, ldz, H, ldh);
 }
 

@@ -121,7 +121,7 @@ void tg_cpu_classifier_dlogits(int n, int C, int V, int chunk,
 }
 
 /* The split form with bf16 lnf, wte and dlogits (native bf16 GEMMs,
- * gemm_bf16.c): per chunk, the logits in f32 (scratch, (chunk, V)), the
+ * matmul_onednn.c): per chunk, the logits in f32 (scratch, (chunk, V)), the
  * softmax and loss as above, dlogits rounded to bf16 into the caller's
  * (n, Vd) matrix, and dlnf = grad_scale dlogits wte from those rounded
  * values, so that dlnf and the caller's dwte (the same dlogits^T lnf, on

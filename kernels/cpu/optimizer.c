@@ -16,15 +16,21 @@
  * (this file is built with -fno-math-errno), which round exactly as the
  * scalar instructions do, so the results are bitwise those of the scalar
  * loop.  Scalar, the sqrt and two divisions per element had made the 124M
- * update (124M parameters per step) compute-bound, not memory-bound.
+ * update (124M parameters per step) compute-bound, not memory-bound.  In
+ * SSE2 (the library's baseline) it still was: four lanes per sqrt and
+ * division.  So both loops are cloned for AVX-512 and AVX2 (simd_clones.h,
+ * this file built without contraction, so every variant gives the same
+ * bits), with blocks of one AVX-512 vector; the 124M update then runs at
+ * memory speed (bench/results/2026-11-27-cpu-step.md).
  */
 #include <math.h>
 
+#include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
 
-enum { VB = 8 };
+enum { VB = 16 }; /* one AVX-512 vector */
 
-static inline void sgd_elem(float *restrict w, const float *restrict grad,
+TG_ROW_INLINE void sgd_elem(float *restrict w, const float *restrict grad,
                             float *restrict vel, size_t i, float lr,
                             float momentum, float weight_decay,
                             float grad_scale) {
@@ -34,6 +40,7 @@ static inline void sgd_elem(float *restrict w, const float *restrict grad,
   w[i] -= lr * v;
 }
 
+TG_SIMD_CLONES
 void tg_cpu_sgd(size_t n,
                 float *restrict w,          // (n)
                 const float *restrict grad, // (n)
@@ -49,7 +56,7 @@ void tg_cpu_sgd(size_t n,
 }
 
 /* one AdamW element; the constants are hoisted by tg_cpu_adamw */
-static inline void adamw_elem(float *restrict w, const float *restrict grad,
+TG_ROW_INLINE void adamw_elem(float *restrict w, const float *restrict grad,
                               float *restrict m, float *restrict v, size_t i,
                               float beta1, float beta2, float a1, float a2, float eps,
                               float decay, float step, float sqrt_bc2, float grad_scale) {
@@ -62,6 +69,7 @@ static inline void adamw_elem(float *restrict w, const float *restrict grad,
   w[i] = w[i] * decay - step * (mi / denom);
 }
 
+TG_SIMD_CLONES
 void tg_cpu_adamw(size_t n,
                   float *restrict w,          // (n)
                   const float *restrict grad, // (n)

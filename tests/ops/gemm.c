@@ -4,7 +4,8 @@
  *            gemm_libs.h) against a float64 product, every transpose, sizes
  *            from {1, 7, 33, 257}, padded leading dimensions (NaN input
  *            padding, sentinel output padding), beta 0 over NaN, k == 0 and
- *            alpha == 0; dA and dB (GEMMs themselves) against finite
+ *            alpha == 0; tg_cpu_gemm_bias (C = AB + a bias row, over
+ *            NaN) the same way; dA and dB (GEMMs themselves) against finite
  *            differences of sum(W .* A B);
  *  pair      every transpose, alpha / beta, the four accumulation modes
  *            (two contributions in REDUX and COMMUTE), k up to 1025 (1e-4:
@@ -91,6 +92,23 @@ static void ref_gemm_forward(tg_rng *rng) {
             if (!(e <= TOL_FWD))
               fprintf(stderr, "  ta=%d tb=%d m=%d n=%d k=%d\n", ta, tb, m, n, k);
             free(C);
+
+            /* with a bias: C = AB + bias (every row), C write-only */
+            float *bias = tg_rand_mat(rng, 1, n, n, 1.0f, NAN);
+            C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
+            for (int i = 0; i < m; i++)
+              for (int j = 0; j < n; j++)
+                ref[(size_t)i * n + j] = ab[(size_t)i * n + j] + (double)bias[j];
+            tg_cpu_gemm_bias(ta, tb, m, n, k, A, lda, B, ldb, bias, C, ldc);
+            e = mat_err(C, m, n, ldc, ref);
+            CHECK_REL(e, TOL_FWD, "gemm with bias");
+            CHECK(pad_intact(C, m, n, ldc, OUT_PAD),
+                  "gemm with bias wrote C padding (ta=%d tb=%d m=%d n=%d k=%d)", ta, tb,
+                  m, n, k);
+            if (!(e <= TOL_FWD))
+              fprintf(stderr, "  bias: ta=%d tb=%d m=%d n=%d k=%d\n", ta, tb, m, n, k);
+            free(bias);
+            free(C);
             free(ref);
             free(ab);
             free(A);
@@ -121,6 +139,18 @@ static void ref_gemm_degenerate(tg_rng *rng) {
       ok &= C[(size_t)i * ldc + j] == 2.0f * C0[(size_t)i * ldc + j];
   CHECK(ok, "gemm k=0 beta=2 must double C");
   free(C0);
+
+  /* k == 0 with a bias: every row is the bias */
+  float bias[33];
+  for (int j = 0; j < n; j++) bias[j] = 0.25f * (float)j - 3.0f;
+  C = tg_const_mat(m, n, ldc, NAN, OUT_PAD);
+  tg_cpu_gemm_bias(0, 1, m, n, 0, dummy, 1, dummy, 1, bias, C, ldc);
+  ok = 1;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) ok &= C[(size_t)i * ldc + j] == bias[j];
+  CHECK(ok, "gemm with bias, k=0: every row must be the bias");
+  free(C);
+  C = tg_rand_mat(rng, m, n, ldc, 1.0f, OUT_PAD);
 
   /* m == 0 or n == 0: nothing touched, NULL operands allowed */
   C0 = copy_mat(C, m, ldc);
@@ -488,7 +518,7 @@ static const ops_row rows[] = {
      .doc = "GEMM `C = a op(A) op(B) + b C`, all transposes (OpenBLAS, oneDNN or libxsmm sgemm; cuBLAS sgemm)",
      .buffers = "A (R), B (R), C (W / RW / REDUX / RW COMMUTE)",
      .covers = "tg_gemm_cl tg_gemm_insert tg_cuda_gemm tg_cuda_gemm_strided",
-     .kernels = "tg_cpu_gemm",
+     .kernels = "tg_cpu_gemm tg_cpu_gemm_bias",
      .run = {[OPS_REF] = gemm_ref, [OPS_CPU] = gemm_pair, [OPS_CUDA] = gemm_pair,
              [OPS_DEVICE] = gemm_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_gemm),
              [OPS_LOWP] = gemm_adapter},

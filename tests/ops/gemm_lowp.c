@@ -143,7 +143,7 @@ static void ref_gemm_degenerate(void) {
         "the workspace is bounded by three 256 x 256 tiles");
 }
 
-/* The native bf16 path (kernels/cpu/gemm_bf16.c): on only where the CPU
+/* The native bf16 path (kernels/cpu/matmul_onednn.c): on only where the CPU
  * has it, declining every call while off; on, the same float64 checks as
  * the widened path (ref_gemm), and more distinct GEMMs than a thread's
  * cache of primitives holds, so that entries are replaced and reused. */

@@ -1,8 +1,11 @@
 /*
- * taskgrad layer 1: native bf16 GEMM on the CPU,
- * C(m, n) = alpha op(A) op(B) + beta C with A and B in bf16, products and
- * sums in fp32 (the AVX512-BF16 dot-product instruction, vdpbf16ps), C in
- * f32 or bf16 (rounded once, after the whole k loop).
+ * taskgrad layer 1: GEMMs on oneDNN's matmul primitive,
+ * C(m, n) = alpha op(A) op(B) (+ bias) + beta C, row-major:
+ *  - native bf16 (tg_cpu_gemm_bf16): A and B in bf16, products and sums in
+ *    fp32 (the AVX512-BF16 dot-product instruction, vdpbf16ps), C in f32 or
+ *    bf16 (rounded once, after the whole k loop);
+ *  - f32 (tg_cpu_matmul_onednn_f32): the oneDNN back end's forward class,
+ *    X W^T, with the layer's bias added in the same pass (gemm.c).
  *
  * Design note
  * -----------
@@ -15,8 +18,16 @@
  * {1, ldb}; dst (m, n) {ldc, 1}).  alpha is the primitive's output scale and
  * beta a sum post-op, so C = alpha AB + beta C in one pass.
  *
- * A primitive is made for one shape, leading dimensions, alpha, beta and C
- * type, so each thread keeps the primitives it made (kCacheSize, least
+ * In f32, oneDNN's sgemm (dnnl_sgemm) and its matmul primitive are two
+ * kernel families: for the step's X W^T shapes the primitive is as fast or
+ * faster (124M's MLP projection, k = 3072, by a sixth), for the plain and
+ * A^T products mostly slower (bench/results/2026-11-27-cpu-step.md), and
+ * only the primitive adds a bias (a (1, n) f32 row broadcast over the rows,
+ * added to the products before C is stored), which saves the forward a
+ * pass over Z.
+ *
+ * A primitive is made for one shape, leading dimensions, alpha, beta, types
+ * and bias, so each thread keeps the primitives it made (kCacheSize, least
  * recently used replaced): a training step has a few dozen distinct GEMMs
  * and runs them every step.  Per thread, because a primitive with the
  * library's scratchpad is not safe to run from two threads at once, and a
@@ -24,17 +35,18 @@
  * (a pthread key's destructor).  One thread each, as for the fp32 path
  * (gemm.c): the OpenMP ICV is set to 1 in each calling thread.
  *
- * tg_cpu_gemm_bf16 returns nonzero, having touched nothing, when it cannot
- * run the call natively: no AVX512-BF16 (oneDNN's ISA below
- * avx512_core_bf16), a primitive oneDNN declines or would run on its
- * reference code (slower than widening), or out of memory.  The caller then
- * widens.  Degenerate sizes (m, n == 0; k == 0 or alpha == 0) are the
- * caller's, as in gemm_lowp.c.
+ * Both entries return nonzero, having touched nothing, for a call they do
+ * not run: bf16 without AVX512-BF16 (oneDNN's ISA below avx512_core_bf16)
+ * or with the native path off, a primitive oneDNN declines or would run on
+ * its reference code, or out of memory.  The caller then widens (bf16) or
+ * takes another kernel (f32).  Degenerate sizes (m, n == 0; k == 0 or
+ * alpha == 0) are the caller's, as in gemm_lowp.c and gemm.c.
  *
- * Rounding differs from the widening path only in the order of the fp32
- * sums (and vdpbf16ps flushes subnormal inputs and results to zero): both
- * are fp32 accumulations of exact products.  For one machine and one back
- * end the result is deterministic (one thread, fixed blocking per shape).
+ * bf16 rounding differs from the widening path only in the order of the
+ * fp32 sums (and vdpbf16ps flushes subnormal inputs and results to zero):
+ * both are fp32 accumulations of exact products.  For one machine and one
+ * back end the result is deterministic (one thread, fixed blocking per
+ * shape).
  */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -42,31 +54,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul_onednn.h"
 #include "taskgrad/precision_kernels.h"
 
 void omp_set_num_threads(int n); /* libgomp's: see gemm.c */
 
 enum { kCacheSize = 48 };
 
-typedef struct bf16_key {
-  int transa, transb, m, n, k, lda, ldb, ldc, c_bf16;
+typedef struct mm_key {
+  int transa, transb, m, n, k, lda, ldb, ldc;
+  int ab_bf16, c_bf16, bias; /* operand types; bias: a (1, n) f32 row */
   float alpha, beta;
-} bf16_key;
+} mm_key;
 
-typedef struct bf16_entry {
-  bf16_key key;
+typedef struct mm_entry {
+  mm_key key;
   dnnl_primitive_t prim; /* NULL: an empty slot */
-  dnnl_memory_t a, b, c; /* the operands' descriptions; pointers set per call */
+  dnnl_memory_t a, b, c, bias; /* the operands' descriptions; pointers set per call */
   unsigned long used;    /* the call count at its last use (least recent goes) */
-} bf16_entry;
+} mm_entry;
 
-typedef struct bf16_cache {
-  struct bf16_cache *next, *prev; /* g_caches: every live thread's */
+typedef struct mm_cache {
+  struct mm_cache *next, *prev; /* g_caches: every live thread's */
   dnnl_engine_t engine;
   dnnl_stream_t stream;
-  bf16_entry e[kCacheSize];
+  mm_entry e[kCacheSize];
   unsigned long calls;
-} bf16_cache;
+} mm_cache;
 
 static volatile int g_native; /* set by the codelets layer's choice */
 static pthread_key_t g_key;
@@ -75,18 +89,19 @@ static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
  * (leak checkers do not all scan a thread's pthread keys; the main
  * thread's is never destroyed, it lives until exit) */
 static pthread_mutex_t g_caches_lock = PTHREAD_MUTEX_INITIALIZER;
-static bf16_cache *g_caches;
+static mm_cache *g_caches;
 
-static void entry_free(bf16_entry *e) {
+static void entry_free(mm_entry *e) {
   if (e->prim) dnnl_primitive_destroy(e->prim);
   if (e->a) dnnl_memory_destroy(e->a);
   if (e->b) dnnl_memory_destroy(e->b);
   if (e->c) dnnl_memory_destroy(e->c);
+  if (e->bias) dnnl_memory_destroy(e->bias);
   memset(e, 0, sizeof *e);
 }
 
 static void cache_free(void *p) {
-  bf16_cache *cache = p;
+  mm_cache *cache = p;
   if (!cache) return;
   pthread_mutex_lock(&g_caches_lock);
   if (cache->prev) cache->prev->next = cache->next;
@@ -102,9 +117,9 @@ static void cache_free(void *p) {
 static void key_make(void) { pthread_key_create(&g_key, cache_free); }
 
 /* this thread's cache, NULL when it cannot be made */
-static bf16_cache *thread_cache(void) {
+static mm_cache *thread_cache(void) {
   if (pthread_once(&g_key_once, key_make) != 0) return NULL;
-  bf16_cache *cache = pthread_getspecific(g_key);
+  mm_cache *cache = pthread_getspecific(g_key);
   if (cache) return cache;
   cache = calloc(1, sizeof *cache);
   if (!cache) return NULL;
@@ -147,20 +162,22 @@ static const dnnl_memory_desc_t *md_of(dnnl_memory_t mem) {
 }
 
 /* makes e's primitive for e->key; 0 on success (else e is left empty) */
-static int entry_make(bf16_entry *e, dnnl_engine_t eng) {
-  const bf16_key *k = &e->key;
+static int entry_make(mm_entry *e, dnnl_engine_t eng) {
+  const mm_key *k = &e->key;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_matmul_desc_t desc;
+  const dnnl_data_type_t ab = k->ab_bf16 ? dnnl_bf16 : dnnl_f32;
   int ok =
-      md_memory(&e->a, eng, dnnl_bf16, k->m, k->k, k->transa ? 1 : k->lda,
-                k->transa ? k->lda : 1) == 0 &&
-      md_memory(&e->b, eng, dnnl_bf16, k->k, k->n, k->transb ? 1 : k->ldb,
-                k->transb ? k->ldb : 1) == 0 &&
+      md_memory(&e->a, eng, ab, k->m, k->k, k->transa ? 1 : k->lda, k->transa ? k->lda : 1) ==
+          0 &&
+      md_memory(&e->b, eng, ab, k->k, k->n, k->transb ? 1 : k->ldb, k->transb ? k->ldb : 1) ==
+          0 &&
       md_memory(&e->c, eng, k->c_bf16 ? dnnl_bf16 : dnnl_f32, k->m, k->n, k->ldc, 1) == 0 &&
-      dnnl_matmul_desc_init(&desc, md_of(e->a), md_of(e->b), NULL, md_of(e->c)) ==
-          dnnl_success &&
+      (!k->bias || md_memory(&e->bias, eng, dnnl_f32, 1, k->n, k->n, 1) == 0) &&
+      dnnl_matmul_desc_init(&desc, md_of(e->a), md_of(e->b), k->bias ? md_of(e->bias) : NULL,
+                            md_of(e->c)) == dnnl_success &&
       dnnl_primitive_attr_create(&attr) == dnnl_success;
   if (ok && k->alpha != 1.0f)
     ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
@@ -169,7 +186,7 @@ static int entry_make(bf16_entry *e, dnnl_engine_t eng) {
          dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
          dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
   ok = ok && dnnl_primitive_desc_create(&pd, &desc, attr, eng, NULL) == dnnl_success;
-  if (ok) { /* oneDNN's reference code would be slower than widening */
+  if (ok) { /* oneDNN's reference code would be slower than the other paths */
     const char *impl = NULL;
     ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
              dnnl_success &&
@@ -184,11 +201,11 @@ static int entry_make(bf16_entry *e, dnnl_engine_t eng) {
 }
 
 /* the cached primitive of key, made if needed; NULL when oneDNN declines */
-static bf16_entry *entry_get(bf16_cache *cache, const bf16_key *key) {
-  bf16_entry *victim = &cache->e[0];
+static mm_entry *entry_get(mm_cache *cache, const mm_key *key) {
+  mm_entry *victim = &cache->e[0];
   cache->calls++;
   for (int i = 0; i < kCacheSize; i++) {
-    bf16_entry *e = &cache->e[i];
+    mm_entry *e = &cache->e[i];
     if (e->prim && memcmp(&e->key, key, sizeof *key) == 0) {
       e->used = cache->calls;
       return e;
@@ -202,6 +219,55 @@ static bf16_entry *entry_get(bf16_cache *cache, const bf16_key *key) {
   return victim;
 }
 
+/* runs key's primitive on A, B, bias, C; nonzero (nothing touched) when
+ * oneDNN declines the call */
+static int matmul_run(const mm_key *key, const void *A, const void *B, const float *bias,
+                      void *C) {
+  mm_cache *cache = thread_cache();
+  if (!cache) return -1;
+  mm_entry *e = entry_get(cache, key);
+  if (!e) return -1;
+  if (dnnl_memory_set_data_handle(e->a, (void *)A) != dnnl_success ||
+      dnnl_memory_set_data_handle(e->b, (void *)B) != dnnl_success ||
+      dnnl_memory_set_data_handle(e->c, C) != dnnl_success ||
+      (key->bias && dnnl_memory_set_data_handle(e->bias, (void *)bias) != dnnl_success))
+    return -1;
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
+                             {DNNL_ARG_WEIGHTS, e->b},
+                             {DNNL_ARG_DST, e->c},
+                             {DNNL_ARG_BIAS, e->bias}};
+  /* a failure here may have written part of C: not a call to hand back */
+  if (dnnl_primitive_execute(e->prim, cache->stream, key->bias ? 4 : 3, args) !=
+          dnnl_success ||
+      dnnl_stream_wait(cache->stream) != dnnl_success) {
+    fprintf(stderr, "taskgrad: fatal: oneDNN %s matmul (%d x %d x %d) failed to run\n",
+            key->ab_bf16 ? "bf16" : "f32", key->m, key->n, key->k);
+    abort();
+  }
+  return 0;
+}
+
+/* the key of a call, zeroed first: keys are compared with memcmp */
+static mm_key key_of(int transa, int transb, int m, int n, int k, float alpha, int lda,
+                     int ldb, float beta, int ldc, int ab_bf16, int c_bf16, int bias) {
+  mm_key key;
+  memset(&key, 0, sizeof key);
+  key.transa = !!transa;
+  key.transb = !!transb;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldc = ldc;
+  key.ab_bf16 = ab_bf16;
+  key.c_bf16 = !!c_bf16;
+  key.bias = bias;
+  key.alpha = alpha;
+  key.beta = beta;
+  return key;
+}
+
 int tg_cpu_gemm_bf16(int transa, int transb, int m, int n, int k, float alpha,
                      const uint16_t *A, int lda, // (m, lda) or, transposed, (k, lda)
                      const uint16_t *B, int ldb, // (k, ldb) or, transposed, (n, ldb)
@@ -209,27 +275,17 @@ int tg_cpu_gemm_bf16(int transa, int transb, int m, int n, int k, float alpha,
                      void *C, int ldc)           // (m, ldc), f32 or bf16
 {
   if (!g_native || m <= 0 || n <= 0 || k <= 0 || alpha == 0.0f) return -1;
-  bf16_cache *cache = thread_cache();
-  if (!cache) return -1;
-  bf16_key key;
-  memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding */
-  key = (bf16_key){.transa = !!transa, .transb = !!transb, .m = m, .n = n, .k = k,
-                   .lda = lda, .ldb = ldb, .ldc = ldc, .c_bf16 = !!c_bf16,
-                   .alpha = alpha, .beta = beta};
-  bf16_entry *e = entry_get(cache, &key);
-  if (!e) return -1;
-  if (dnnl_memory_set_data_handle(e->a, (void *)A) != dnnl_success ||
-      dnnl_memory_set_data_handle(e->b, (void *)B) != dnnl_success ||
-      dnnl_memory_set_data_handle(e->c, C) != dnnl_success)
-    return -1;
-  dnnl_exec_arg_t args[3] = {
-      {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-  /* a failure here may have written part of C: not a call to hand back */
-  if (dnnl_primitive_execute(e->prim, cache->stream, 3, args) != dnnl_success ||
-      dnnl_stream_wait(cache->stream) != dnnl_success) {
-    fprintf(stderr, "taskgrad: fatal: oneDNN bf16 matmul (%d x %d x %d) failed to run\n",
-            m, n, k);
-    abort();
-  }
-  return 0;
+  mm_key key = key_of(transa, transb, m, n, k, alpha, lda, ldb, beta, ldc, 1, c_bf16, 0);
+  return matmul_run(&key, A, B, NULL, C);
+}
+
+int tg_cpu_matmul_onednn_f32(int transa, int transb, int m, int n, int k, float alpha,
+                             const float *A, int lda, // (m, lda) or, transposed, (k, lda)
+                             const float *B, int ldb, // (k, ldb) or, transposed, (n, ldb)
+                             const float *bias,       // (n) or NULL
+                             float beta, float *C, int ldc) // (m, ldc)
+{
+  if (m <= 0 || n <= 0 || k <= 0 || alpha == 0.0f) return -1;
+  mm_key key = key_of(transa, transb, m, n, k, alpha, lda, ldb, beta, ldc, 0, 0, bias != NULL);
+  return matmul_run(&key, A, B, bias, C);
 }
