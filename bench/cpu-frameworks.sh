@@ -75,7 +75,11 @@ else
   echo "# llm.c: skipped (set LLMC_DIR to an llm.c checkout)"
 fi
 
-median() { awk -v key="$1" '$0 ~ key" median step ms:" {print $NF}'; }
+# the number after "KEY median step ms:" (taskgrad adds its minimum and maximum)
+median() {
+  awk -v key="$1" 'index($0, key " median step ms:") == 1 {
+      for (i = 1; i < NF; i++) if ($i == "ms:") print $(i + 1) }'
+}
 for r in $(seq 1 "$rounds"); do
   ceiling=$("$build/bin/gemm_libs" --ceiling | awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)$/ {if ($5 > c) c = $5} END {print c}')
   echo "round $r ceiling $ceiling GFLOP/s (best 2-thread 2048^3 sgemm)"

@@ -47,7 +47,7 @@ builds=("$@")
 vbuild=() vlib=() vprec=()
 for p in $precs; do
   for b in "${builds[@]}"; do
-    for g in ${libs:-""}; do vbuild+=("$b"); vlib+=("$g"); vprec+=("$p"); done
+    for g in $libs; do vbuild+=("$b"); vlib+=("$g"); vprec+=("$p"); done
     [ -n "$libs" ] || { vbuild+=("$b"); vlib+=(""); vprec+=("$p"); }
   done
 done

@@ -106,13 +106,13 @@ static const probe_gemm kProbe[TG_GEMM_NCLASSES][kProbeN] = {
 static const double kMargin = 0.03;
 
 /* seconds of one pass over a class's GEMMs on lib */
-static double probe_once(tg_gemm_lib lib, const probe_gemm *g, float *A, float *B,
-                         float *C) {
+static double probe_once(tg_gemm_lib lib, tg_gemm_class cls, const probe_gemm *g, float *A,
+                         float *B, float *C) {
   double t0 = tg_monotonic_us();
   for (int i = 0; i < kProbeN && g[i].m; i++) {
     const probe_gemm *p = &g[i];
     /* compact operands: A (m, k) or (k, m), B (k, n) or (n, k), C (m, n) */
-    tg_cpu_gemm_on(lib, p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->ta ? p->m : p->k,
+    tg_cpu_gemm_on(lib, cls, p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->ta ? p->m : p->k,
                    B, p->tb ? p->k : p->n, p->beta, C, p->n);
   }
   return (tg_monotonic_us() - t0) * 1e-6;
@@ -146,14 +146,14 @@ static int probe(tg_gemm_choice *ch) {
       flops += 2.0 * kProbe[c][i].m * kProbe[c][i].n * kProbe[c][i].k;
     double t[TG_GEMM_NLIBS], spent = 0;
     for (int l = 0; l < TG_GEMM_NLIBS; l++) {
-      probe_once(l, kProbe[c], A, B, C); /* warm: JIT, page faults */
+      probe_once(l, (tg_gemm_class)c, kProbe[c], A, B, C); /* warm: JIT, page faults */
       t[l] = 1e30;
     }
     /* the libraries in turn, round after round, so that a change of load
      * hits them alike */
     for (int r = 0; r < 5 || (spent < 0.06 && r < 50); r++)
       for (int l = 0; l < TG_GEMM_NLIBS; l++) {
-        double s = probe_once(l, kProbe[c], A, B, C);
+        double s = probe_once(l, (tg_gemm_class)c, kProbe[c], A, B, C);
         spent += s;
         t[l] = s < t[l] ? s : t[l];
       }

@@ -56,10 +56,12 @@ tg_gemm_lib tg_cpu_gemm_lib(tg_gemm_class cls);
 void tg_cpu_gemm_in(tg_gemm_class cls, int transa, int transb, int m, int n, int k,
                     float alpha, const float *A, int lda, const float *B, int ldb,
                     float beta, float *C, int ldc);
-/* tg_cpu_gemm on an explicit library, whatever the table says (the probe) */
-void tg_cpu_gemm_on(tg_gemm_lib lib, int transa, int transb, int m, int n, int k,
-                    float alpha, const float *A, int lda, const float *B, int ldb,
-                    float beta, float *C, int ldc);
+/* tg_cpu_gemm_in on an explicit library, whatever the table says (the
+ * probe): a library may run a class's calls on kernels of its own (oneDNN:
+ * the forward class's X W^T on its matmul primitive, kernels/cpu/gemm.c) */
+void tg_cpu_gemm_on(tg_gemm_lib lib, tg_gemm_class cls, int transa, int transb, int m,
+                    int n, int k, float alpha, const float *A, int lda, const float *B,
+                    int ldb, float beta, float *C, int ldc);
 
 /* What the library is here, one line: its version and kernel set (ISA),
  * e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64,

@@ -96,13 +96,14 @@ static void gemm_openblas(int transa, int transb, int m, int n, int k, float alp
               ldb, beta, C, ldc);
 }
 
-/* 0 when oneDNN did it: X W^T (and its bias) on the matmul primitive,
- * the rest on dnnl_sgemm, whichever was measured the faster for the step's
- * shapes (matmul_onednn.c) */
-static int gemm_onednn(int transa, int transb, int m, int n, int k, float alpha,
-                       const float *A, int lda, const float *B, int ldb, const float *bias,
-                       float beta, float *C, int ldc) {
-  if (!transa && transb &&
+/* 0 when oneDNN did it: the forward class's X W^T (and its bias) on the
+ * matmul primitive, the rest on dnnl_sgemm, whichever was measured the
+ * faster in the step (matmul_onednn.c; the classifier's X W^T was slower on
+ * the primitive there: bench/results/2026-11-27-cpu-step.md) */
+static int gemm_onednn(tg_gemm_class cls, int transa, int transb, int m, int n, int k,
+                       float alpha, const float *A, int lda, const float *B, int ldb,
+                       const float *bias, float beta, float *C, int ldc) {
+  if (cls == TG_GEMM_FORWARD && !transa && transb &&
       tg_cpu_matmul_onednn_f32(0, 1, m, n, k, alpha, A, lda, B, ldb, bias, beta, C, ldc) == 0)
     return 0;
   if (bias) return -1;
@@ -150,8 +151,8 @@ static int gemm_libxsmm(int transa, int transb, int m, int n, int k, float alpha
   return 0;
 }
 
-void tg_cpu_gemm_on(tg_gemm_lib lib, int transa, int transb, int m, int n, int k,
-                    float alpha,
+void tg_cpu_gemm_on(tg_gemm_lib lib, tg_gemm_class cls, int transa, int transb, int m,
+                    int n, int k, float alpha,
                     const float *A, int lda, // (m, lda) or, transposed, (k, lda)
                     const float *B, int ldb, // (k, ldb) or, transposed, (n, ldb)
                     float beta,
@@ -163,7 +164,8 @@ void tg_cpu_gemm_on(tg_gemm_lib lib, int transa, int transb, int m, int n, int k
     return;
   }
   if (lib == TG_GEMM_ONEDNN &&
-      gemm_onednn(transa, transb, m, n, k, alpha, A, lda, B, ldb, NULL, beta, C, ldc) == 0)
+      gemm_onednn(cls, transa, transb, m, n, k, alpha, A, lda, B, ldb, NULL, beta, C, ldc) ==
+          0)
     return;
   if (lib == TG_GEMM_LIBXSMM &&
       gemm_libxsmm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
@@ -174,7 +176,7 @@ void tg_cpu_gemm_on(tg_gemm_lib lib, int transa, int transb, int m, int n, int k
 void tg_cpu_gemm_in(tg_gemm_class cls, int transa, int transb, int m, int n, int k,
                     float alpha, const float *A, int lda, const float *B, int ldb,
                     float beta, float *C, int ldc) {
-  tg_cpu_gemm_on(tg_cpu_gemm_lib(cls), transa, transb, m, n, k, alpha, A, lda, B, ldb,
+  tg_cpu_gemm_on(tg_cpu_gemm_lib(cls), cls, transa, transb, m, n, k, alpha, A, lda, B, ldb,
                  beta, C, ldc);
 }
 
@@ -184,8 +186,8 @@ void tg_cpu_gemm(int transa, int transb, int m, int n, int k, float alpha,
                  float beta,
                  float *C, int ldc)       // (m, ldc)
 {
-  tg_cpu_gemm_on(tg_cpu_gemm_lib(tg_gemm_class_of(transa, transb)), transa, transb, m, n,
-                 k, alpha, A, lda, B, ldb, beta, C, ldc);
+  tg_cpu_gemm_in(tg_gemm_class_of(transa, transb), transa, transb, m, n, k, alpha, A, lda,
+                 B, ldb, beta, C, ldc);
 }
 
 void tg_cpu_gemm_bias(int transa, int transb, int m, int n, int k,
@@ -195,14 +197,15 @@ void tg_cpu_gemm_bias(int transa, int transb, int m, int n, int k,
                       float *C, int ldc)       // (m, ldc)
 {
   if (m <= 0 || n <= 0) return;
-  const tg_gemm_lib lib = tg_cpu_gemm_lib(tg_gemm_class_of(transa, transb));
+  const tg_gemm_class cls = tg_gemm_class_of(transa, transb);
+  const tg_gemm_lib lib = tg_cpu_gemm_lib(cls);
   if (k > 0 && lib == TG_GEMM_ONEDNN &&
-      gemm_onednn(transa, transb, m, n, k, 1.0f, A, lda, B, ldb, bias, 0.0f, C, ldc) == 0)
+      gemm_onednn(cls, transa, transb, m, n, k, 1.0f, A, lda, B, ldb, bias, 0.0f, C, ldc) == 0)
     return;
   /* elsewhere the bias is written into C first and the GEMM adds onto it:
    * one write pass instead of a read-modify-write pass after the GEMM */
   for (int r = 0; r < m; r++) memcpy(C + (size_t)r * ldc, bias, sizeof(float) * (size_t)n);
-  tg_cpu_gemm_on(lib, transa, transb, m, n, k, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+  tg_cpu_gemm_on(lib, cls, transa, transb, m, n, k, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 /* ---- what each library is ------------------------------------------------- */
