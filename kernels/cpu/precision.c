@@ -47,12 +47,14 @@ static inline float bits_f32(uint32_t u) {
   return x;
 }
 
-static inline uint16_t to_bf16(float x) {
+/* NaN: quiet bit, sign and top payload kept; else rounded to nearest even.
+ * Without a branch (the NaN case is a select), so that the blocked loops of
+ * tg_f32_to_bf16_n vectorise. */
+TG_ROW_INLINE uint16_t to_bf16(float x) {
   uint32_t u = f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet bit, keep sign and top payload */
-    return (uint16_t)((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  uint32_t nan = (u >> 16) | 0x0040u;
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 static inline float from_bf16(uint16_t h) { return bits_f32((uint32_t)h << 16); }
@@ -94,14 +96,6 @@ float tg_bf16_to_f32(uint16_t h) { return from_bf16(h); }
 uint16_t tg_f32_to_f16(float x) { return to_f16(x); }
 float tg_f16_to_f32(uint16_t h) { return from_f16(h); }
 
-/* to_bf16 without a branch: the NaN case is a select, so that the blocked
- * loop below vectorises (the same bits for every input) */
-TG_ROW_INLINE uint16_t to_bf16_select(uint32_t u) {
-  uint32_t nan = (u >> 16) | 0x0040u;
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
 /* The two bf16 sweeps run under every 16-bit adapter task (each widened
  * input, each rounded output): blocks of one AVX-512 vector with a constant
  * trip count (GCC 12 -O2 vectorises only those), cloned for AVX-512 and
@@ -114,11 +108,7 @@ TG_SIMD_CLONES
 void tg_f32_to_bf16_n(size_t n, const float *restrict src, uint16_t *restrict dst) {
   size_t i = 0;
   for (; i + CVT_BLOCK <= n; i += CVT_BLOCK)
-    for (size_t j = 0; j < CVT_BLOCK; j++) {
-      uint32_t u;
-      memcpy(&u, src + i + j, sizeof u);
-      dst[i + j] = to_bf16_select(u);
-    }
+    for (size_t j = 0; j < CVT_BLOCK; j++) dst[i + j] = to_bf16(src[i + j]);
   for (; i < n; i++) dst[i] = to_bf16(src[i]);
 }
 TG_SIMD_CLONES
