@@ -7,8 +7,13 @@
 #   bench/gpu-session.sh BUNDLE.tar.xz OUT [SECONDS [PARTS]]
 #
 # PARTS: a comma-separated subset of ops,bench,torch,tests,compile (default
-# all of them), e.g. to measure again after a change without PyTorch; and
-# chunks, not in the default: 124M with --classifier-chunk 1024 and 4096.
+# all of them), e.g. to measure again after a change without PyTorch; and,
+# not in the default: chunks (124M with --classifier-chunk 1024 and 4096, or
+# the sizes in TG_CHUNKS);
+# ab (before and after a change in one lease: TG_BASE_BUNDLE names a second
+# bundle, of the code before; 124M and 350M, 10 steps each, interleaved
+# base / new for TG_AB_ROUNDS rounds, default 2, before the other parts;
+# TG_AB_SIDES="base new new-p4" adds the new code with STARPU_CUDA_PIPELINE=4).
 # In order, each under its own time limit, skipping what the SECONDS budget
 # (default 480) no longer allows, and going on after a failure:
 #   1. the machine: GPU, driver, CPU, distribution;
@@ -83,6 +88,28 @@ bench() { # bench SIZE ARGS...
   STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited "${LIMIT:-120}" \
     tg taskgrad bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" "$@"
 }
+if want ab; then
+  tbb=$(mktemp -d)
+  if [ -z "${TG_BASE_BUNDLE:-}" ] || ! tar -C "$tbb" -xJf "$TG_BASE_BUNDLE"; then
+    say "ab: cannot unpack TG_BASE_BUNDLE '${TG_BASE_BUNDLE:-}'"
+  else
+    for round in $(seq 1 "${TG_AB_ROUNDS:-2}"); do
+      for m in 124 350; do
+        for side in ${TG_AB_SIDES:-base new}; do
+          say "ab: round $round, ${m}M, $side"
+          dir=$tb; [ $side = base ] && dir=$tbb
+          shape="shape$m[@]"
+          (export LD_LIBRARY_PATH="$dir/lib:$tb/lib$cudadirs"
+           [ $side = new-p4 ] && export STARPU_CUDA_PIPELINE=4
+           STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited 90 "${runner[@]}" "$dir/bin/taskgrad" \
+             bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" --warmup 3 --steps 10 --quiet) |
+            grep -E "median step|tokens/s|GFLOP/s|attention|exit"
+        done
+      done
+    done
+  fi
+fi
+
 for m in 124 350; do
   shape="shape$m[@]"
   want bench || break
@@ -107,7 +134,7 @@ for m in 124 350; do
 done
 
 if want chunks; then
-  for ch in 1024 4096; do
+  for ch in ${TG_CHUNKS:-1024 4096}; do
     say "3: GPT-2 124M with --classifier-chunk $ch"
     bench 124 --warmup 3 --steps 10 --quiet --classifier-chunk $ch
   done

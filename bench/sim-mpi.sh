@@ -71,14 +71,16 @@ for n in "${nodes[@]}"; do
   # ranks of 8 GPUs below Linux's 65530 mappings per process.
   # contexts/guard-size:0: no guard page per actor stack (two mappings per
   # actor otherwise: 4 nodes of 124M passed the 65530 mappings; no simulated
-  # cost depends on it).  STARPU_SIMGRID_GPU_GPU_CONCURRENT: as `taskgrad
-  # simulate` sets it (cli/simulate.c), which TG_SIM_PREPARED skips here.
+  # cost depends on it).  STARPU_SIMGRID_GPU_GPU_CONCURRENT and
+  # STARPU_CUDA_PIPELINE: as `taskgrad simulate` sets them (cli/simulate.c),
+  # which TG_SIM_PREPARED skips here.
   # SimGrid warns at exit about actions StarPU-MPI's progress loop leaves
   # behind ("Probable bug ... not removed before the LMM system destruction"):
   # after the last step, so they change no figure; kept in the .err file
   (cd "$work" && TG_SIM_PREPARED=1 STARPU_PERF_MODEL_DIR="$work/pm" STARPU_HOSTNAME=h100x8 \
      STARPU_NCPU=0 STARPU_NCUDA=8 STARPU_COMM_STATS=1 STARPU_SILENT=1 TG_SOURCE_DIR="$src" \
      STARPU_SIMGRID_GPU_GPU_CONCURRENT="${STARPU_SIMGRID_GPU_GPU_CONCURRENT:-1}" \
+     STARPU_CUDA_PIPELINE="${STARPU_CUDA_PIPELINE:-1}" \
      "$src/bench/sim-mpi/peak-host-mem.sh" \
      "$prefix/bin/starpu_smpirun" -np "$n" -platform "$src/platforms/cluster-h100x8.xml" \
      -hostfile "$work/hostfile" --cfg=smpi/shared-malloc-blocksize:$((16 << 20)) "${network_cfg[@]}" \

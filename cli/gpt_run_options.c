@@ -81,8 +81,10 @@ static const run_option options[] = {
     {"--tile-owner", NULL, K_FLAG, F(cfg.tile_owner), 1, 0, -1, GPT,
      "pin tile j of every tiled layer to device j mod\ndevices (a fixed tensor-parallel layout;\n"
      "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},
-    {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20, -1, GPT,
-     "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d)"},
+    {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,
+     F(classifier_chunk_given), GPT,
+     "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d;\n"
+     "1024 with CUDA workers)"},
     {"--data-parallel", "MODE", K_DATA_PARALLEL, F(cfg.data_parallel), 0, 0, -1, GPT,
      "shard, redux or auto: on 2 or more devices, shard\n(micro-batches pinned to devices, "
      "gradients\nreduce-scattered, AdamW sharded, weights\nall-gathered) or redux "
@@ -216,6 +218,9 @@ tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, i
   /* after tg_init: the workers are known (simulate's are the simulated) */
   if (run.attention == TG_CLI_ATTN_AUTO)
     run.attention = tg_ncuda_workers() > 0 ? TG_ATTN_GEMM : TG_ATTN_CHUNKED;
+  /* on a GPU, larger chunks: fewer passes over dwte and fuller GEMMs (124M
+   * bf16 on an H100, bench/results/2026-11-27-h100-native-bf16.md) */
+  if (!r->classifier_chunk_given && tg_ncuda_workers() > 0) run.classifier_chunk = 1024;
   run.B = B;
   run.T = T;
   run.nmicro = nmicro;

@@ -36,7 +36,7 @@ typedef struct tg_cli_gpt_run {
    * attention, chunk, attn_splits, classifier_blocks, ...; amp comes from
    * prec (tg_cli_gpt_run_config) */
   tg_gpt_run_config cfg;
-  int batch_given, seq_given;
+  int batch_given, seq_given, classifier_chunk_given;
   tg_cli_precision prec;
   tg_runtime_config rt;    /* train, bench: --sched, --ncpus, ... */
 } tg_cli_gpt_run;

@@ -240,10 +240,20 @@ static void prepare_model_dir(const char *dir, const char *name, const char *per
    * different GPU pairs run at once and share only the links the platform
    * describes; StarPU's own rules serialise them as on PCIe.  0 keeps
    * StarPU's rules; an unpatched StarPU ignores it. */
+  /* STARPU_CUDA_PIPELINE 1 unless set: the codelets are STARPU_CUDA_ASYNC
+   * as in the CUDA build (codelet_common.h), and StarPU's SimGrid mode runs
+   * the tasks queued on a simulated CUDA worker side by side, where on a GPU
+   * they follow each other on the worker's one stream.  With one task in
+   * flight, the simulation of histories calibrated on an H100 came 1-7%
+   * under or over the measured GPT-2 124M and 350M steps of two versions of
+   * the code; StarPU's default of 2 was 13-23% under them, the synchronous
+   * model 7-16% under
+   * (bench/results/2026-11-27-h100-native-bf16.md). */
   if (setenv("STARPU_PERF_MODEL_DIR", tg_sim_tmp, 1) != 0 ||
       setenv("STARPU_HOSTNAME", name, 1) != 0 ||
       setenv("STARPU_MALLOC_SIMULATION_FOLD", "16", 0) != 0 ||
-      setenv("STARPU_SIMGRID_GPU_GPU_CONCURRENT", "1", 0) != 0)
+      setenv("STARPU_SIMGRID_GPU_GPU_CONCURRENT", "1", 0) != 0 ||
+      setenv("STARPU_CUDA_PIPELINE", "1", 0) != 0)
     tg_cli_die("simulate: setenv failed");
 }
 

@@ -18,6 +18,9 @@
 #include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
+#ifdef TG_HAVE_CUDA
+#include "taskgrad/kernels_cuda_precision.h"
+#endif
 
 typedef struct tg_attn_args {
   uint32_t shape;
@@ -96,10 +99,111 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
         TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_PTR(buffers[3]),
         TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]), s));
 }
+
+static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
+
+/* the bf16 gemm path (attention_gemm_lowp.cu) when the task's 16-bit
+ * buffers are bf16 and its scratch was sized for it (the insert wrappers
+ * do so for bf16 gemm tasks); otherwise the adapter runs the f32 one */
+static int tg_attn_lowp_ok(const tg_attn_args *a, tg_dtype lowp, void *scratch, int b) {
+  return a->kind == TG_ATTN_GEMM && lowp == TG_BF16 && tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
+         (size_t)STARPU_VECTOR_GET_NX(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH);
+}
+
+static void tg_attn_check_status(cudaError_t e, cublasStatus_t s, const char *op) {
+  if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS product failed: status %d", op, (int)s);
+  if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
+}
+
+static int tg_attention_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
+                                        float *ws) {
+  (void)ws;
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_attn_lowp_ok(a, lowp, buffers[3], b))
+    return 1;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_attention_gemm_fwd_lowp(
+      starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
+      TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
+      TG_VPTR(buffers[3]), starpu_cuda_get_local_stream(), &s);
+  tg_attn_check_status(e, s, "tg_attention_fwd");
+  return 0;
+}
+
+static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
+                                        float *ws) {
+  (void)ws;
+  const tg_attn_args *a = cl_arg;
+  int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
+  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_is16(buffers[3]) ||
+      !tg_is16(buffers[4]) || !tg_attn_lowp_ok(a, lowp, buffers[5], b))
+    return 1;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_attention_gemm_bwd_lowp(
+      starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
+      TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
+      TG_HPTR(buffers[3]), TG_LD(buffers[3]), TG_HPTR(buffers[4]), TG_LD(buffers[4]),
+      TG_VPTR(buffers[5]), starpu_cuda_get_local_stream(), &s);
+  tg_attn_check_status(e, s, "tg_attention_bwd");
+  return 0;
+}
 #endif
 
-TG_CODELET(attention_fwd, tg_attention_fwd_cpu, tg_attention_fwd_cuda);
-TG_CODELET(attention_bwd, tg_attention_bwd_cpu, tg_attention_bwd_cuda);
+TG_CODELET_NATIVE_CUDA(attention_fwd, tg_attention_fwd_cpu, tg_attention_fwd_cuda,
+                       tg_attention_fwd_cuda_native);
+TG_CODELET_NATIVE_CUDA(attention_bwd, tg_attention_bwd_cpu, tg_attention_bwd_cuda,
+                       tg_attention_bwd_cuda_native);
+
+int tg_attention_on_tensor_cores(const struct starpu_task *task) {
+  if (!task || !task->cl || (task->cl != &tg_attention_fwd_cl && task->cl != &tg_attention_bwd_cl))
+    return 0;
+  const tg_attn_args *a = task->cl_arg;
+  if (!a || task->cl_arg_size < sizeof *a || a->kind != TG_ATTN_GEMM ||
+      tg_lowp_of_task(task, NULL) != TG_BF16)
+    return 0;
+  starpu_data_handle_t qkv = STARPU_TASK_GET_HANDLE(task, 0);
+  starpu_data_handle_t scratch = STARPU_TASK_GET_HANDLE(task, task->cl == &tg_attention_fwd_cl ? 3 : 5);
+  int b = (int)starpu_matrix_get_ny(qkv) / a->T;
+  return tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
+         starpu_vector_get_nx(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH);
+}
+
+double tg_attention_scratch_traffic(const struct starpu_task *task) {
+  if (!task || !task->cl || (task->cl != &tg_attention_fwd_cl && task->cl != &tg_attention_bwd_cl))
+    return 0;
+  const tg_attn_args *a = task->cl_arg;
+  if (!a || task->cl_arg_size < sizeof *a || a->kind != TG_ATTN_GEMM) return 0;
+  const int fwd = task->cl == &tg_attention_fwd_cl;
+  int b = (int)starpu_matrix_get_ny(STARPU_TASK_GET_HANDLE(task, 0)) / a->T;
+  if (!tg_attn_gemm_fits(b, a->T, a->NH)) return 0; /* the flash kernels: no T x T */
+  /* bytes per score of (NH, T, T): f32 forward A written, read and written
+   * by the softmax, read by P V (16); backward A and B written, read and
+   * written by the pass, A read once and B twice by the products (36); bf16
+   * (attention_gemm_lowp.cu) P and dS are written once in bf16 beside A and
+   * B: 12 and 26 */
+  double per = tg_attention_on_tensor_cores(task) ? (fwd ? 12 : 26) : (fwd ? 16 : 36);
+  return per * b * (double)a->NH * a->T * a->T;
+}
+
+/* The scratch of a task: tg_attention_scratch_bytes, or for a bf16 gemm
+ * task (CUDA and SimGrid builds) the bf16 path's if larger */
+static size_t tg_attn_task_scratch(tg_attention_kind kind, int b, int T, int C, int NH,
+                                   int chunk, starpu_data_handle_t qkv,
+                                   const tg_task_opts *opts) {
+  size_t bytes = tg_attention_scratch_bytes(kind, b, T, C, NH, chunk);
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  if (kind == TG_ATTN_GEMM && opts && opts->lowp == TG_BF16 &&
+      starpu_matrix_get_elemsize(qkv) == 2 && tg_attn_gemm_lowp_fits(b, T, NH)) {
+    size_t lowp = tg_attn_gemm_lowp_scratch_floats(b, T, NH) * sizeof(float);
+    if (lowp > bytes) bytes = lowp;
+  }
+#else
+  (void)qkv;
+  (void)opts;
+#endif
+  return bytes;
+}
 
 size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C, int NH,
                                   int chunk) {
@@ -162,7 +266,7 @@ int tg_attention_fwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
   int key[3] = {(int)kind, NH, kind != TG_ATTN_NAIVE ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[4] = {qkv, out, state,
-                               tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};
+                               tg_scratch(tg_attn_task_scratch(kind, b, T, C, NH, chunk, qkv, opts))};
   enum starpu_data_access_mode md[4] = {STARPU_R, STARPU_W, STARPU_W, STARPU_SCRATCH};
   return tg_submit(&tg_attention_fwd_cl, 4, h, md, &args, sizeof args,
                    tg_attn_flops(b, T, C), opts);
@@ -180,7 +284,7 @@ int tg_attention_bwd_insert(tg_attention_kind kind, int T, int NH, int chunk,
   int key[3] = {(int)kind, NH, kind != TG_ATTN_NAIVE ? chunk : 0};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[6] = {qkv, out, state, dout, dqkv,
-                               tg_scratch(tg_attention_scratch_bytes(kind, b, T, C, NH, chunk))};
+                               tg_scratch(tg_attn_task_scratch(kind, b, T, C, NH, chunk, qkv, opts))};
   enum starpu_data_access_mode md[6] = {STARPU_R, STARPU_R, STARPU_R,
                                         STARPU_R, STARPU_W, STARPU_SCRATCH};
   return tg_submit(&tg_attention_bwd_cl, 6, h, md, &args, sizeof args,

@@ -34,7 +34,10 @@
  * tasks from the perfmodel instead of running them, but calls a reduction
  * method's function directly (a placeholder pointer would crash or hang). */
 void tg_sim_cuda_body(void *buffers[], void *cl_arg);
-#define TG_CUDA_IMPL(fn) .cuda_funcs = {tg_sim_cuda_body},
+/* STARPU_CUDA_ASYNC as in the CUDA build: StarPU then simulates the
+ * worker's pipeline of queued tasks (STARPU_CUDA_PIPELINE) instead of a
+ * stream synchronisation after every task */
+#define TG_CUDA_IMPL(fn) .cuda_funcs = {tg_sim_cuda_body}, .cuda_flags = {STARPU_CUDA_ASYNC},
 #else
 #define TG_CUDA_IMPL(fn)
 #endif
@@ -69,6 +72,17 @@ uint32_t tg_footprint(struct starpu_task *task);
  * the handles would overstate by the tile count.  -1 for any other task. */
 double tg_tile_task_bytes(struct starpu_task *task);
 double tg_linear_tile_bytes(struct starpu_task *task); /* its linear part */
+/* For the simulator's roofline: 1 when task is an attention task of the
+ * gemm kind whose CUDA version takes the bf16 path (attention_gemm_lowp.cu:
+ * its products on the bf16 tensor cores, the full T x T of them, twice the
+ * causal flops the task declares), else 0 (codelets/attention.c). */
+int tg_attention_on_tensor_cores(const struct starpu_task *task);
+/* The memory traffic of a gemm-kind attention task's (NH, T, T) scores in
+ * its scratch, which the buffers' sizes do not show (0 for other tasks) */
+double tg_attention_scratch_traffic(const struct starpu_task *task);
+/* The same for the classifier's (chunk, V) logits block and, fused, its
+ * per-chunk passes over dwte (codelets/lm_classifier.c) */
+double tg_lm_classifier_scratch_traffic(const struct starpu_task *task);
 
 /* Every codelet's functions run through the low-precision adapter
  * (codelets/lowp_adapter.c): a task submitted with 2-byte buffers and

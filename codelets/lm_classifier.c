@@ -20,6 +20,9 @@
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision_kernels.h"
+#ifdef TG_HAVE_CUDA
+#include "taskgrad/kernels_cuda_precision.h"
+#endif
 
 typedef struct tg_lmc_args {
   uint32_t shape;
@@ -78,13 +81,82 @@ static void tg_lm_classifier_cuda(void *buffers[], void *cl_arg) {
       a->backward ? TG_LD(buffers[5]) : 0, a->backward ? TG_PTR(buffers[6]) : NULL,
       TG_PTR(buffers[3]), TG_VPTR(buffers[4]), starpu_cuda_get_local_stream()));
 }
+
+/* The room the adapter's workspace has (at least): f32 copies of the
+ * task's 2-byte matrices among its first nbuf buffers */
+static size_t tg_lmc_room(void *buffers[], int nbuf) {
+  size_t room = 0;
+  for (int i = 0; i < nbuf; i++) {
+    const struct starpu_matrix_interface *m = buffers[i];
+    if (m->id == STARPU_MATRIX_INTERFACE_ID && m->elemsize == 2) room += (size_t)m->nx * m->ny;
+  }
+  return room;
+}
+
+/* bf16 lnf and wte (and dlogits, split): the tensor cores
+ * (lm_classifier_lowp.cu).  The fused form's logits go to its scratch, the
+ * split form's to the workspace (the room of dlogits' f32 copy); the rest
+ * of the workspace holds the rounded dlogits block and a 16-bit dlnf's f32
+ * sums.  fp16, or a chunk too large for the room, goes to the adapter. */
+static int tg_lm_classifier_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
+                                        float *ws) {
+  const tg_lmc_args *a = cl_arg;
+  const int nbuf = a->keep ? 6 : a->backward ? 7 : 5;
+  if (lowp != TG_BF16 || STARPU_MATRIX_GET_ELEMSIZE(buffers[0]) != 2 ||
+      STARPU_MATRIX_GET_ELEMSIZE(buffers[1]) != 2 ||
+      (a->keep && STARPU_MATRIX_GET_ELEMSIZE(buffers[4]) != 2))
+    return 1;
+  const int n = TG_ROWS(buffers[0]), C = TG_COLS(buffers[0]);
+  const int dlnf16 = a->backward && STARPU_MATRIX_GET_ELEMSIZE(buffers[5]) == 2;
+  const size_t logit_floats = (size_t)a->chunk * (((size_t)a->V + 7) / 8 * 8);
+  float *logits = a->keep ? ws : TG_VPTR(buffers[4]);
+  float *work = a->keep ? ws + logit_floats : ws;
+  size_t need = tg_cuda_classifier_lowp_scratch_floats(C, a->V, a->chunk, !a->keep, dlnf16) +
+                (a->keep ? logit_floats : 0);
+  if (need > tg_lmc_room(buffers, nbuf)) return 1;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_classifier_lowp(
+      starpu_cublas_get_local_handle(), n, C, a->V, a->chunk, TG_HPTR(buffers[0]),
+      TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_IPTR(buffers[2]), a->scale, a->grad_scale,
+      a->backward, a->backward ? (void *)STARPU_MATRIX_GET_PTR(buffers[5]) : NULL,
+      a->backward ? TG_LD(buffers[5]) : 0, dlnf16,
+      a->backward && !a->keep ? TG_PTR(buffers[6]) : NULL, TG_PTR(buffers[3]), logits,
+      a->keep ? TG_HPTR(buffers[4]) : NULL, a->keep ? TG_COLS(buffers[4]) : 0, work,
+      starpu_cuda_get_local_stream(), &s);
+  if (s != CUBLAS_STATUS_SUCCESS) TG_CUBLAS_CHECK(s);
+  TG_CUDA_CHECK(e);
+  return 0;
+}
 #endif
+
+double tg_lm_classifier_scratch_traffic(const struct starpu_task *task) {
+  if (!task || task->cl != &tg_lm_classifier_cl || !task->cl_arg ||
+      task->cl_arg_size < sizeof(tg_lmc_args))
+    return 0;
+  const tg_lmc_args *a = task->cl_arg;
+  const double n = (double)starpu_matrix_get_ny(STARPU_TASK_GET_HANDLE(task, 0));
+  const double C = (double)starpu_matrix_get_nx(STARPU_TASK_GET_HANDLE(task, 0));
+  const double chunks = ceil(n / a->chunk);
+  /* bytes per logit: the f32 block written by the logits GEMM, read and
+   * written by the softmax, read by the dlnf GEMM (and the dwte GEMM, fused
+   * f32); bf16 dlogits (lm_classifier_lowp.cu) are read once more, rounded
+   * and written in 16 bits, and those are what the GEMMs read */
+  const int lowp = tg_lowp_of_task(task, NULL) == TG_BF16 &&
+                   starpu_matrix_get_elemsize(STARPU_TASK_GET_HANDLE(task, 0)) == 2;
+  double per = !a->backward ? 12 : lowp ? 22 : a->keep ? 16 : 20;
+  double bytes = per * n * a->V;
+  /* the fused form reads and writes dwte once per chunk, where its buffer
+   * counts it once */
+  if (a->backward && !a->keep) bytes += (chunks - 1) * 2.0 * 4.0 * a->V * C;
+  return bytes;
+}
 
 /* the split form's lnf, wte and dlogits, when all three are bf16 and the
  * CPU multiplies bf16 natively (tg_lowp_cpu_keep); the fused form's
  * scratch is not 2-byte, so it never qualifies and is widened */
 static const unsigned kKeep = 1u << 0 | 1u << 1 | 1u << 4;
-TG_CODELET_KEEP(lm_classifier, tg_lm_classifier_cpu, kKeep, tg_lm_classifier_cuda);
+TG_CODELET_NATIVE(lm_classifier, tg_lm_classifier_cpu, kKeep, tg_lm_classifier_cuda,
+                  tg_lm_classifier_cuda_native);
 
 int tg_lm_classifier_insert(int V, int chunk, float scale, starpu_data_handle_t lnf,
                             starpu_data_handle_t wte, starpu_data_handle_t targets,
@@ -145,8 +217,11 @@ int tg_lm_classifier_scaled_insert(int V, int chunk, float scale, float grad_sca
                       .keep = 0, .scale = scale, .grad_scale = grad_scale};
   int key[3] = {V, chunk, backward};
   args.shape = tg_hash_ints(key, 3);
+  /* (chunk, V) for the CPU and f32 kernels, rows of V rounded up to 8 for
+   * the bf16 CUDA one (aligned rows for cuBLAS) */
+  size_t ldv = ((size_t)V + 7) / 8 * 8;
   starpu_data_handle_t h[7] = {lnf, wte, targets, loss,
-                               tg_scratch((size_t)chunk * V * sizeof(float)), dlnf, dwte};
+                               tg_scratch((size_t)chunk * ldv * sizeof(float)), dlnf, dwte};
   enum starpu_data_access_mode md[7] = {STARPU_R, STARPU_R, STARPU_R,
                                         tg_accum_mode(loss_accum), STARPU_SCRATCH,
                                         STARPU_W, tg_accum_mode(dwte_accum)};

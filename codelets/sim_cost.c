@@ -181,10 +181,15 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     int lowp = tg_lowp_of_task(task, NULL) || (task->cl && task->cl->name &&
                                                !strcmp(task->cl->name, "tg_gemm_lowp"));
     int gemm = task->cl && tg_gemm_class(task->cl->name);
+    if (tg_attention_on_tensor_cores(task)) { /* bf16 products of the whole T x T */
+      gemm = lowp = 1;
+      flops *= 2;
+    }
     peak = !gemm ? tg_roof.gpu_fp32
            : lowp ? tg_roof.gpu_bf16
            : tg_roof.tensor_f32 ? tg_roof.gpu_tf32 : tg_roof.gpu_fp32;
     bw = tg_roof.gpu_bw;
+    bytes += tg_attention_scratch_traffic(task) + tg_lm_classifier_scratch_traffic(task);
     if (tg_roof.expected) {
       peak *= gemm ? tg_roof.gemm_fraction * tg_wave_efficiency(task) : tg_roof.core_fraction;
       bw *= tg_roof.memory_fraction;

@@ -94,6 +94,8 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
     size_t mrows = rows / (size_t)run->nmicro, Vp = (size_t)cfg->padded_vocab_size;
     size_t cls = 2 * mrows * C + Vp * C, mlp = mrows * 9 * C + 4 * C * C;
     scratch += sizeof(float) * (cls > mlp ? cls : mlp);
+    if (run->attention == TG_ATTN_GEMM) /* bf16 P and dS (attention_gemm_lowp.cu) */
+      scratch += sizeof(float) * (size_t)cfg->num_heads * run->T * run->T;
     return sizeof(float) * N * tg_sum_buffers(nworkers) + 2 * acts + scratch * w;
   }
   return sizeof(float) * (acts + N * tg_sum_buffers(nworkers)) + dlogits + scratch * w;

@@ -57,6 +57,15 @@ cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
                                  const uint16_t *B, int ldb, float beta,
                                  tg_dtype c_dtype, void *C, int ldc);
 
+/* tg_cuda_gemm_lowp over `batch` problems at element strides stride_a,
+ * stride_b, stride_c (cublasGemmStridedBatchedEx); k >= 1 */
+cublasStatus_t tg_cuda_gemm_lowp_strided(cublasHandle_t handle, tg_dtype lowp, int transa,
+                                         int transb, int m, int n, int k, float alpha,
+                                         const uint16_t *A, int lda, long long stride_a,
+                                         const uint16_t *B, int ldb, long long stride_b,
+                                         float beta, tg_dtype c_dtype, void *C, int ldc,
+                                         long long stride_c, int batch);
+
 /* The same with the inner dimension padded for the tensor cores: when k is
  * not a multiple of 8, A and B are first copied into `work` (device memory,
  * tg_gemm_lowp_pad_elems(m, n, k) 16-bit elements) with k rounded up to a
@@ -86,6 +95,39 @@ cudaError_t tg_cuda_linear_bwd_data_lowp(cublasHandle_t handle, tg_dtype lowp, i
                                          const void *Zprev, int ldzp, int zp16, void *dX,
                                          int lddx, int dx16, float *work, cudaStream_t stream,
                                          cublasStatus_t *cublas_status);
+
+/* The tied classifier with bf16 lnf and wte (lm_classifier_lowp.cu): the
+ * fused form (dlogits NULL: dwte, f32, accumulated when non-NULL) or the
+ * split form (dlogits (n, Vd) bf16 written, padding columns zero), f32
+ * logits and softmax in `logits` (chunk, V rounded up to 8), dlogits rounded to bf16 once
+ * and the dlnf GEMM and dwte increment from those values; dlnf f32 or bf16
+ * (dlnf16).  work: tg_cuda_classifier_lowp_scratch_floats(C, V, chunk, fused,
+ * dlnf16) floats.  *status: the cuBLAS status of a failed GEMM. */
+size_t tg_cuda_classifier_lowp_scratch_floats(int C, int V, int chunk, int fused, int dlnf16);
+cudaError_t tg_cuda_classifier_lowp(cublasHandle_t handle, int n, int C, int V, int chunk,
+                                    const uint16_t *lnf, int ldl, const uint16_t *wte,
+                                    const int32_t *targets, float scale, float grad_scale,
+                                    int backward, void *dlnf, int lddl, int dlnf16,
+                                    float *dwte, float *loss_acc, float *logits,
+                                    uint16_t *dlogits, int Vd, float *work,
+                                    cudaStream_t stream, cublasStatus_t *status);
+
+/* Causal attention on cuBLAS with bf16 qkv, out, dout and dqkv
+ * (attention_gemm_lowp.cu): tg_cuda_attention_gemm_fwd / _bwd's contract
+ * and layout, the products on the bf16 tensor cores, P and dS rounded to
+ * bf16 before their products; scratch: tg_attn_gemm_lowp_scratch_floats
+ * (kernels/cuda/scratch_sizes.h).  *status: the cuBLAS status of a failed
+ * product. */
+cudaError_t tg_cuda_attention_gemm_fwd_lowp(cublasHandle_t handle, int b, int T, int C, int NH,
+                                            const uint16_t *qkv, int ldqkv, uint16_t *out,
+                                            int ldo, float *lse, float *scratch,
+                                            cudaStream_t stream, cublasStatus_t *status);
+cudaError_t tg_cuda_attention_gemm_bwd_lowp(cublasHandle_t handle, int b, int T, int C, int NH,
+                                            const uint16_t *qkv, int ldqkv,
+                                            const uint16_t *out, int ldo, const float *lse,
+                                            const uint16_t *dout, int lddo, uint16_t *dqkv,
+                                            int lddqkv, float *scratch, cudaStream_t stream,
+                                            cublasStatus_t *status);
 
 /* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
 cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,

@@ -32,59 +32,29 @@
  * is cudaErrorUnknown.  Never allocates or synchronises.
  */
 #include "taskgrad/kernels_cuda.h"
+#include "attention_gemm.cuh"
 #include "attention_rowdot.h"
 #include "cuda_common.cuh"
 
 namespace {
 
-/* One warp per row g = h * T + t of one sequence's scores A (NH * T, T):
- * softmax over t2 <= t in place, zeros after; lse[t * NH + h]. */
-__global__ void __launch_bounds__(256)
-    softmax_rows_kernel(int NH, int T, float *__restrict__ A, float *__restrict__ lse) {
-  const int lane = threadIdx.x & 31;
-  const size_t rows = (size_t)NH * T, nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
-  for (size_t g = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); g < rows;
-       g += nwarps) {
-    const int h = (int)(g / T), t = (int)(g % T);
-    float *row = A + g * (size_t)T;
-    float m = -INFINITY;
-    for (int j = lane; j <= t; j += 32) m = fmaxf(m, row[j]);
-    m = tg_warp_max(m);
-    float l = 0.0f;
-    for (int j = lane; j <= t; j += 32) l += expf(row[j] - m);
-    l = tg_warp_sum(l);
-    const float inv = 1.0f / l;
-    for (int j = lane; j < T; j += 32) row[j] = j <= t ? expf(row[j] - m) * inv : 0.0f;
-    if (lane == 0) lse[(size_t)t * NH + h] = m + logf(l);
-  }
-}
+using tg_attn_gemm::softmax_rows; /* unqualified: the emulator's launch rewrite */
 
-/* A = P = exp(A - lse), B = dS = P (B - D) over one sequence's (NH * T, T) */
-struct SoftmaxBwdOp {
-  float *A, *B;
-  const float *lse, *D; /* (T, NH) of this sequence */
-  int NH, T;
-  __device__ void operator()(size_t g, size_t j) const {
-    const size_t h = g / (size_t)T, t = g % (size_t)T, i = g * (size_t)T + j;
-    if (j > t) {
-      A[i] = 0.0f;
-      B[i] = 0.0f;
-      return;
-    }
-    const float p = expf(A[i] - lse[t * NH + h]);
-    A[i] = p;
-    B[i] = p * (B[i] - D[t * NH + h]);
-  }
+/* P in place of the scores */
+struct StoreP {
+  float *A;
+  __device__ void operator()(size_t i, float p) const { A[i] = p; }
 };
 
-/* checks; 1 = nothing to do, 0 = go, -1 = invalid */
-int gemm_check(cublasHandle_t handle, int b, int T, int C, int NH, cudaStream_t stream) {
-  if (b <= 0 || T <= 0 || C <= 0 || NH <= 0) return 1;
-  if (C % NH != 0) return -1;
-  cudaStream_t hs = NULL;
-  if (cublasGetStream(handle, &hs) != CUBLAS_STATUS_SUCCESS || hs != stream) return -1;
-  return 0;
-}
+/* P and dS in place of A and B (the pass reads each element before it
+ * writes it) */
+struct StoreInPlace {
+  float *A, *B;
+  __device__ void operator()(size_t i, float p, float ds) const {
+    A[i] = p;
+    B[i] = ds;
+  }
+};
 
 /* dst (T, T) per head, batch NH = alpha x(T, hs) y(T, hs)^T, heads at stride hs */
 cublasStatus_t scores(cublasHandle_t handle, int T, int hs, int NH, float alpha,
@@ -107,7 +77,7 @@ extern "C" cudaError_t tg_cuda_attention_gemm_fwd(cublasHandle_t handle, int b, 
                                                   int NH, const float *qkv, int ldqkv,
                                                   float *out, int ldo, float *lse,
                                                   float *scratch, cudaStream_t stream) {
-  const int chk = gemm_check(handle, b, T, C, NH, stream);
+  const int chk = tg_attn_gemm::check(handle, b, T, C, NH, stream);
   if (chk) return chk > 0 ? cudaSuccess : cudaErrorInvalidValue;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -117,8 +87,8 @@ extern "C" cudaError_t tg_cuda_attention_gemm_fwd(cublasHandle_t handle, int b, 
     const float *q = qkv + (size_t)s * T * ldqkv; /* (T, ldqkv): q | k | v */
     if (scores(handle, T, hs, NH, scale, q, ldqkv, q + C, ldqkv, A) != CUBLAS_STATUS_SUCCESS)
       return cudaErrorUnknown;
-    softmax_rows_kernel<<<tg_cuda_blocks((rows + 7) / 8, 1), 256, 0, stream>>>(
-        NH, T, A, lse + (size_t)s * T * NH);
+    softmax_rows<StoreP><<<tg_cuda_blocks((rows + 7) / 8, 1), 256, 0, stream>>>(
+        NH, T, A, StoreP{A}, lse + (size_t)s * T * NH);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     if (weighted(handle, 0, T, hs, NH, 1.0f, A, q + 2 * C, ldqkv, out + (size_t)s * T * ldo,
@@ -134,7 +104,7 @@ extern "C" cudaError_t tg_cuda_attention_gemm_bwd(cublasHandle_t handle, int b, 
                                                   const float *dout, int lddo, float *dqkv,
                                                   int lddqkv, float *scratch,
                                                   cudaStream_t stream) {
-  const int chk = gemm_check(handle, b, T, C, NH, stream);
+  const int chk = tg_attn_gemm::check(handle, b, T, C, NH, stream);
   if (chk) return chk > 0 ? cudaSuccess : cudaErrorInvalidValue;
   const int hs = C / NH;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -152,7 +122,9 @@ extern "C" cudaError_t tg_cuda_attention_gemm_bwd(cublasHandle_t handle, int b, 
         scores(handle, T, hs, NH, 1.0f, dO, lddo, v, ldqkv, B) != CUBLAS_STATUS_SUCCESS)
       return cudaErrorUnknown;
     e = tg_map2d(NH * T, T,
-                 SoftmaxBwdOp{A, B, lse + (size_t)s * T * NH, D + (size_t)s * T * NH, NH, T},
+                 tg_attn_gemm::SoftmaxBwd<StoreInPlace>{A, B, lse + (size_t)s * T * NH,
+                                                        D + (size_t)s * T * NH, NH, T,
+                                                        StoreInPlace{A, B}},
                  stream);
     if (e != cudaSuccess) return e;
     if (weighted(handle, 1, T, hs, NH, 1.0f, A, dO, lddo, dv, lddqkv) !=

@@ -60,6 +60,25 @@ cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
                       &beta, C, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+cublasStatus_t tg_cuda_gemm_lowp_strided(cublasHandle_t handle, tg_dtype lowp, int transa,
+                                         int transb, int m, int n, int k, float alpha,
+                                         const uint16_t *A, int lda, long long stride_a,
+                                         const uint16_t *B, int ldb, long long stride_b,
+                                         float beta, tg_dtype c_dtype, void *C, int ldc,
+                                         long long stride_c, int batch) {
+  if (m < 0 || n < 0 || k <= 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (lowp != TG_BF16 && lowp != TG_F16) return CUBLAS_STATUS_INVALID_VALUE;
+  if (c_dtype != TG_F32 && c_dtype != lowp) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const cudaDataType_t ab = lowp == TG_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t ct = c_dtype == TG_F32 ? CUDA_R_32F : ab;
+  const cublasOperation_t opA = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opB = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  return cublasGemmStridedBatchedEx(handle, opB, opA, n, m, k, &alpha, B, ab, ldb, stride_b, A,
+                                    ab, lda, stride_a, &beta, C, ct, ldc, stride_c, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 /* dst (rows x dcols, ld dcols) = src (rows x cols, ld ld) with zero columns
  * cols..dcols-1, or dst (drows x cols) = src with zero rows after `rows`:
  * zero everything, then copy the rows (2-byte elements). */

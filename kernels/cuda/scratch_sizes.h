@@ -31,6 +31,17 @@ static inline int tg_attn_gemm_fits(int b, int T, int NH) {
   return tg_attn_gemm_scratch_floats(b, T, NH) <= TG_ATTN_GEMM_MAX_FLOATS;
 }
 
+/* the bf16 path (attention_gemm_lowp.cu): the same, then P and dS in bf16,
+ * (NH, T, T) each: NH T T floats more */
+static inline size_t tg_attn_gemm_lowp_scratch_floats(int b, int T, int NH) {
+  if (b <= 0 || T <= 0 || NH <= 0) return 0;
+  return tg_attn_gemm_scratch_floats(b, T, NH) + (size_t)NH * T * T;
+}
+
+static inline int tg_attn_gemm_lowp_fits(int b, int T, int NH) {
+  return tg_attn_gemm_lowp_scratch_floats(b, T, NH) <= TG_ATTN_GEMM_MAX_FLOATS;
+}
+
 /* R, the row blocks of the LayerNorm backward's dw / db partial sums: at
  * least 64 rows each, at most 64 blocks (0 when n <= 0) */
 static inline int tg_ln_row_blocks(int n) {

@@ -166,4 +166,22 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+    int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda, long long strideA,
+    const void *B, cudaDataType_t Btype, int ldb, long long strideB, const void *beta, void *C,
+    cudaDataType_t Ctype, int ldc, long long strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const size_t ce = Ctype == CUDA_R_32F ? 4 : 2; /* A and B are 16-bit (cublasGemmEx) */
+  for (int i = 0; i < batchCount; i++) {
+    cublasStatus_t st = cublasGemmEx(
+        handle, transa, transb, m, n, k, alpha, (const uint16_t *)A + i * strideA, Atype, lda,
+        (const uint16_t *)B + i * strideB, Btype, ldb, beta, (char *)C + ce * i * strideC,
+        Ctype, ldc, computeType, algo);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 } /* extern "C" */

@@ -50,6 +50,9 @@ int32_t *tokens(int n, int V);
 extern const tg_dtype g_lowp[2];
 void compare16(const char *launcher, const char *what, tg_dtype t, const uint16_t *emu,
                const uint16_t *cpu, size_t n);
+/* x (rows, ld) rounded to t in place; returns its 16-bit copy with ld
+ * cols + pad (padding 0xabcd) */
+uint16_t *to16(tg_dtype t, float *x, int rows, int cols, int ld, int pad);
 /* 16-bit values widened, for the GEMM with a 16-bit C */
 float *widen16(tg_dtype t, const uint16_t *h, size_t n);
 

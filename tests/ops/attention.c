@@ -124,8 +124,8 @@ static double cols_norm(const float *x, int rows, int ld, int c0, int C) {
  * softmax has one key, P = 1, and dq = dk = 0 exactly: both sides return
  * rounding noise, which is measured against ||dv|| instead (a noise of
  * ~1e-8 relative; a real error would be O(1)). */
-static void compare_qkv(const char *launcher, const float *emu, const float *cpu, int rows,
-                        int C, int ld, int T) {
+static void compare_qkv_tol(const char *launcher, const float *emu, const float *cpu, int rows,
+                            int C, int ld, int T, double tol) {
   static const char *const names[3] = {"dq", "dk", "dv"};
   float *e = tg_test_malloc(sizeof(float) * (size_t)rows * C);
   float *c = tg_test_malloc(sizeof(float) * (size_t)rows * C);
@@ -139,11 +139,11 @@ static void compare_qkv(const char *launcher, const float *emu, const float *cpu
     if (T == 1 && third < 2) {
       const double ne = cols_norm(emu, rows, ld, third * C, C) / dv;
       const double nc = cols_norm(cpu, rows, ld, third * C, C) / dv;
-      CHECK(ne <= kTolRed && nc <= kTolRed, "%s T 1: %s not zero: %.3e (cpu %.3e) of ||dv||",
+      CHECK(ne <= tol && nc <= tol, "%s T 1: %s not zero: %.3e (cpu %.3e) of ||dv||",
             launcher, names[third], ne, nc);
       record(launcher, ne);
     } else {
-      compare(launcher, names[third], e, c, (size_t)rows * C, kTolRed);
+      compare(launcher, names[third], e, c, (size_t)rows * C, tol);
     }
   }
   free(e);
@@ -152,6 +152,77 @@ static void compare_qkv(const char *launcher, const float *emu, const float *cpu
   for (int r = 0; r < rows; r++)
     for (int j = 3 * C; j < ld; j++)
       CHECK(emu[(size_t)r * ld + j] == kSentinel, "%s: padding (%d, %d) overwritten", launcher, r, j);
+}
+
+static void compare_qkv(const char *launcher, const float *emu, const float *cpu, int rows,
+                        int C, int ld, int T) {
+  compare_qkv_tol(launcher, emu, cpu, rows, C, ld, T, kTolRed);
+}
+
+/* a bf16 (rows, ld) output widened, its padding columns [cols, ld) read as
+ * kSentinel where they still hold to16's 0xabcd (NaN otherwise) */
+static float *widen_out16(const uint16_t *h, int rows, int cols, int ld) {
+  float *f = widen16(TG_BF16, h, (size_t)rows * ld);
+  for (int r = 0; r < rows; r++)
+    for (int j = cols; j < ld; j++)
+      f[(size_t)r * ld + j] = h[(size_t)r * ld + j] == 0xabcd ? kSentinel : NAN;
+  return f;
+}
+
+/* The bf16 cuBLAS path (attention_gemm_lowp.cu) against the CPU's chunked
+ * kernels on the same bf16 values (qkv, dout, and out as the forward
+ * rounded it), its scratch NaN-filled, its outputs NaN with 0xabcd
+ * padding.  lse is f32 from f32 scores (kTolRed).  out is P16 V rounded
+ * once: each probability rounded to bf16 (2^-9 relative at most) and the
+ * output once more (2^-9), so normwise within 2^-8.  The gradients come
+ * from dS or P rounded to bf16, then rounded once themselves: 2^-7. */
+static void attention_lowp_case(int b, int T, int C, int NH) {
+  const int fwd = ops_row_is("attention_fwd");
+  const int n = b * T, chunk = 16, ldq = 3 * C + 1, ldo = C + 2;
+  float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
+  uint16_t *Q16 = to16(TG_BF16, qkv, n, 3 * C, ldq, 1), *D16 = to16(TG_BF16, dout, n, C, ldo, 2);
+  float *out = fmalloc((size_t)n * ldo), *lse = fmalloc((size_t)n * NH), *glse = fmalloc((size_t)n * NH);
+  float *cpu_scratch = fmalloc(tg_attention_chunked_scratch_floats(T, C, NH, chunk));
+  const size_t ns = tg_attn_gemm_lowp_scratch_floats(b, T, NH);
+  float *gs = tg_const_mat(1, (int)ns, (int)ns, NAN, NAN);
+  tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, cpu_scratch);
+  float *nan_out = tg_const_mat(n, C, ldo, NAN, NAN);
+  uint16_t *O16 = to16(TG_BF16, nan_out, n, C, ldo, 2); /* NaN, padding 0xabcd */
+  cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+  if (fwd) {
+    const char *L = "tg_cuda_attention_gemm_fwd_lowp";
+    ok(L, "", tg_cuda_attention_gemm_fwd_lowp(g_blas, b, T, C, NH, Q16, ldq, O16, ldo, glse, gs,
+                                              NULL, &cs));
+    ok(L, "cublas", cs);
+    float *got = widen_out16(O16, n, C, ldo), *a = fmalloc((size_t)n * C), *w = fmalloc((size_t)n * C);
+    int pad = 1;
+    for (int r = 0; r < n; r++) {
+      for (int j = 0; j < C; j++) {
+        a[(size_t)r * C + j] = got[(size_t)r * ldo + j];
+        w[(size_t)r * C + j] = out[(size_t)r * ldo + j];
+      }
+      for (int j = C; j < ldo; j++) pad &= got[(size_t)r * ldo + j] == kSentinel;
+    }
+    compare(L, "out", a, w, (size_t)n * C, 0x1p-8);
+    CHECK(pad, "%s: padding of out overwritten", L);
+    compare(L, "lse", glse, lse, (size_t)n * NH, kTolRed);
+    free(got); free(a); free(w);
+  } else {
+    const char *L = "tg_cuda_attention_gemm_bwd_lowp";
+    uint16_t *OUT16 = to16(TG_BF16, out, n, C, ldo, 2); /* out as the forward stores it */
+    float *nan_dq = tg_const_mat(n, 3 * C, ldq, NAN, NAN), *dq = fmalloc((size_t)n * ldq);
+    uint16_t *DQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, 1);
+    tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, dout, ldo, dq, ldq,
+                                 cpu_scratch);
+    ok(L, "", tg_cuda_attention_gemm_bwd_lowp(g_blas, b, T, C, NH, Q16, ldq, OUT16, ldo, lse,
+                                              D16, ldo, DQ16, ldq, gs, NULL, &cs));
+    ok(L, "cublas", cs);
+    float *got = widen_out16(DQ16, n, 3 * C, ldq);
+    compare_qkv_tol(L, got, dq, n, C, ldq, T, 0x1p-7);
+    free(OUT16); free(nan_dq); free(dq); free(DQ16); free(got);
+  }
+  free(qkv); free(dout); free(Q16); free(D16); free(out); free(lse); free(glse);
+  free(cpu_scratch); free(gs); free(nan_out); free(O16);
 }
 
 /* One attention shape through the four launchers.  The naive kernels run a
@@ -240,6 +311,7 @@ static void emu_attention(void) {
     attention_case(1, 9, 16, 2, 1);
     attention_case(1, 17, 128, 2, 0);
     attention_case(1, 1, 128, 1, 1);
+    attention_lowp_case(2, 33, 64, 2);
     return;
   }
   /* emu_cuda_gpt_codelets' shapes (hs = 8): T = 1, 17, 64 and 100 (not
@@ -257,6 +329,11 @@ static void emu_attention(void) {
    * the largest head (DPL 8, > 96 KiB of shared memory: the opt-in) */
   attention_case(2, 20, 80, 2, 1);
   attention_case(1, 33, 256, 1, 0);
+  /* bf16 on the tensor cores: T = 1, odd T, head sizes 8, 40 and 64 */
+  attention_lowp_case(2, 1, 32, 4);
+  attention_lowp_case(2, 17, 32, 4);
+  attention_lowp_case(1, 100, 80, 2);
+  attention_lowp_case(2, 64, 128, 2);
 }
 #endif /* OPS_EMU */
 
@@ -265,7 +342,7 @@ static const ops_row rows[] = {
      .doc = "causal attention, naive (reference), chunked (flash-style) or gemm (chunked; products on cuBLAS on CUDA)",
      .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
      .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
-               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd",
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fwd_lowp",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
                 "tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
@@ -276,7 +353,7 @@ static const ops_row rows[] = {
      .doc = "attention backward",
      .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
      .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
-               "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd",
+               "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd tg_cuda_attention_gemm_bwd_lowp",
      .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,

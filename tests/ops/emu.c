@@ -218,6 +218,16 @@ float *widen16(tg_dtype t, const uint16_t *h, size_t n) {
   return f;
 }
 
+/* x (rows, ld) rounded to t in place, and its 16-bit copy (rows, cols +
+ * pad), the padding 0xabcd */
+uint16_t *to16(tg_dtype t, float *x, int rows, int cols, int ld, int pad) {
+  uint16_t *h = malloc(sizeof *h * (size_t)rows * (cols + pad) + 1);
+  for (size_t i = 0; i < (size_t)rows * (cols + pad); i++) h[i] = 0xabcd;
+  tg_cpu_to_lowp(t, rows, cols, x, ld, h, cols + pad);
+  tg_cpu_from_lowp(t, rows, cols, h, cols + pad, x, ld);
+  return h;
+}
+
 /* ---- the emulator's own checks ---- */
 
 static void expect_failure(tg_emu_selftest_case c, const char *kernel, const char *why) {

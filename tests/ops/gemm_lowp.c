@@ -425,6 +425,60 @@ static uint16_t *lowp_input(tg_dtype lp, int rows, int cols, int ld) {
   return h;
 }
 
+/* tg_cuda_gemm_lowp_strided (the bf16 attention's products): 3 problems
+ * at strides past their ends (the gaps NaN: read, they show), every
+ * transpose, C f32 (beta 0.5 onto values) or 16-bit (beta 0), against
+ * tg_cpu_gemm_lowp per problem */
+static void emu_gemm_lowp_strided(void) {
+  const int m = 7, n = 33, k = 29, batch = 3;
+  for (int tr = 0; tr < 4; tr++)
+    for (int cl = 0; cl < 2; cl++) {
+      const tg_dtype lp = TG_BF16, ct = cl ? lp : TG_F32;
+      const int ta = tr & 1, tb = tr >> 1, lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 3;
+      const int ldc = n + 2, ra = ta ? k : m, rb = tb ? n : k;
+      const long long sa = (long long)ra * lda + 5, sb = (long long)rb * ldb + 7,
+                      sc = (long long)m * ldc + 3;
+      uint16_t *A = lowp_input(lp, batch * (int)sa / lda + 1, lda, lda);
+      uint16_t *B = lowp_input(lp, batch * (int)sb / ldb + 1, ldb, ldb);
+      for (int i = 0; i < batch; i++) {
+        for (int j = 0; j < 5; j++) A[ra * lda + i * sa + j] = 0x7fc0;
+        for (int j = 0; j < 7; j++) B[rb * ldb + i * sb + j] = 0x7fc0;
+      }
+      const float beta = cl ? 0.0f : 0.5f;
+      float *C[2];
+      outputs(C, batch, (int)sc, (int)sc, 1);
+      if (cl)
+        for (int i = 0; i < 2; i++) { /* 16-bit C: bits in the first half */
+          uint16_t *h = tg_test_malloc(sizeof(uint16_t) * (size_t)batch * sc);
+          tg_cpu_to_lowp(lp, 1, batch * (int)sc, C[i], batch * (int)sc, h, batch * (int)sc);
+          memcpy(C[i], h, sizeof(uint16_t) * (size_t)batch * sc);
+          free(h);
+        }
+      ok("tg_cuda_gemm_lowp_strided", "",
+         tg_cuda_gemm_lowp_strided(g_blas, lp, ta, tb, m, n, k, 1.5f, A, lda, sa, B, ldb, sb, beta,
+                                   ct, C[0], ldc, sc, batch));
+      float *cw = fmalloc(tg_cpu_gemm_lowp_work_floats(m, n, k));
+      const size_t es = cl ? 2 : 4;
+      for (int i = 0; i < batch; i++)
+        tg_cpu_gemm_lowp(lp, ta, tb, m, n, k, 1.5f, A + i * sa, lda, B + i * sb, ldb, beta, ct,
+                         (char *)C[1] + es * i * sc, ldc, cw);
+      free(cw);
+      const size_t nc = (size_t)batch * sc;
+      if (!cl) {
+        compare("tg_cuda_gemm_lowp_strided", "C f32", C[0], C[1], nc, kTolRed);
+      } else {
+        float *w[2];
+        for (int i = 0; i < 2; i++) w[i] = widen16(lp, (const uint16_t *)C[i], nc);
+        compare("tg_cuda_gemm_lowp_strided", "C 16-bit", w[0], w[1], nc, 1.0 / 256);
+        free(w[0]);
+        free(w[1]);
+      }
+      free2(C);
+      free(A);
+      free(B);
+    }
+}
+
 static void emu_gemm_lowp(void) {
   /* k = 29 and 513 take the zero-padding path of the aligned GEMM */
   static const int shapes[][3] = {{7, 33, 29}, {33, 7, 513}, {1, 1, 1}, {5, 9, 64}};
@@ -482,6 +536,7 @@ static void emu_gemm_lowp(void) {
           for (int i = 0; i < 3; i++) free(C[i]);
           free(A); free(B); free(work);
         }
+  emu_gemm_lowp_strided();
 }
 #endif /* OPS_EMU */
 
@@ -491,7 +546,8 @@ static const ops_row rows[] = {
             "widened tiles, or oneDNN's native bf16 matmul on AVX512-BF16; cublasGemmEx, "
             "COMPUTE_32F)",
      .buffers = "A (R), B (R), C (W / RW / REDUX for f32), scratch",
-     .covers = "tg_gemm_lowp_cl tg_gemm_lowp_insert tg_cuda_gemm_lowp tg_cuda_gemm_lowp_aligned",
+     .covers = "tg_gemm_lowp_cl tg_gemm_lowp_insert tg_cuda_gemm_lowp tg_cuda_gemm_lowp_aligned "
+               "tg_cuda_gemm_lowp_strided",
      .kernels = "tg_cpu_gemm_lowp tg_cpu_gemm_lowp_work_floats tg_cpu_gemm_bf16 "
                 "tg_cpu_gemm_bf16_supported tg_cpu_gemm_bf16_set_native tg_cpu_gemm_bf16_native",
      .run = {[OPS_REF] = gemm_lowp_ref, [OPS_CPU] = gemm_lowp_cpu, [OPS_CUDA] = pair_gemm,

@@ -388,14 +388,6 @@ static void emu_linear(void) {
 }
 /* 16-bit copy (ld cols + pad, padding 0xabcd) of a float matrix, and the
  * floats replaced by the values the copy holds (exact in f32) */
-static uint16_t *to16(tg_dtype t, float *x, int rows, int cols, int ld, int pad) {
-  uint16_t *h = malloc(sizeof *h * (size_t)rows * (cols + pad) + 1);
-  for (size_t i = 0; i < (size_t)rows * (cols + pad); i++) h[i] = 0xabcd;
-  tg_cpu_to_lowp(t, rows, cols, x, ld, h, cols + pad);
-  tg_cpu_from_lowp(t, rows, cols, h, cols + pad, x, ld);
-  return h;
-}
-
 /* an emulated 16-bit (or f32) output against the CPU's f32 result: rounded
  * once to the type, the two may differ by one ulp where the f32 sums land on
  * either side of a rounding boundary, so the norm-relative error is at most

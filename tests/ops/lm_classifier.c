@@ -809,17 +809,126 @@ static void emu_classifier_dwte(void) {
   free(lnf);
 }
 
+/* tg_cuda_classifier_lowp (bf16 lnf and wte on the tensor cores).  The
+ * split form against tg_cpu_classifier_dlogits_lowp, whose rounding points
+ * it shares: the loss (kTolRed); dlogits, bf16, within one bf16 ulp in norm
+ * (an entry may round the other way where the f32 logits differ in their
+ * last bit); dlnf (f32, or bf16) against grad_scale dl wte on the
+ * emulator's own dlogits (kTolLong; one bf16 ulp when dlnf is bf16); the
+ * padding columns zero.  The fused form against the split form's results:
+ * the loss and dlnf (kTolRed), dwte's increment against dl^T lnf on the
+ * split form's dlogits (kTolRed); forward only, the loss alone.  Padded wte
+ * rows hold bf16 3e38 (using them shows); a missing workspace is refused. */
+static void emu_classifier_lowp(void) {
+  const int n = 37, C = 33, V = 250, Vp = 256, Vd = Vp + 3, ldl = C + 1;
+  const float scale = 1.0f / 37.0f, gs = 2.0f;
+  float *lnf = input(n, C, ldl, 1.0f), *wte = input(Vp, C, C, 1.0f);
+  uint16_t *L16 = to16(TG_BF16, lnf, n, C, ldl, 1), *W16 = to16(TG_BF16, wte, Vp, C, C, 0);
+  for (int i = V * C; i < Vp * C; i++) W16[i] = 0x7f7f;
+  int32_t *tok = tokens(n, V);
+  const int had = tg_cpu_gemm_bf16_native();
+  for (int chunk = 7; chunk <= 63; chunk *= 9)
+    for (int d16 = 0; d16 < 2; d16++) {
+      FULL_ONLY(chunk != 7 && d16);
+      const char *L = "tg_cuda_classifier_lowp";
+      char what[64];
+      snprintf(what, sizeof what, "chunk %d, dlnf %s", chunk, d16 ? "bf16" : "f32");
+      uint16_t *dl = malloc(2 * (size_t)n * Vd), *dl_cpu = malloc(2 * (size_t)n * Vd);
+      for (size_t i = 0; i < (size_t)n * Vd; i++) dl[i] = dl_cpu[i] = 0x7fc0;
+      const int ldg = (V + 7) / 8 * 8; /* the logits' rows, aligned */
+      float *logits = tg_const_mat(chunk, ldg, ldg, NAN, NAN);
+      size_t wsplit = tg_cuda_classifier_lowp_scratch_floats(C, V, chunk, 0, d16);
+      size_t wfused = tg_cuda_classifier_lowp_scratch_floats(C, V, chunk, 1, d16);
+      float *work = tg_const_mat(1, (int)wfused, (int)wfused, NAN, NAN);
+      float *dlnf = fmalloc((size_t)n * ldl), *dlnf_f = fmalloc((size_t)n * ldl);
+      float *want = fmalloc((size_t)n * ldl), *got = fmalloc((size_t)n * ldl);
+      uint16_t *dn16 = malloc(2 * (size_t)n * ldl), *dn16_f = malloc(2 * (size_t)n * ldl);
+      void *dn = d16 ? (void *)dn16 : (void *)dlnf, *dnf = d16 ? (void *)dn16_f : (void *)dlnf_f;
+      float loss[3] = {0.5f, 0.5f, 0.5f}, lossfwd = 0.5f;
+      cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+      ok(L, "split",
+         tg_cuda_classifier_lowp(g_blas, n, C, V, chunk, L16, ldl, W16, tok, scale, gs, 1, dn,
+                                 ldl, d16, NULL, &loss[0], logits, dl, Vd,
+                                 wsplit ? work : NULL, NULL, &cs));
+      ok(L, "split cublas", cs);
+      float *cpu_dlnf = fmalloc((size_t)n * C);
+      float *cpu_scratch = fmalloc(tg_cpu_classifier_lowp_scratch_floats(C, V, chunk));
+      tg_cpu_gemm_bf16_set_native(0);
+      tg_cpu_classifier_dlogits_lowp(n, C, V, chunk, L16, ldl, W16, tok, scale, gs, cpu_dlnf,
+                                     C, &loss[1], dl_cpu, Vd, cpu_scratch);
+      tg_cpu_gemm_bf16_set_native(had);
+      compare(L, "split loss", &loss[0], &loss[1], 1, kTolRed);
+      float *a = widen16(TG_BF16, dl, (size_t)n * Vd), *b = widen16(TG_BF16, dl_cpu, (size_t)n * Vd);
+      compare(L, "split dlogits", a, b, (size_t)n * Vd, 0x1p-8);
+      int pad = 1;
+      for (int r = 0; r < n; r++)
+        for (int v = V; v < Vd; v++) pad &= dl[(size_t)r * Vd + v] == 0;
+      CHECK(pad, "%s %s: dlogits padding columns not zero", L, what);
+      /* dlnf from the emulator's own dlogits */
+      tg_cpu_gemm(0, 0, n, C, V, gs, a, Vd, wte, C, 0.0f, want, ldl);
+      for (int r = 0; r < n; r++)
+        for (int c = 0; c < C; c++)
+          got[(size_t)r * ldl + c] =
+              d16 ? tg_bf16_to_f32(dn16[(size_t)r * ldl + c]) : dlnf[(size_t)r * ldl + c];
+      for (int r = 0; r < n; r++) got[(size_t)r * ldl + C] = want[(size_t)r * ldl + C] = 0.0f;
+      compare(L, "split dlnf", got, want, (size_t)n * ldl, d16 ? 0x1p-8 : kTolLong);
+
+      /* fused: dwte (+)= gs dl^T lnf onto random values */
+      float *dwte[2];
+      outputs(dwte, Vp, C, C, 1);
+      tg_cpu_gemm(1, 0, V, C, n, gs, a, Vd, lnf, ldl, 1.0f, dwte[1], C);
+      ok(L, "fused",
+         tg_cuda_classifier_lowp(g_blas, n, C, V, chunk, L16, ldl, W16, tok, scale, gs, 1, dnf,
+                                 ldl, d16, dwte[0], &loss[2], logits, NULL, 0, work, NULL,
+                                 &cs));
+      compare(L, "fused loss", &loss[2], &loss[0], 1, kTolRed);
+      if (d16) {
+        float *x = widen16(TG_BF16, dn16_f, (size_t)n * ldl), *y = widen16(TG_BF16, dn16, (size_t)n * ldl);
+        for (int r = 0; r < n; r++) x[(size_t)r * ldl + C] = y[(size_t)r * ldl + C] = 0.0f;
+        compare(L, "fused dlnf", x, y, (size_t)n * ldl, 0x1p-8);
+        free(x); free(y);
+      } else {
+        for (int r = 0; r < n; r++) dlnf_f[(size_t)r * ldl + C] = dlnf[(size_t)r * ldl + C] = 0.0f;
+        compare(L, "fused dlnf", dlnf_f, dlnf, (size_t)n * ldl, kTolRed);
+      }
+      compare(L, "fused dwte", dwte[0], dwte[1], (size_t)Vp * C, kTolRed);
+      /* forward only: the loss, nothing written */
+      ok(L, "forward",
+         tg_cuda_classifier_lowp(g_blas, n, C, V, chunk, L16, ldl, W16, tok, scale, gs, 0, NULL,
+                                 0, 0, NULL, &lossfwd, logits, NULL, 0, work, NULL, &cs));
+      compare(L, "forward loss", &lossfwd, &loss[0], 1, kTolRed);
+      free(dl); free(dl_cpu); free(logits); free(work); free(dlnf); free(dlnf_f); free(want);
+      free(got); free(dn16); free(dn16_f); free(cpu_dlnf); free(cpu_scratch); free(a); free(b);
+      free2(dwte);
+    }
+  float l = 0.0f, lg[4];
+  cublasStatus_t cs;
+  uint16_t d1[2];
+  cudaError_t e = tg_cuda_classifier_lowp(g_blas, 1, C, V, 4, L16, ldl, W16, tok, 1.0f, 1.0f,
+                                          1, d1, C, 1, NULL, &l, lg, NULL, 0, NULL, NULL, &cs);
+  CHECK(e == cudaErrorInvalidValue, "tg_cuda_classifier_lowp without its work: status %d",
+        (int)e);
+  tg_emu_reset();
+  free(lnf); free(wte); free(L16); free(W16); free(tok);
+}
+
+static void emu_classifier_all(void) {
+  emu_classifier();
+  emu_classifier_lowp();
+}
+
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
     {.name = "lm_classifier",
      .doc = "tied LM head + cross-entropy in row chunks",
      .buffers = "lnf, wte, targets (R), loss (RW / REDUX), scratch, dlnf (W), dwte (RW / REDUX)",
-     .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_cuda_classifier",
+     .covers = "tg_lm_classifier_cl tg_lm_classifier_insert tg_cuda_classifier "
+               "tg_cuda_classifier_lowp",
      .kernels = "tg_cpu_classifier",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier)},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_all)},
      .why_not = {[OPS_LOWP] = "logits and the loss stay f32 in every precision mode",
                  [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "lm_classifier_scaled",

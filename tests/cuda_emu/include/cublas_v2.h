@@ -53,6 +53,7 @@ typedef struct tg_emu_cublas *cublasHandle_t;
 #define cublasSgemm tg_emu_cublasSgemm
 #define cublasGemmEx tg_emu_cublasGemmEx
 #define cublasSgemmStridedBatched tg_emu_cublasSgemmStridedBatched
+#define cublasGemmStridedBatchedEx tg_emu_cublasGemmStridedBatchedEx
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
@@ -78,6 +79,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+
+/* batchCount cublasGemmEx calls, operand i at A + i strideA elements, ... */
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+    int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda, long long strideA,
+    const void *B, cudaDataType_t Btype, int ldb, long long strideB, const void *beta, void *C,
+    cudaDataType_t Ctype, int ldc, long long strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 /* Calls made so far (the test checks that the 16-bit padding path really
  * reached cublasGemmEx with k rounded up).  Not cuBLAS functions. */
