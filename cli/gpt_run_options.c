@@ -69,7 +69,7 @@ static const run_option options[] = {
     {"--max-seq", "T", K_INT, F(model.max_seq_len), 1, 1 << 20, -1, BENCH | SIM,
      "its maximum sequence length (default %d)"},
     {"--attention", "NAME", K_ATTENTION, F(cfg.attention), 0, 0, -1, GPT,
-     "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there) or auto:\ngemm with CUDA workers, else chunked (default auto)"},
+     "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there), flash\n(chunked; in bf16 on CUDA workers flash kernels on\nthe tensor cores, head sizes 16, 32, 64, 128) or\nauto: gemm with CUDA workers, else chunked (default\nauto)"},
     {"--chunk", "K", K_INT, F(cfg.chunk), 1, 1 << 16, -1, GPT, "attention chunk (default %d)"},
     {"--attn-splits", "S", K_INT, F(cfg.attn_splits), 1, TG_MAX_SPLIT, -1, GPT,
      "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
@@ -160,10 +160,12 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     r->cfg.attention = TG_ATTN_CHUNKED;
   } else if (!strcmp(v, "gemm")) {
     r->cfg.attention = TG_ATTN_GEMM;
+  } else if (!strcmp(v, "flash")) {
+    r->cfg.attention = TG_ATTN_FLASH;
   } else if (!strcmp(v, "auto")) {
     r->cfg.attention = TG_CLI_ATTN_AUTO;
   } else {
-    tg_cli_die("%s: '%s' is not naive, chunked, gemm or auto", a, v);
+    tg_cli_die("%s: '%s' is not naive, chunked, gemm, flash or auto", a, v);
   }
   if (o->given >= 0) *field(r, (size_t)o->given) = 1;
   return 1;
@@ -235,6 +237,7 @@ const char *tg_cli_attention_name(tg_attention_kind kind) {
   case TG_ATTN_NAIVE: return "naive";
   case TG_ATTN_CHUNKED: return "chunked";
   case TG_ATTN_GEMM: return "gemm";
+  case TG_ATTN_FLASH: return "flash";
   }
   return "auto";
 }

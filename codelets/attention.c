@@ -7,6 +7,9 @@
  *    the scores chunk by chunk.  Its workspace is a STARPU_SCRATCH buffer
  *    of tg_attention_scratch_bytes(), O(T * chunk) on the CPU.  On CUDA the
  *    flash kernels (FP32 CUDA cores);
+ *  - flash: chunked's contract, state and CPU kernels; on CUDA in bf16 the
+ *    flash kernels on the tensor cores (attention_flash_lowp.cu), no T x T
+ *    scores in memory, for head sizes 16, 32, 64 and 128 (else chunked's);
  *  - gemm: chunked's contract, state and CPU kernels; on CUDA the products
  *    on cuBLAS (attention_gemm.cu), the (NH, T, T) scores of a sequence in
  *    the scratch, O(T^2), while that fits TG_ATTN_GEMM_MAX_FLOATS (scratch_sizes.h),
@@ -110,6 +113,11 @@ static int tg_attn_lowp_ok(const tg_attn_args *a, tg_dtype lowp, void *scratch, 
          (size_t)STARPU_VECTOR_GET_NX(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH);
 }
 
+/* the flash kind's bf16 kernels: its scratch (D) is chunked's on CUDA */
+static int tg_attn_flash_ok(const tg_attn_args *a, tg_dtype lowp, int C) {
+  return a->kind == TG_ATTN_FLASH && lowp == TG_BF16 && tg_attn_flash_lowp_hs_ok(C / a->NH);
+}
+
 static void tg_attn_check_status(cudaError_t e, cublasStatus_t s, const char *op) {
   if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS product failed: status %d", op, (int)s);
   if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
@@ -120,8 +128,14 @@ static int tg_attention_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
   (void)ws;
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
-  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_attn_lowp_ok(a, lowp, buffers[3], b))
-    return 1;
+  if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
+  if (tg_attn_flash_ok(a, lowp, C)) {
+    TG_CUDA_CHECK(tg_cuda_attention_flash_fwd_lowp(
+        b, a->T, C, a->NH, TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+        TG_LD(buffers[1]), TG_PTR(buffers[2]), starpu_cuda_get_local_stream()));
+    return 0;
+  }
+  if (!tg_attn_lowp_ok(a, lowp, buffers[3], b)) return 1;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_attention_gemm_fwd_lowp(
       starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
@@ -137,8 +151,17 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_is16(buffers[3]) ||
-      !tg_is16(buffers[4]) || !tg_attn_lowp_ok(a, lowp, buffers[5], b))
+      !tg_is16(buffers[4]))
     return 1;
+  if (tg_attn_flash_ok(a, lowp, C)) {
+    TG_CUDA_CHECK(tg_cuda_attention_flash_bwd_lowp(
+        b, a->T, C, a->NH, TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+        TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_HPTR(buffers[3]), TG_LD(buffers[3]),
+        TG_HPTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]),
+        starpu_cuda_get_local_stream()));
+    return 0;
+  }
+  if (!tg_attn_lowp_ok(a, lowp, buffers[5], b)) return 1;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_attention_gemm_bwd_lowp(
       starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
@@ -159,14 +182,17 @@ int tg_attention_on_tensor_cores(const struct starpu_task *task) {
   if (!task || !task->cl || (task->cl != &tg_attention_fwd_cl && task->cl != &tg_attention_bwd_cl))
     return 0;
   const tg_attn_args *a = task->cl_arg;
-  if (!a || task->cl_arg_size < sizeof *a || a->kind != TG_ATTN_GEMM ||
-      tg_lowp_of_task(task, NULL) != TG_BF16)
-    return 0;
+  if (!a || task->cl_arg_size < sizeof *a || tg_lowp_of_task(task, NULL) != TG_BF16) return 0;
   starpu_data_handle_t qkv = STARPU_TASK_GET_HANDLE(task, 0);
+  if (a->kind == TG_ATTN_FLASH) /* the causal blocks only */
+    return tg_attn_flash_lowp_hs_ok((int)starpu_matrix_get_nx(qkv) / 3 / a->NH);
+  if (a->kind != TG_ATTN_GEMM) return 0;
   starpu_data_handle_t scratch = STARPU_TASK_GET_HANDLE(task, task->cl == &tg_attention_fwd_cl ? 3 : 5);
   int b = (int)starpu_matrix_get_ny(qkv) / a->T;
   return tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
-         starpu_vector_get_nx(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH);
+                 starpu_vector_get_nx(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH)
+             ? 2
+             : 0;
 }
 
 double tg_attention_scratch_traffic(const struct starpu_task *task) {
@@ -182,7 +208,7 @@ double tg_attention_scratch_traffic(const struct starpu_task *task) {
    * written by the pass, A read once and B twice by the products (36); bf16
    * (attention_gemm_lowp.cu) P and dS are written once in bf16 beside A and
    * B: 12 and 26 */
-  double per = tg_attention_on_tensor_cores(task) ? (fwd ? 12 : 26) : (fwd ? 16 : 36);
+  double per = tg_attention_on_tensor_cores(task) == 2 ? (fwd ? 12 : 26) : (fwd ? 16 : 36);
   return per * b * (double)a->NH * a->T * a->T;
 }
 
@@ -233,7 +259,8 @@ static int tg_attn_check(const char *op, tg_attention_kind kind, int T, int NH, 
   char what[64];
   snprintf(what, sizeof what, "%s: qkv", op);
   TG_TRY(tg_shape(qkv, what, &n, &c3));
-  if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED && kind != TG_ATTN_GEMM)
+  if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED && kind != TG_ATTN_GEMM &&
+      kind != TG_ATTN_FLASH)
     return tg_fail(EINVAL, "%s: unknown attention kind %d", op, (int)kind);
   if (T < 1 || n % T) return tg_fail(EINVAL, "%s: T = %d does not divide the %d rows", op, T, n);
   if (c3 % 3 || NH < 1 || (c3 / 3) % NH)

@@ -72,10 +72,11 @@ uint32_t tg_footprint(struct starpu_task *task);
  * the handles would overstate by the tile count.  -1 for any other task. */
 double tg_tile_task_bytes(struct starpu_task *task);
 double tg_linear_tile_bytes(struct starpu_task *task); /* its linear part */
-/* For the simulator's roofline: 1 when task is an attention task of the
- * gemm kind whose CUDA version takes the bf16 path (attention_gemm_lowp.cu:
- * its products on the bf16 tensor cores, the full T x T of them, twice the
- * causal flops the task declares), else 0 (codelets/attention.c). */
+/* For the simulator's roofline, how many times its declared (causal)
+ * flops an attention task runs on the bf16 tensor cores: 2 for the gemm
+ * kind's bf16 path (attention_gemm_lowp.cu: the full T x T products), 1 for
+ * the flash kind's (attention_flash_lowp.cu), else 0: CUDA cores
+ * (codelets/attention.c). */
 int tg_attention_on_tensor_cores(const struct starpu_task *task);
 /* The memory traffic of a gemm-kind attention task's (NH, T, T) scores in
  * its scratch, which the buffers' sizes do not show (0 for other tasks) */

@@ -181,9 +181,10 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     int lowp = tg_lowp_of_task(task, NULL) || (task->cl && task->cl->name &&
                                                !strcmp(task->cl->name, "tg_gemm_lowp"));
     int gemm = task->cl && tg_gemm_class(task->cl->name);
-    if (tg_attention_on_tensor_cores(task)) { /* bf16 products of the whole T x T */
+    int tc = tg_attention_on_tensor_cores(task);
+    if (tc) { /* bf16 products: the whole T x T (gemm) or the causal blocks */
       gemm = lowp = 1;
-      flops *= 2;
+      flops *= tc;
     }
     peak = !gemm ? tg_roof.gpu_fp32
            : lowp ? tg_roof.gpu_bf16

@@ -193,7 +193,7 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: %d attention tasks do not divide the %d sequences of a "
                    "micro-batch", r->attn_splits, b);
   if (r->attention != TG_ATTN_NAIVE && r->attention != TG_ATTN_CHUNKED &&
-      r->attention != TG_ATTN_GEMM)
+      r->attention != TG_ATTN_GEMM && r->attention != TG_ATTN_FLASH)
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");

@@ -108,8 +108,8 @@ else
 fi
 
 # --attention: auto (the default) is chunked without CUDA workers; gemm
-# runs chunked's CPU kernels there, and the header names the kind run
-for a in auto:chunked gemm:gemm chunked:chunked naive:naive; do
+# and flash run chunked's CPU kernels there, and the header names the kind run
+for a in auto:chunked gemm:gemm flash:flash chunked:chunked naive:naive; do
   if "$tg" bench gpt --layers 1 --channels 16 --heads 2 --max-seq 8 --seq 8 --batch 2 --steps 1 \
        --warmup 0 --quiet --ncuda 0 --attention "${a%%:*}" >"$work/att.out" 2>/dev/null &&
      grep -q "micro-batches, ${a#*:} attention" "$work/att.out"; then
@@ -118,8 +118,8 @@ for a in auto:chunked gemm:gemm chunked:chunked naive:naive; do
     bad "bench gpt --attention ${a%%:*}: $(grep -m1 '^bench gpt' "$work/att.out")"
   fi
 done
-expect_fail "bench gpt: --attention flash" "'flash' is not naive, chunked, gemm or auto" \
-  bench gpt --attention flash
+expect_fail "bench gpt: --attention fast" "'fast' is not naive, chunked, gemm, flash or auto" \
+  bench gpt --attention fast
 
 # --micro-batches: a count or auto (the default: one per worker, within
 # what the batch allows, printed)

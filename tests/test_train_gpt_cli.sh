@@ -56,7 +56,7 @@ gpt_fail "token >= V" "bigtok.bin.*64" --init-from "$work/m.bin" --data "$work/b
 gpt_fail "missing checkpoint" "nowhere.bin" --init-from "$work/nowhere.bin" --data "$work/train.bin" "${common[@]}"
 gpt_fail "T beyond maxT" "--seq 64 exceeds" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 64
 gpt_fail "micro-batches not dividing the batch" "does not divide" --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --micro-batches 3
-gpt_fail "unknown attention" "--attention: 'flash'" --init-from "$work/m.bin" --data "$work/train.bin" --attention flash
+gpt_fail "unknown attention" "--attention: 'fast'" --init-from "$work/m.bin" --data "$work/train.bin" --attention fast
 gpt_fail "only one of --init-from and --data" "both --init-from and --data" --init-from "$work/m.bin"
 gpt_fail "unwritable --save" "--save" --init-from "$work/m.bin" --data "$work/train.bin" --save /nonexistent-dir/x.bin
 

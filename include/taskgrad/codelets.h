@@ -196,6 +196,10 @@ typedef enum tg_attention_kind {
                           products on cuBLAS with the (NH, T, T) scores of a
                           sequence in the scratch (O(T^2), attention_gemm.cu)
                           while that is at most 1 GiB, else chunked's */
+  TG_ATTN_FLASH = 3,   /* chunked's contract and CPU kernels; on CUDA in bf16
+                          the flash kernels on the tensor cores (WMMA,
+                          attention_flash_lowp.cu) for head sizes 16, 32, 64
+                          and 128, else chunked's */
 } tg_attention_kind;
 /* out (n, C) = causal attention of qkv (n, 3C); `state` as above.  The
  * chunked variants use a STARPU_SCRATCH workspace of

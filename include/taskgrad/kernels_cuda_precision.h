@@ -129,6 +129,21 @@ cudaError_t tg_cuda_attention_gemm_bwd_lowp(cublasHandle_t handle, int b, int T,
                                             int lddqkv, float *scratch, cudaStream_t stream,
                                             cublasStatus_t *status);
 
+/* Causal flash attention on the bf16 tensor cores (attention_flash_lowp.cu):
+ * the chunked kernels' contract with bf16 qkv, out, dout and dqkv, P and
+ * dS rounded to bf16 before their products; head sizes 16, 32, 64 and 128
+ * (cudaErrorNotSupported otherwise; tg_cuda_attention_flash_lowp_supported
+ * says which).  The backward's scratch: D, (b T, NH) floats. */
+int tg_cuda_attention_flash_lowp_supported(int C, int NH);
+cudaError_t tg_cuda_attention_flash_fwd_lowp(int b, int T, int C, int NH, const uint16_t *qkv,
+                                             int ldqkv, uint16_t *out, int ldo, float *lse,
+                                             cudaStream_t stream);
+cudaError_t tg_cuda_attention_flash_bwd_lowp(int b, int T, int C, int NH, const uint16_t *qkv,
+                                             int ldqkv, const uint16_t *out, int ldo,
+                                             const float *lse, const uint16_t *dout, int lddo,
+                                             uint16_t *dqkv, int lddqkv, float *scratch,
+                                             cudaStream_t stream);
+
 /* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
 cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,
                                     cudaStream_t stream);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "cuda_common.cuh"
+#include "lowp.cuh"
 
 namespace tg_attn_gemm {
 
@@ -71,6 +72,38 @@ __global__ void __launch_bounds__(256)
     if (lane == 0) lse[(size_t)t * NH + h] = m + logf(l);
   }
 }
+
+namespace { /* one copy per file that includes it */
+
+/* D[row * NH + h] = dout(row, head h) . out(row, head h) in f32 from bf16
+ * values, a warp each */
+__global__ void __launch_bounds__(256)
+    rowdot_lowp_kernel(size_t rows_heads, int NH, int hs, const uint16_t *__restrict__ out,
+                       size_t ldo, const uint16_t *__restrict__ dout, size_t lddo,
+                       float *__restrict__ D) {
+  const int lane = threadIdx.x & 31;
+  const size_t nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
+  for (size_t g = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); g < rows_heads;
+       g += nwarps) {
+    const size_t row = g / NH, h = g % NH;
+    const uint16_t *o = out + row * ldo + h * hs, *d = dout + row * lddo + h * hs;
+    float s = 0.0f;
+    for (int j = lane; j < hs; j += 32)
+      s += tg_lowp::from_low<true>(o[j]) * tg_lowp::from_low<true>(d[j]);
+    s = tg_warp_sum(s);
+    if (lane == 0) D[g] = s;
+  }
+}
+
+inline cudaError_t rowdot_lowp(size_t rows_heads, int NH, int hs, const uint16_t *out, int ldo,
+                               const uint16_t *dout, int lddo, float *D, cudaStream_t stream) {
+  if (rows_heads == 0) return cudaSuccess;
+  rowdot_lowp_kernel<<<tg_cuda_blocks((rows_heads + 7) / 8, 1), 256, 0, stream>>>(
+      rows_heads, NH, hs, out, (size_t)ldo, dout, (size_t)lddo, D);
+  return cudaGetLastError();
+}
+
+} // namespace
 
 } // namespace tg_attn_gemm
 

@@ -38,7 +38,6 @@
 namespace {
 
 __device__ __forceinline__ uint16_t bf(float x) { return tg_lowp::to_low<true>(x); }
-__device__ __forceinline__ float fb(uint16_t h) { return tg_lowp::from_low<true>(h); }
 
 using tg_attn_gemm::softmax_rows; /* unqualified: the emulator's launch rewrite */
 
@@ -47,24 +46,6 @@ struct StoreP16 {
   uint16_t *P16;
   __device__ void operator()(size_t i, float p) const { P16[i] = bf(p); }
 };
-
-/* D[row * NH + h] = dout(row, head h) . out(row, head h), one warp each */
-__global__ void __launch_bounds__(256)
-    rowdot_lowp_kernel(size_t rows_heads, int NH, int hs, const uint16_t *__restrict__ out,
-                       size_t ldo, const uint16_t *__restrict__ dout, size_t lddo,
-                       float *__restrict__ D) {
-  const int lane = threadIdx.x & 31;
-  const size_t nwarps = (size_t)gridDim.x * (blockDim.x >> 5);
-  for (size_t g = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); g < rows_heads;
-       g += nwarps) {
-    const size_t row = g / NH, h = g % NH;
-    const uint16_t *o = out + row * ldo + h * hs, *d = dout + row * lddo + h * hs;
-    float s = 0.0f;
-    for (int j = lane; j < hs; j += 32) s += fb(o[j]) * fb(d[j]);
-    s = tg_warp_sum(s);
-    if (lane == 0) D[g] = s;
-  }
-}
 
 /* P and dS rounded to bf16 beside the f32 scores */
 struct StoreBf16 {
@@ -148,9 +129,7 @@ extern "C" cudaError_t tg_cuda_attention_gemm_bwd_lowp(
   float *B = A + tt;                        /* (NH, T, T): dP */
   uint16_t *P16 = (uint16_t *)(B + tt);     /* (NH, T, T) bf16 */
   uint16_t *dS16 = P16 + tt;                /* (NH, T, T) bf16 */
-  rowdot_lowp_kernel<<<tg_cuda_blocks((rows_heads + 7) / 8, 1), 256, 0, stream>>>(
-      rows_heads, NH, hs, out, (size_t)ldo, dout, (size_t)lddo, D);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = tg_attn_gemm::rowdot_lowp(rows_heads, NH, hs, out, ldo, dout, lddo, D, stream);
   if (e != cudaSuccess) return e;
   for (int s = 0; s < b; s++) {
     const uint16_t *q = qkv + (size_t)s * T * ldqkv, *k = q + C, *v = q + 2 * C;

@@ -15,6 +15,11 @@
 /* floats above which the codelet keeps the flash kernels: 1 GiB */
 #define TG_ATTN_GEMM_MAX_FLOATS ((size_t)1 << 28)
 
+/* the head sizes of the bf16 flash kernels (attention_flash_lowp.cu) */
+static inline int tg_attn_flash_lowp_hs_ok(int hs) {
+  return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+}
+
 /* the flash backward's D (n, NH) */
 static inline size_t tg_attn_flash_scratch_floats(int b, int T, int NH) {
   if (b <= 0 || T <= 0 || NH <= 0) return 0;

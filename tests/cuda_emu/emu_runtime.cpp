@@ -764,6 +764,7 @@ extern "C" const char *tg_emu_cudaGetErrorString(cudaError_t e) {
   case cudaErrorMemoryAllocation: return "out of memory";
   case cudaErrorInvalidConfiguration: return "invalid configuration argument";
   case cudaErrorLaunchFailure: return "unspecified launch failure";
+  case cudaErrorNotSupported: return "operation not supported";
   default: return "unknown error";
   }
 }

@@ -64,7 +64,7 @@ static int attn_bwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
 static void pair_attention(void) {
   static const int Ts[] = {1, 17, 64, 100};
   const int b = 2, C = 32, NH = 4, chunk = 16;
-  for (int kind = 0; kind < 3; kind++)
+  for (int kind = 0; kind < 4; kind++)
     for (int t = 0; t < 4; t++) {
       int T = Ts[t], n = b * T;
       size_t srows = kind == TG_ATTN_NAIVE ? (size_t)b * NH * T : (size_t)n;
@@ -80,7 +80,8 @@ static void pair_attention(void) {
       new_tensor(&Q, n, 3 * C, qkv); new_tensor(&O, n, C, out);
       new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
       char what[64];
-      const char *kn = kind == TG_ATTN_NAIVE ? "naive" : kind == TG_ATTN_CHUNKED ? "chunked" : "gemm";
+      static const char *const names[] = {"naive", "chunked", "gemm", "flash"};
+      const char *kn = names[kind];
       gctx c = {.h = {Q.handle, O.handle, S.handle, DO.handle},
                 .T = T,
                 .NH = NH,
@@ -206,7 +207,30 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
     compare(L, "out", a, w, (size_t)n * C, 0x1p-8);
     CHECK(pad, "%s: padding of out overwritten", L);
     compare(L, "lse", glse, lse, (size_t)n * NH, kTolRed);
-    free(got); free(a); free(w);
+    free(got);
+    /* the flash kernels (attention_flash_lowp.cu), same rounding points */
+    const char *F = "tg_cuda_attention_flash_fwd_lowp";
+    if (tg_cuda_attention_flash_lowp_supported(C, NH)) {
+      uint16_t *F16 = to16(TG_BF16, nan_out, n, C, ldo, 2);
+      float *flse = tg_const_mat(n, NH, NH, NAN, NAN);
+      ok(F, "", tg_cuda_attention_flash_fwd_lowp(b, T, C, NH, Q16, ldq, F16, ldo, flse, NULL));
+      float *fg = widen_out16(F16, n, C, ldo);
+      pad = 1;
+      for (int r = 0; r < n; r++) {
+        for (int j = 0; j < C; j++) a[(size_t)r * C + j] = fg[(size_t)r * ldo + j];
+        for (int j = C; j < ldo; j++) pad &= fg[(size_t)r * ldo + j] == kSentinel;
+      }
+      compare(F, "out", a, w, (size_t)n * C, 0x1p-8);
+      CHECK(pad, "%s: padding of out overwritten", F);
+      compare(F, "lse", flse, lse, (size_t)n * NH, kTolRed);
+      free(F16); free(flse); free(fg);
+    } else {
+      CHECK(tg_cuda_attention_flash_fwd_lowp(b, T, C, NH, Q16, ldq, O16, ldo, glse, NULL) ==
+                cudaErrorNotSupported,
+            "%s: head size %d not refused", F, C / NH);
+      tg_emu_reset();
+    }
+    free(a); free(w);
   } else {
     const char *L = "tg_cuda_attention_gemm_bwd_lowp";
     uint16_t *OUT16 = to16(TG_BF16, out, n, C, ldo, 2); /* out as the forward stores it */
@@ -219,7 +243,18 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
     ok(L, "cublas", cs);
     float *got = widen_out16(DQ16, n, 3 * C, ldq);
     compare_qkv_tol(L, got, dq, n, C, ldq, T, 0x1p-7);
-    free(OUT16); free(nan_dq); free(dq); free(DQ16); free(got);
+    free(got);
+    const char *F = "tg_cuda_attention_flash_bwd_lowp";
+    if (tg_cuda_attention_flash_lowp_supported(C, NH)) {
+      uint16_t *FQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, 1);
+      float *fs = tg_const_mat(1, n * NH, n * NH, NAN, NAN); /* D */
+      ok(F, "", tg_cuda_attention_flash_bwd_lowp(b, T, C, NH, Q16, ldq, OUT16, ldo, lse, D16, ldo,
+                                                 FQ16, ldq, fs, NULL));
+      float *fg = widen_out16(FQ16, n, 3 * C, ldq);
+      compare_qkv_tol(F, fg, dq, n, C, ldq, T, 0x1p-7);
+      free(FQ16); free(fs); free(fg);
+    }
+    free(OUT16); free(nan_dq); free(dq); free(DQ16);
   }
   free(qkv); free(dout); free(Q16); free(D16); free(out); free(lse); free(glse);
   free(cpu_scratch); free(gs); free(nan_out); free(O16);
@@ -306,6 +341,14 @@ static void emu_attention(void) {
   CHECK(tg_attn_gemm_fits(4, 1024, 12) && !tg_attn_gemm_fits(1, 8192, 64),
         "tg_attn_gemm_fits: %d for GPT-2, %d for T 8192", tg_attn_gemm_fits(4, 1024, 12),
         tg_attn_gemm_fits(1, 8192, 64));
+  /* the flash kernels' head sizes: multiples of 16 up to 128, those four */
+  static const int hs_ok[] = {16, 32, 64, 128}, hs_no[] = {8, 40, 48, 256};
+  int sup = 1;
+  for (int i = 0; i < 4; i++)
+    sup &= tg_cuda_attention_flash_lowp_supported(2 * hs_ok[i], 2) &&
+           !tg_cuda_attention_flash_lowp_supported(2 * hs_no[i], 2);
+  CHECK(sup, "tg_cuda_attention_flash_lowp_supported: head sizes 16, 32, 64, 128 only");
+  record("tg_cuda_attention_flash_lowp_supported", sup ? 0.0 : INFINITY);
   if (g_quick) { /* two query tiles, the last partial; DPL 1, 2 and 4 */
     attention_case(1, 33, 16, 2, 0);
     attention_case(1, 9, 16, 2, 1);
@@ -334,15 +377,22 @@ static void emu_attention(void) {
   attention_lowp_case(2, 17, 32, 4);
   attention_lowp_case(1, 100, 80, 2);
   attention_lowp_case(2, 64, 128, 2);
+  /* the flash kernels' head sizes 16, 64 and 128: one partial tile, three
+   * tiles with the last partial, T = 1 */
+  attention_lowp_case(1, 100, 128, 2);
+  attention_lowp_case(2, 130, 64, 4);
+  attention_lowp_case(1, 70, 256, 2);
+  attention_lowp_case(1, 1, 64, 1);
 }
 #endif /* OPS_EMU */
 
 static const ops_row rows[] = {
     {.name = "attention_fwd",
-     .doc = "causal attention, naive (reference), chunked (flash-style) or gemm (chunked; products on cuBLAS on CUDA)",
+     .doc = "causal attention, naive (reference), chunked (flash-style), gemm (chunked; products on cuBLAS on CUDA) or flash (chunked; in bf16 on CUDA flash kernels on the tensor cores)",
      .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
      .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
-               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fwd_lowp",
+               "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fwd_lowp "
+               "tg_cuda_attention_flash_fwd_lowp tg_cuda_attention_flash_lowp_supported",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
                 "tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
@@ -353,7 +403,8 @@ static const ops_row rows[] = {
      .doc = "attention backward",
      .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
      .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
-               "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd tg_cuda_attention_gemm_bwd_lowp",
+               "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd tg_cuda_attention_gemm_bwd_lowp "
+               "tg_cuda_attention_flash_bwd_lowp",
      .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,

@@ -33,6 +33,7 @@ typedef enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
   cudaErrorUnknown = 999,
 } cudaError_t;
 
