@@ -61,6 +61,25 @@ static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
                                  TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]));
 }
 
+/* Which bf16 path a CUDA worker runs for a task of b sequences in a
+ * low-precision run (lowp) whose scratch holds scratch_floats: TG_BF16_FLASH
+ * (attention_flash_lowp.cu, the flash kind, a head size it has; its scratch,
+ * D, is chunked's), TG_BF16_GEMM (attention_gemm_lowp.cu, the gemm kind,
+ * with the scratch the insert wrappers size for it), else 0: the adapter
+ * runs the f32 kernels.  The CUDA functions and the simulator's cost model
+ * both ask it; the values are also the factors on the flops the task
+ * declares that the simulator charges (the gemm path runs the full T x T). */
+enum { TG_BF16_FLASH = 1, TG_BF16_GEMM = 2 };
+static int tg_attn_bf16_path(const tg_attn_args *a, int lowp, int C, int b,
+                             size_t scratch_floats) {
+  if (lowp != TG_BF16) return 0;
+  if (a->kind == TG_ATTN_FLASH) return tg_attn_flash_lowp_hs_ok(C / a->NH) ? TG_BF16_FLASH : 0;
+  if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
+      scratch_floats >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH))
+    return TG_BF16_GEMM;
+  return 0;
+}
+
 #ifdef TG_HAVE_CUDA
 static void tg_attention_fwd_cuda(void *buffers[], void *cl_arg) {
   const tg_attn_args *a = cl_arg;
@@ -103,45 +122,26 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
         TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]), s));
 }
 
-static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
-
-/* the bf16 gemm path (attention_gemm_lowp.cu) when the task's 16-bit
- * buffers are bf16 and its scratch was sized for it (the insert wrappers
- * do so for bf16 gemm tasks); otherwise the adapter runs the f32 one */
-static int tg_attn_lowp_ok(const tg_attn_args *a, tg_dtype lowp, void *scratch, int b) {
-  return a->kind == TG_ATTN_GEMM && lowp == TG_BF16 && tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
-         (size_t)STARPU_VECTOR_GET_NX(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH);
-}
-
-/* the flash kind's bf16 kernels: its scratch (D) is chunked's on CUDA */
-static int tg_attn_flash_ok(const tg_attn_args *a, tg_dtype lowp, int C) {
-  return a->kind == TG_ATTN_FLASH && lowp == TG_BF16 && tg_attn_flash_lowp_hs_ok(C / a->NH);
-}
-
-static void tg_attn_check_status(cudaError_t e, cublasStatus_t s, const char *op) {
-  if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS product failed: status %d", op, (int)s);
-  if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
-}
-
 static int tg_attention_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
                                         float *ws) {
   (void)ws;
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
-  if (tg_attn_flash_ok(a, lowp, C)) {
+  const int path = tg_attn_bf16_path(a, lowp, C, b, STARPU_VECTOR_GET_NX(buffers[3]));
+  if (path == TG_BF16_FLASH) {
     TG_CUDA_CHECK(tg_cuda_attention_flash_fwd_lowp(
         b, a->T, C, a->NH, TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
         TG_LD(buffers[1]), TG_PTR(buffers[2]), starpu_cuda_get_local_stream()));
     return 0;
   }
-  if (!tg_attn_lowp_ok(a, lowp, buffers[3], b)) return 1;
+  if (path != TG_BF16_GEMM) return 1;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_attention_gemm_fwd_lowp(
       starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
       TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
       TG_VPTR(buffers[3]), starpu_cuda_get_local_stream(), &s);
-  tg_attn_check_status(e, s, "tg_attention_fwd");
+  tg_cuda_launch_check(e, s, "tg_attention_fwd");
   return 0;
 }
 
@@ -153,7 +153,8 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_is16(buffers[3]) ||
       !tg_is16(buffers[4]))
     return 1;
-  if (tg_attn_flash_ok(a, lowp, C)) {
+  const int path = tg_attn_bf16_path(a, lowp, C, b, STARPU_VECTOR_GET_NX(buffers[5]));
+  if (path == TG_BF16_FLASH) {
     TG_CUDA_CHECK(tg_cuda_attention_flash_bwd_lowp(
         b, a->T, C, a->NH, TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
         TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_HPTR(buffers[3]), TG_LD(buffers[3]),
@@ -161,14 +162,14 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
         starpu_cuda_get_local_stream()));
     return 0;
   }
-  if (!tg_attn_lowp_ok(a, lowp, buffers[5], b)) return 1;
+  if (path != TG_BF16_GEMM) return 1;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_attention_gemm_bwd_lowp(
       starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_HPTR(buffers[0]),
       TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
       TG_HPTR(buffers[3]), TG_LD(buffers[3]), TG_HPTR(buffers[4]), TG_LD(buffers[4]),
       TG_VPTR(buffers[5]), starpu_cuda_get_local_stream(), &s);
-  tg_attn_check_status(e, s, "tg_attention_bwd");
+  tg_cuda_launch_check(e, s, "tg_attention_bwd");
   return 0;
 }
 #endif
@@ -182,17 +183,12 @@ int tg_attention_on_tensor_cores(const struct starpu_task *task) {
   if (!task || !task->cl || (task->cl != &tg_attention_fwd_cl && task->cl != &tg_attention_bwd_cl))
     return 0;
   const tg_attn_args *a = task->cl_arg;
-  if (!a || task->cl_arg_size < sizeof *a || tg_lowp_of_task(task, NULL) != TG_BF16) return 0;
+  if (!a || task->cl_arg_size < sizeof *a) return 0;
   starpu_data_handle_t qkv = STARPU_TASK_GET_HANDLE(task, 0);
-  if (a->kind == TG_ATTN_FLASH) /* the causal blocks only */
-    return tg_attn_flash_lowp_hs_ok((int)starpu_matrix_get_nx(qkv) / 3 / a->NH);
-  if (a->kind != TG_ATTN_GEMM) return 0;
   starpu_data_handle_t scratch = STARPU_TASK_GET_HANDLE(task, task->cl == &tg_attention_fwd_cl ? 3 : 5);
-  int b = (int)starpu_matrix_get_ny(qkv) / a->T;
-  return tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
-                 starpu_vector_get_nx(scratch) >= tg_attn_gemm_lowp_scratch_floats(b, a->T, a->NH)
-             ? 2
-             : 0;
+  /* flash: the causal blocks only; gemm: the whole T x T */
+  return tg_attn_bf16_path(a, tg_lowp_of_task(task, NULL), (int)starpu_matrix_get_nx(qkv) / 3,
+                           (int)starpu_matrix_get_ny(qkv) / a->T, starpu_vector_get_nx(scratch));
 }
 
 double tg_attention_scratch_traffic(const struct starpu_task *task) {
@@ -208,7 +204,8 @@ double tg_attention_scratch_traffic(const struct starpu_task *task) {
    * written by the pass, A read once and B twice by the products (36); bf16
    * (attention_gemm_lowp.cu) P and dS are written once in bf16 beside A and
    * B: 12 and 26 */
-  double per = tg_attention_on_tensor_cores(task) == 2 ? (fwd ? 12 : 26) : (fwd ? 16 : 36);
+  double per =
+      tg_attention_on_tensor_cores(task) == TG_BF16_GEMM ? (fwd ? 12 : 26) : (fwd ? 16 : 36);
   return per * b * (double)a->NH * a->T * a->T;
 }
 

@@ -276,6 +276,16 @@ int tg_expect_lowp(const char *op, int lowp);
 #define TG_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))
 #define TG_IPTR(buf) ((int32_t *)STARPU_MATRIX_GET_PTR(buf))
 #define TG_HPTR(buf) ((uint16_t *)STARPU_MATRIX_GET_PTR(buf)) /* bf16, f16 */
+/* 1 when a matrix buffer holds 2-byte (bf16, fp16) elements */
+static inline int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
+#ifdef TG_HAVE_CUDA
+/* A launcher's two statuses (its cuBLAS call's, then the launch's): fatal,
+ * naming the codelet, when either failed */
+static inline void tg_cuda_launch_check(cudaError_t e, cublasStatus_t s, const char *op) {
+  if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS call failed: status %d", op, (int)s);
+  if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
+}
+#endif
 #define TG_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))
 #define TG_COLS(buf) ((int)STARPU_MATRIX_GET_NX(buf))
 #define TG_LD(buf) ((int)STARPU_MATRIX_GET_LD(buf))

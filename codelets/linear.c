@@ -41,7 +41,6 @@ static void *tg_at(void *buf, size_t i) {
 }
 #define TG_FAT(buf, i) ((float *)tg_at((buf), (i)))
 
-static int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) == 2; }
 
 /* The CPU functions run under tg_lowp_cpu_keep (TG_CODELET_NATIVE, mask
  * kKeep: X or dZ, and W): on a CPU with native bf16 GEMMs those two arrive
@@ -92,11 +91,6 @@ static void tg_linear_bwd_data_cpu(void *buffers[], void *cl_arg) {
 }
 
 #ifdef TG_HAVE_CUDA
-static void tg_linear_check(cudaError_t e, cublasStatus_t s, const char *op) {
-  if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS GEMM failed: status %d", op, (int)s);
-  if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
-}
-
 static void tg_linear_fwd_cuda(void *buffers[], void *cl_arg) {
   const tg_linear_args *a = cl_arg;
   int has_h = a->act != TG_ACT_NONE;
@@ -108,7 +102,7 @@ static void tg_linear_fwd_cuda(void *buffers[], void *cl_arg) {
       TG_LD(buffers[1]), TG_FAT(buffers[2], a->c0), a->act, TG_PTR(buffers[3]),
       TG_LD(buffers[3]), has_h ? TG_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
       starpu_cuda_get_local_stream(), &s);
-  tg_linear_check(e, s, "tg_linear_fwd");
+  tg_cuda_launch_check(e, s, "tg_linear_fwd");
 }
 
 static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
@@ -121,7 +115,7 @@ static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
       TG_LD(buffers[1]), a->act, has_z ? TG_FAT(buffers[3], a->c0) : NULL,
       has_z ? TG_LD(buffers[3]) : 0, TG_PTR(buffers[2]), TG_LD(buffers[2]),
       starpu_cuda_get_local_stream(), &s);
-  tg_linear_check(e, s, "tg_linear_bwd_data");
+  tg_cuda_launch_check(e, s, "tg_linear_bwd_data");
 }
 
 /* 16-bit X and W: the tensor cores (linear_lowp.cu), as the untiled codelet */
@@ -140,7 +134,7 @@ static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype low
       TG_LD(buffers[3]), tg_is16(buffers[3]),
       has_h ? (void *)STARPU_MATRIX_GET_PTR(buffers[4]) : NULL, has_h ? TG_LD(buffers[4]) : 0,
       has_h && tg_is16(buffers[4]), ws, starpu_cuda_get_local_stream(), &s);
-  tg_linear_check(e, s, "tg_linear_fwd");
+  tg_cuda_launch_check(e, s, "tg_linear_fwd");
   return 0;
 }
 
@@ -157,7 +151,7 @@ static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtyp
       has_z ? tg_at(buffers[3], (size_t)a->c0) : NULL, has_z ? TG_LD(buffers[3]) : 0,
       has_z && tg_is16(buffers[3]), (void *)STARPU_MATRIX_GET_PTR(buffers[2]),
       TG_LD(buffers[2]), tg_is16(buffers[2]), ws, starpu_cuda_get_local_stream(), &s);
-  tg_linear_check(e, s, "tg_linear_bwd_data");
+  tg_cuda_launch_check(e, s, "tg_linear_bwd_data");
   return 0;
 }
 #endif

@@ -102,12 +102,11 @@ static int tg_lm_classifier_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
                                         float *ws) {
   const tg_lmc_args *a = cl_arg;
   const int nbuf = a->keep ? 6 : a->backward ? 7 : 5;
-  if (lowp != TG_BF16 || STARPU_MATRIX_GET_ELEMSIZE(buffers[0]) != 2 ||
-      STARPU_MATRIX_GET_ELEMSIZE(buffers[1]) != 2 ||
-      (a->keep && STARPU_MATRIX_GET_ELEMSIZE(buffers[4]) != 2))
+  if (lowp != TG_BF16 || !tg_is16(buffers[0]) || !tg_is16(buffers[1]) ||
+      (a->keep && !tg_is16(buffers[4])))
     return 1;
   const int n = TG_ROWS(buffers[0]), C = TG_COLS(buffers[0]);
-  const int dlnf16 = a->backward && STARPU_MATRIX_GET_ELEMSIZE(buffers[5]) == 2;
+  const int dlnf16 = a->backward && tg_is16(buffers[5]);
   const size_t logit_floats = (size_t)a->chunk * (((size_t)a->V + 7) / 8 * 8);
   float *logits = a->keep ? ws : TG_VPTR(buffers[4]);
   float *work = a->keep ? ws + logit_floats : ws;
@@ -123,8 +122,7 @@ static int tg_lm_classifier_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
       a->backward && !a->keep ? TG_PTR(buffers[6]) : NULL, TG_PTR(buffers[3]), logits,
       a->keep ? TG_HPTR(buffers[4]) : NULL, a->keep ? TG_COLS(buffers[4]) : 0, work,
       starpu_cuda_get_local_stream(), &s);
-  if (s != CUBLAS_STATUS_SUCCESS) TG_CUBLAS_CHECK(s);
-  TG_CUDA_CHECK(e);
+  tg_cuda_launch_check(e, s, "tg_lm_classifier");
   return 0;
 }
 #endif

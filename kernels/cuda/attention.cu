@@ -94,22 +94,10 @@
 #include "scratch_sizes.h"
 #include "cuda_common.cuh"
 
-#include <limits.h>
 
 namespace {
 
 /* ---- common ------------------------------------------------------------- */
-
-constexpr size_t kDefaultSmem = 48 * 1024;
-
-/* opt a kernel into more than 48 KiB of dynamic shared memory when needed */
-template <typename Kernel>
-cudaError_t smem_optin(Kernel kernel, size_t bytes) {
-  if (bytes <= kDefaultSmem) return cudaSuccess;
-  if (bytes > (size_t)INT_MAX) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              (int)bytes);
-}
 
 /* checks common to all launchers: 1 = nothing to do, 0 = go, -1 = invalid */
 int attn_check(int b, int T, int C, int NH) {
@@ -716,7 +704,7 @@ cudaError_t flash_fwd_launch(int b, int T, int C, int NH, int hs, float scale,
   const unsigned grid = grid_blocks(b, NH, nt);
   if (!grid) return cudaErrorInvalidValue;
   const size_t smem = sizeof(float) * (size_t)kFT * (2 * hs + (hs | 1));
-  cudaError_t e = smem_optin(flash_fwd_kernel<DPL>, smem);
+  cudaError_t e = tg_smem_optin(flash_fwd_kernel<DPL>, smem);
   if (e != cudaSuccess) return e;
   flash_fwd_kernel<DPL><<<grid, kFThreads, smem, stream>>>(
       T, C, NH, hs, scale, qkv, ldqkv, out, ldo, lse);
@@ -733,14 +721,14 @@ cudaError_t flash_bwd_launch(int b, int T, int C, int NH, int hs, float scale,
   if (!grid) return cudaErrorInvalidValue;
   const size_t smem = sizeof(float) *
                       ((size_t)kFT * (2 * hs + 2 * (hs | 1)) + 2 * kFT);
-  cudaError_t e = smem_optin(flash_bwd_dkdv_kernel<DPL>, smem);
+  cudaError_t e = tg_smem_optin(flash_bwd_dkdv_kernel<DPL>, smem);
   if (e != cudaSuccess) return e;
   flash_bwd_dkdv_kernel<DPL><<<grid, kFThreads, smem, stream>>>(
       T, C, NH, hs, scale, qkv, ldqkv, lse, dout, lddo, D, dqkv, lddqkv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const size_t smem_q = sizeof(float) * (size_t)kFT * (2 * hs + 2 * (hs | 1));
-  e = smem_optin(flash_bwd_dq_kernel<DPL>, smem_q);
+  e = tg_smem_optin(flash_bwd_dq_kernel<DPL>, smem_q);
   if (e != cudaSuccess) return e;
   flash_bwd_dq_kernel<DPL><<<grid, kFThreads, smem_q, stream>>>(
       T, C, NH, hs, scale, qkv, ldqkv, lse, dout, lddo, D, dqkv, lddqkv);
@@ -763,7 +751,7 @@ extern "C" cudaError_t tg_cuda_attention_naive_fwd(int b, int T, int C, int NH,
   const unsigned grid = grid_blocks(b, NH, T);
   if (!grid) return cudaErrorInvalidValue;
   const size_t smem = sizeof(float) * (size_t)(1 + kNW) * hs;
-  cudaError_t e = smem_optin(attn_naive_fwd_kernel, smem);
+  cudaError_t e = tg_smem_optin(attn_naive_fwd_kernel, smem);
   if (e != cudaSuccess) return e;
   attn_naive_fwd_kernel<<<grid, kNT, smem, stream>>>(
       T, C, NH, hs, scale, qkv, (size_t)ldqkv, att, out, (size_t)ldo);
@@ -783,7 +771,7 @@ extern "C" cudaError_t tg_cuda_attention_naive_bwd(
   if (!grid) return cudaErrorInvalidValue;
 
   const size_t smem_d = sizeof(float) * (size_t)hs;
-  cudaError_t e = smem_optin(attn_naive_bwd_d_kernel, smem_d);
+  cudaError_t e = tg_smem_optin(attn_naive_bwd_d_kernel, smem_d);
   if (e != cudaSuccess) return e;
   attn_naive_bwd_d_kernel<<<grid, kNT, smem_d, stream>>>(
       T, C, NH, hs, qkv, (size_t)ldqkv, att, dout, (size_t)lddo, dqkv,
@@ -792,7 +780,7 @@ extern "C" cudaError_t tg_cuda_attention_naive_bwd(
   if (e != cudaSuccess) return e;
 
   const size_t smem_kv = sizeof(float) * (size_t)(1 + 2 * kNW) * hs;
-  e = smem_optin(attn_naive_bwd_kv_kernel, smem_kv);
+  e = tg_smem_optin(attn_naive_bwd_kv_kernel, smem_kv);
   if (e != cudaSuccess) return e;
   attn_naive_bwd_kv_kernel<<<grid, kNT, smem_kv, stream>>>(
       T, C, NH, hs, scale, qkv, (size_t)ldqkv, att, dout, (size_t)lddo, dqkv,
@@ -801,7 +789,7 @@ extern "C" cudaError_t tg_cuda_attention_naive_bwd(
   if (e != cudaSuccess) return e;
 
   const size_t smem_q = sizeof(float) * (size_t)(1 + kNW) * hs;
-  e = smem_optin(attn_naive_bwd_q_kernel, smem_q);
+  e = tg_smem_optin(attn_naive_bwd_q_kernel, smem_q);
   if (e != cudaSuccess) return e;
   attn_naive_bwd_q_kernel<<<grid, kNT, smem_q, stream>>>(
       T, C, NH, hs, scale, qkv, (size_t)ldqkv, att, dout, (size_t)lddo, dqkv,

@@ -48,7 +48,6 @@
 #include "scratch_sizes.h"
 #include "lowp.cuh"
 
-#include <limits.h>
 
 namespace {
 
@@ -315,16 +314,11 @@ __global__ void __launch_bounds__(kThreads) flash_bwd(const BwdArgs a) {
   }
 }
 
-template <typename Kernel> cudaError_t optin(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
 template <int HS>
 cudaError_t fwd(int b, int T, int C, int NH, const uint16_t *qkv, int ldqkv, uint16_t *out,
                 int ldo, float *lse, cudaStream_t stream) {
   const size_t bytes = FwdSmem<HS>::bytes;
-  cudaError_t e = optin(flash_fwd<HS>, bytes);
+  cudaError_t e = tg_smem_optin(flash_fwd<HS>, bytes);
   if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)((T + kB - 1) / kB), (unsigned)NH, (unsigned)b);
   flash_fwd<HS><<<grid, kThreads, bytes, stream>>>(T, C, NH, 1.0f / sqrtf((float)HS), qkv,
@@ -337,8 +331,8 @@ cudaError_t bwd(int b, int T, int C, int NH, const uint16_t *qkv, int ldqkv, con
                 const uint16_t *dout, int lddo, const float *D, uint16_t *dqkv, int lddqkv,
                 cudaStream_t stream) {
   const size_t bytes = BwdSmem<HS>::bytes;
-  cudaError_t e = optin(flash_bwd<HS, false>, bytes);
-  if (e == cudaSuccess) e = optin(flash_bwd<HS, true>, bytes);
+  cudaError_t e = tg_smem_optin(flash_bwd<HS, false>, bytes);
+  if (e == cudaSuccess) e = tg_smem_optin(flash_bwd<HS, true>, bytes);
   if (e != cudaSuccess) return e;
   const dim3 grid((unsigned)((T + kB - 1) / kB), (unsigned)NH, (unsigned)b);
   const BwdArgs a = {T,   C,    NH, 1.0f / sqrtf((float)HS), qkv, dout, lse, D, dqkv,

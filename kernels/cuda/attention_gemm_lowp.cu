@@ -24,7 +24,7 @@
  * rounded to the operand type before their products); the f32 kernels keep
  * P and dS in f32.  The op table's cuda-emu rows state the difference they
  * allow.  Scratch: D (b T NH) | A (NH T T) | B (NH T T) floats | P16, dS16
- * (NH T T bf16 each): tg_attn_gemm_scratch_floats(b, T, NH, 1).  bf16 only;
+ * (NH T T bf16 each): tg_attn_gemm_lowp_scratch_floats (scratch_sizes.h).  bf16 only;
  * deterministic; never allocates or synchronises.  Errors as attention_gemm.cu's;
  * *status keeps the cuBLAS status of a failed product.
  */
@@ -56,11 +56,6 @@ struct StoreBf16 {
   }
 };
 
-cudaError_t blas(cublasStatus_t s, cublasStatus_t *status) {
-  *status = s;
-  return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-}
-
 /* tg_attn_gemm::check, the cuBLAS status cleared first */
 int check(cublasHandle_t handle, int b, int T, int C, int NH, cudaStream_t stream,
           cublasStatus_t *status) {
@@ -71,7 +66,7 @@ int check(cublasHandle_t handle, int b, int T, int C, int NH, cudaStream_t strea
 /* dst (T, T) f32 per head = alpha x(T, hs) y(T, hs)^T, heads at stride hs */
 cudaError_t scores(cublasHandle_t handle, int T, int hs, int NH, float alpha, const uint16_t *x,
                    int ldx, const uint16_t *y, int ldy, float *dst, cublasStatus_t *status) {
-  return blas(tg_cuda_gemm_lowp_strided(handle, TG_BF16, 0, 1, T, T, hs, alpha, x, ldx, hs, y,
+  return tg_cublas_status(tg_cuda_gemm_lowp_strided(handle, TG_BF16, 0, 1, T, T, hs, alpha, x, ldx, hs, y,
                                         ldy, hs, 0.0f, TG_F32, dst, T, (long long)T * T, NH),
               status);
 }
@@ -80,7 +75,7 @@ cudaError_t scores(cublasHandle_t handle, int T, int hs, int NH, float alpha, co
 cudaError_t weighted(cublasHandle_t handle, int transm, int T, int hs, int NH, float alpha,
                      const uint16_t *M, const uint16_t *y, int ldy, uint16_t *dst, int ldd,
                      cublasStatus_t *status) {
-  return blas(tg_cuda_gemm_lowp_strided(handle, TG_BF16, transm, 0, T, hs, T, alpha, M, T,
+  return tg_cublas_status(tg_cuda_gemm_lowp_strided(handle, TG_BF16, transm, 0, T, hs, T, alpha, M, T,
                                         (long long)T * T, y, ldy, hs, 0.0f, TG_BF16, dst, ldd,
                                         hs, NH),
               status);

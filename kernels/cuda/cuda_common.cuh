@@ -24,7 +24,9 @@
 #ifndef TASKGRAD_CUDA_COMMON_CUH
 #define TASKGRAD_CUDA_COMMON_CUH
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +34,21 @@
 #define TG_CUDA_THREADS 256     /* threads per block of element-wise kernels */
 #define TG_CUDA_MAX_BLOCKS 8192 /* grid cap of grid-stride kernels */
 #define TG_FULL_MASK 0xffffffffu
+
+/* A cuBLAS call's status kept in *out for the caller, mapped to the launch
+ * status the launchers return (cudaErrorUnknown on a failure). */
+static inline cudaError_t tg_cublas_status(cublasStatus_t s, cublasStatus_t *out) {
+  *out = s;
+  return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+/* Opts a kernel into more than 48 KiB of dynamic shared memory when its
+ * launch needs it. */
+template <typename Kernel> cudaError_t tg_smem_optin(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  if (bytes > (size_t)INT_MAX) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
 
 /* Blocks for n items at `threads` per block, capped, at least 1. */
 static inline unsigned tg_cuda_blocks(size_t n, unsigned threads) {

@@ -38,6 +38,15 @@ static cublasStatus_t scale_only(cublasHandle_t handle, tg_dtype c_dtype,
   return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+/* cuBLAS's types for 16-bit A and B of type lowp and C of c_dtype (f32 or
+ * lowp); 0 when the pair is not one of those */
+static int lowp_types(tg_dtype lowp, tg_dtype c_dtype, cudaDataType_t *ab, cudaDataType_t *ct) {
+  if ((lowp != TG_BF16 && lowp != TG_F16) || (c_dtype != TG_F32 && c_dtype != lowp)) return 0;
+  *ab = lowp == TG_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  *ct = c_dtype == TG_F32 ? CUDA_R_32F : *ab;
+  return 1;
+}
+
 cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
                                  int transa, int transb, int m, int n, int k,
                                  float alpha,
@@ -47,13 +56,11 @@ cublasStatus_t tg_cuda_gemm_lowp(cublasHandle_t handle, tg_dtype lowp,
                                  int ldb, float beta, tg_dtype c_dtype,
                                  void *C, /* (m, n), ldc, f32 or lowp */
                                  int ldc) {
-  if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  if (lowp != TG_BF16 && lowp != TG_F16) return CUBLAS_STATUS_INVALID_VALUE;
-  if (c_dtype != TG_F32 && c_dtype != lowp) return CUBLAS_STATUS_INVALID_VALUE;
+  cudaDataType_t ab, ct;
+  if (m < 0 || n < 0 || k < 0 || !lowp_types(lowp, c_dtype, &ab, &ct))
+    return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (k == 0) return scale_only(handle, c_dtype, lowp, m, n, beta, C, ldc);
-  const cudaDataType_t ab = lowp == TG_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  const cudaDataType_t ct = c_dtype == TG_F32 ? CUDA_R_32F : ab;
   const cublasOperation_t opA = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   return cublasGemmEx(handle, opB, opA, n, m, k, &alpha, B, ab, ldb, A, ab, lda,
@@ -66,12 +73,10 @@ cublasStatus_t tg_cuda_gemm_lowp_strided(cublasHandle_t handle, tg_dtype lowp, i
                                          const uint16_t *B, int ldb, long long stride_b,
                                          float beta, tg_dtype c_dtype, void *C, int ldc,
                                          long long stride_c, int batch) {
-  if (m < 0 || n < 0 || k <= 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  if (lowp != TG_BF16 && lowp != TG_F16) return CUBLAS_STATUS_INVALID_VALUE;
-  if (c_dtype != TG_F32 && c_dtype != lowp) return CUBLAS_STATUS_INVALID_VALUE;
+  cudaDataType_t ab, ct;
+  if (m < 0 || n < 0 || k <= 0 || batch < 0 || !lowp_types(lowp, c_dtype, &ab, &ct))
+    return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-  const cudaDataType_t ab = lowp == TG_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  const cudaDataType_t ct = c_dtype == TG_F32 ? CUDA_R_32F : ab;
   const cublasOperation_t opA = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   return cublasGemmStridedBatchedEx(handle, opB, opA, n, m, k, &alpha, B, ab, ldb, stride_b, A,

@@ -75,12 +75,6 @@ template <bool BF> struct BwdEpilogue {
   }
 };
 
-/* keeps the cuBLAS status for the caller and maps it to the launch status */
-cudaError_t cublas_to_cuda(cublasStatus_t s, cublasStatus_t *out) {
-  *out = s;
-  return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-}
-
 } // namespace
 
 extern "C" cudaError_t tg_cuda_linear_fwd_lowp(
@@ -93,7 +87,7 @@ extern "C" cudaError_t tg_cuda_linear_fwd_lowp(
   if ((z16 && !work) || (lowp != TG_BF16 && lowp != TG_F16)) return cudaErrorInvalidValue;
   float *G = z16 ? work : (float *)Z; /* (rows, ldg) */
   const int ldg = z16 ? out : ldz;
-  cudaError_t e = cublas_to_cuda(tg_cuda_gemm_lowp(handle, lowp, 0, 1, rows, out, in, 1.0f, X,
+  cudaError_t e = tg_cublas_status(tg_cuda_gemm_lowp(handle, lowp, 0, 1, rows, out, in, 1.0f, X,
                                                 ldx, W, ldw, 0.0f, TG_F32, G, ldg),
                               cublas_status);
   if (e != cudaSuccess) return e;
@@ -114,7 +108,7 @@ extern "C" cudaError_t tg_cuda_linear_bwd_data_lowp(
   if ((dx16 && !work) || (lowp != TG_BF16 && lowp != TG_F16)) return cudaErrorInvalidValue;
   float *G = dx16 ? work : (float *)dX; /* (rows, ldg) */
   const int ldg = dx16 ? in : lddx;
-  cudaError_t e = cublas_to_cuda(tg_cuda_gemm_lowp(handle, lowp, 0, 0, rows, in, out, 1.0f, dZ,
+  cudaError_t e = tg_cublas_status(tg_cuda_gemm_lowp(handle, lowp, 0, 0, rows, in, out, 1.0f, dZ,
                                                 lddz, W, ldw, 0.0f, TG_F32, G, ldg),
                               cublas_status);
   if (e != cudaSuccess) return e;

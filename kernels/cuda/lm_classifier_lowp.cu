@@ -52,11 +52,6 @@ struct ZeroCols {
 
 int round8(int v) { return (v + 7) / 8 * 8; }
 
-cudaError_t blas(cublasStatus_t s, cublasStatus_t *status) {
-  *status = s;
-  return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-}
-
 } // namespace
 
 extern "C" size_t tg_cuda_classifier_lowp_scratch_floats(int C, int V, int chunk, int fused,
@@ -87,7 +82,7 @@ extern "C" cudaError_t tg_cuda_classifier_lowp(
       (tg_cuda_classifier_lowp_scratch_floats(C, V, chunk, fused, backward && dlnf16) && !work))
     return cudaErrorInvalidValue;
   cudaStream_t hs = NULL;
-  if (blas(cublasGetStream(handle, &hs), status) != cudaSuccess) return cudaErrorUnknown;
+  if (tg_cublas_status(cublasGetStream(handle, &hs), status) != cudaSuccess) return cudaErrorUnknown;
   if (hs != stream) return cudaErrorInvalidValue;
   const int ldv = fused ? round8(V) : Vd, ldg = round8(V); /* dl16's, logits' */
   float *G = work + tg_cuda_classifier_lowp_scratch_floats(C, V, chunk, fused, 0); /* (chunk, C) */
@@ -95,7 +90,7 @@ extern "C" cudaError_t tg_cuda_classifier_lowp(
   for (int r0 = 0; r0 < n; r0 += chunk) {
     const int rows = n - r0 < chunk ? n - r0 : chunk;
     const uint16_t *lnf_c = lnf + (size_t)r0 * (size_t)ldl; /* (rows, ldl) */
-    cudaError_t e = blas(tg_cuda_gemm_lowp(handle, TG_BF16, 0, 1, rows, V, C, 1.0f, lnf_c, ldl,
+    cudaError_t e = tg_cublas_status(tg_cuda_gemm_lowp(handle, TG_BF16, 0, 1, rows, V, C, 1.0f, lnf_c, ldl,
                                            wte, C, 0.0f, TG_F32, logits, ldg),
                          status);
     if (e == cudaSuccess)
@@ -111,7 +106,7 @@ extern "C" cudaError_t tg_cuda_classifier_lowp(
     /* dlnf_c (rows, C) = grad_scale dl wte[:V], into dlnf or, 16-bit, G */
     void *d = dlnf16 ? (void *)G
                      : (void *)((float *)dlnf + (size_t)r0 * (size_t)lddl);
-    e = blas(tg_cuda_gemm_lowp(handle, TG_BF16, 0, 0, rows, C, V, grad_scale, dl, ldv, wte, C,
+    e = tg_cublas_status(tg_cuda_gemm_lowp(handle, TG_BF16, 0, 0, rows, C, V, grad_scale, dl, ldv, wte, C,
                                0.0f, TG_F32, d, dlnf16 ? C : lddl),
              status);
     if (e == cudaSuccess && dlnf16)
@@ -119,7 +114,7 @@ extern "C" cudaError_t tg_cuda_classifier_lowp(
                           (uint16_t *)dlnf + (size_t)r0 * (size_t)lddl, lddl, stream);
     /* dwte[:V] (V, C) += grad_scale dl^T lnf_c */
     if (e == cudaSuccess && dwte)
-      e = blas(tg_cuda_gemm_lowp(handle, TG_BF16, 1, 0, V, C, rows, grad_scale, dl, ldv, lnf_c,
+      e = tg_cublas_status(tg_cuda_gemm_lowp(handle, TG_BF16, 1, 0, V, C, rows, grad_scale, dl, ldv, lnf_c,
                                  ldl, 1.0f, TG_F32, dwte, C),
                status);
     if (e != cudaSuccess) return e;
