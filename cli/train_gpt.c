@@ -174,14 +174,17 @@ static uint64_t params_checksum(tg_gpt *g, const tg_gpt_config *cfg) {
   return h;
 }
 
-/* Writes the training state after `batches` training batches. */
+/* a checkpoint record's piece: one slice of the model's state */
+static int checkpoint_slice(void *ctx, int p, int kind, size_t offset, float *dst, size_t n) {
+  return tg_gpt_read_slice(ctx, kind, (tg_gpt_param)p, (int)(offset / n), dst);
+}
+
+/* Writes the training state after `batches` training batches, streamed
+ * slice by slice from the model (never a second copy of it in memory). */
 static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
-  tg_checkpoint c;
-  if (tg_checkpoint_alloc(&c, &g->cfg) < 0) tg_cli_die_last("--checkpoint");
-  int step = 0;
-  if (tg_gpt_read_state(g, c.params, c.m, c.v, &step) < 0) tg_cli_die_last("--checkpoint");
+  tg_checkpoint c = {.cfg = g->cfg};
   /* the run's steps: AdamW's count plus the steps an overflow skipped */
-  c.step = step + g->optim.scaler.skipped;
+  c.step = g->optim.step + g->optim.scaler.skipped;
   c.batches = batches;
   c.B = o->run.cfg.B;
   c.T = o->run.cfg.T;
@@ -189,8 +192,8 @@ static void save_checkpoint(tg_gpt *g, const gpt_opts *o, long long batches) {
   c.data_seed = o->seed;
   c.rng_seed = o->seed;
   c.scaler = tg_cli_scaler_state(&g->optim.scaler);
-  if (tg_checkpoint_save(o->checkpoint, &c) < 0) tg_cli_die_last("--checkpoint");
-  tg_checkpoint_free(&c);
+  if (tg_checkpoint_save_from(o->checkpoint, &c, checkpoint_slice, g) < 0)
+    tg_cli_die_last("--checkpoint");
 }
 
 static float lr_at(const gpt_opts *o, int step) {
@@ -305,20 +308,28 @@ static int train_loop(gpt_session *s, tg_progress *bar, int *step, long long *ba
   return 0;
 }
 
+/* a slice of the parameters, for the streamed llm.c writer */
+static int param_slice(void *ctx, int p, size_t off, float *dst, size_t n) {
+  return checkpoint_slice(ctx, p, TG_GPT_STATE_VALUE, off, dst, n);
+}
+
 /* Saves the trained parameters: FILE.safetensors with Hugging Face GPT-2
- * names, anything else in llm.c's format. */
+ * names (through a whole copy), anything else in llm.c's format (streamed
+ * slice by slice from the model). */
 static void save_model(gpt_session *s) {
   const char *path = s->o.save;
-  size_t sizes[TG_GPT_NPARAMS];
-  float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
-  if (!out) tg_cli_die("out of memory for --save");
-  if (tg_gpt_read_params(&s->g, out) < 0) tg_cli_die_last("--save");
   size_t len = strlen(path);
-  int st = len > 12 && !strcmp(path + len - 12, ".safetensors");
-  if ((st ? tg_safetensors_write_gpt2(path, &s->cfg, out)
-          : tg_llmc_model_write(path, &s->cfg, out)) < 0)
-    tg_cli_die_last("--save");
-  free(out);
+  if (len <= 12 || strcmp(path + len - 12, ".safetensors")) {
+    if (tg_llmc_model_write_from(path, &s->cfg, param_slice, &s->g) < 0)
+      tg_cli_die_last("--save");
+  } else {
+    size_t sizes[TG_GPT_NPARAMS];
+    float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
+    if (!out) tg_cli_die("out of memory for --save");
+    if (tg_gpt_read_params(&s->g, out) < 0 || tg_safetensors_write_gpt2(path, &s->cfg, out) < 0)
+      tg_cli_die_last("--save");
+    free(out);
+  }
   fprintf(stderr, "taskgrad: saved %s\n", path);
 }
 

@@ -37,7 +37,8 @@ typedef struct gpt_session {
   tg_gpt_config cfg;
   float *params;                 /* the initial parameters (freed once built) */
   tg_llmc_model_reader *reader;  /* or --init-from, read while it is built */
-  tg_checkpoint ck;              /* --resume's checkpoint, when have_ck */
+  tg_checkpoint ck;              /* --resume's checkpoint header, when have_ck */
+  tg_checkpoint_reader *ck_reader; /* and its records, read while the model is built */
   int have_ck;
   uint16_t *tokens, *vtokens;    /* training and validation tokens */
   size_t ntok, nvtok;

@@ -74,7 +74,8 @@ static void setup_from_checkpoint(gpt_session *s) {
   tg_checkpoint *ck = &s->ck;
   need_file("--data", o->data);
   if (o->val) need_file("--val", o->val);
-  if (tg_checkpoint_load(o->resume, ck) < 0) tg_cli_die_last("--resume");
+  /* the header now, the records while the model is built (gpt_build_model) */
+  if (tg_checkpoint_open(o->resume, ck, &s->ck_reader) < 0) tg_cli_die_last("--resume");
   s->have_ck = 1;
   s->cfg = ck->cfg;
   if (o->init_from) check_same_model(o->init_from, &s->cfg);
@@ -98,7 +99,38 @@ static void setup_from_checkpoint(gpt_session *s) {
   o->seed = ck->data_seed;
   if (o->run.cfg.nmicro && o->run.cfg.B % o->run.cfg.nmicro)
     tg_cli_die("--micro-batches %d does not divide the checkpoint's batch %d", o->run.cfg.nmicro, o->run.cfg.B);
-  s->params = ck->params;
+  s->params = NULL;
+}
+
+/* the checkpoint's parameter records as the model's source */
+static int checkpoint_params(void *ctx, int param, size_t off, float *dst, size_t n) {
+  return tg_checkpoint_read(ctx, param, 0, off, dst, n);
+}
+
+/* The checkpoint's AdamW moments into the model, slice by slice through one
+ * slice-sized buffer, and its step. */
+static void load_checkpoint_moments(gpt_session *s) {
+  size_t most = 0, n;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    tg_checkpoint_pieces(&s->cfg, p, &n);
+    if (n > most) most = n;
+  }
+  float *buf = malloc(most * sizeof *buf);
+  if (!buf) tg_cli_die("--resume: out of memory for a %zu-float slice", most);
+  for (int p = 0; p < TG_GPT_NPARAMS; p++)
+    for (int kind = TG_GPT_STATE_M; kind <= TG_GPT_STATE_V; kind++) {
+      int pieces = tg_checkpoint_pieces(&s->cfg, p, &n);
+      for (int l = 0; l < pieces; l++)
+        if (tg_checkpoint_read(s->ck_reader, p, kind, (size_t)l * n, buf, n) < 0 ||
+            tg_gpt_write_slice(&s->g, kind, (tg_gpt_param)p, l, buf) < 0)
+          tg_cli_die_last("--resume");
+    }
+  free(buf);
+  tg_checkpoint *ck = &s->ck;
+  if (tg_gpt_state_written(&s->g, 0, (int)(ck->step - ck->scaler.skipped_steps)) < 0)
+    tg_cli_die_last("--resume");
+  tg_checkpoint_close(s->ck_reader);
+  s->ck_reader = NULL;
 }
 
 /* The model and its initial parameters: the demonstration's, a
@@ -175,18 +207,22 @@ void gpt_build_model(gpt_session *s) {
   tg_cli_gpt_fit(&s->cfg, &run, tg_ncpu_workers() + tg_ncuda_workers(), tg_cli_device_memory(),
                  s->root, "this GPT model and batch");
   tg_gpt *g = &s->g;
-  tg_cli_gpt_create(g, &s->cfg, s->params, s->reader, o->seed, &run, &o->opt);
+  if (s->ck_reader) {
+    if (tg_gpt_create_from(g, &s->cfg, checkpoint_params, s->ck_reader, &run, &o->opt) < 0)
+      tg_cli_die_last("--resume");
+  } else {
+    tg_cli_gpt_create(g, &s->cfg, s->params, s->reader, o->seed, &run, &o->opt);
+  }
   s->reader = NULL; /* closed */
   /* every replica starts from rank 0's parameters */
   if (tg_gpt_broadcast_params(g) < 0) tg_cli_die_last("broadcasting the parameters");
   if (s->have_ck) {
     tg_checkpoint *ck = &s->ck;
-    if (tg_gpt_write_state(g, NULL, ck->m, ck->v, (int)(ck->step - ck->scaler.skipped_steps)) < 0)
-      tg_cli_die_last("--resume");
+    load_checkpoint_moments(s);
     s->start = (int)ck->step;
     s->start_batch = ck->batches;
     tg_cli_scaler_restore(&g->optim.scaler, &ck->scaler);
-    tg_checkpoint_free(ck); /* its parameters are s->params */
+
     if (s->root)
       fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o->resume, s->start,
               s->start_batch);

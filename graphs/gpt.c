@@ -131,6 +131,26 @@ double tg_gpt_recompute_flops_per_token(const tg_gpt_config *cfg, int T) {
 /* critical-path ranks (graph_common.h): embedding 3L+1 at the top */
 #define TG_GPT_RANKS(L) (3 * (L) + 2)
 
+/* Offloaded optimizer on 2 or more devices, a micro-batch for each: each
+ * micro-batch runs whole on one device, as when sharded (tg_dp_device),
+ * but every tensor stays host-backed, so StarPU may evict any of them (the
+ * weights are read-only replicas, fetched again when needed); the
+ * gradients are summed in per-micro-batch leaves, on the devices. */
+static int tg_gpt_pins_micros(const tg_gpt_run_config *r) {
+  if (!r->offload_optimizer || r->tile_owner || r->data_parallel == TG_DP_SHARD) return 0;
+  int ndev = tg_dp_count_devices();
+  return ndev >= 2 && ndev <= TG_DP_MAX_DEVICES && r->nmicro >= ndev;
+}
+
+static int tg_gpt_pin_micros(tg_gpt *g) {
+  g->dp = calloc(1, sizeof *g->dp);
+  if (!g->dp) return tg_fail(ENOMEM, "GPT: out of memory");
+  g->dp->ndev = tg_dp_scan(g->dp->worker, g->dp->node, TG_DP_MAX_DEVICES);
+  g->dp->nmicro = g->dp->nslots = g->run.nmicro;
+  g->dp->compute = tg_precision_lowp(g->run.amp.precision);
+  return 0;
+}
+
 /* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
 #define SLICE(p, l) (tg_gpt_param_per_layer(p) ? (l) : 0)
 /* The f32 weight micro-batch mb's tasks read: the master, or with sharding
@@ -382,7 +402,10 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
                                    !g->run.tile_owner
                                ? TG_DP_SHARD : TG_DP_REDUX;
   }
+  int pinned = tg_gpt_pins_micros(&g->run);
+  if (pinned && g->run.attn_splits == 0) g->run.attn_splits = 1; /* one device per micro */
   TG_TRY(tg_gpt_check_run(cfg, &g->run));
+  if (pinned) TG_TRY(tg_gpt_pin_micros(g));
   TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
   g->optim.on_cpu = g->run.offload_optimizer;
   int rc = 0;
@@ -501,9 +524,14 @@ static void tg_gpt_micro_place(const tg_gpt *g, tg_gpt_micro *mb) {
 
 /* Starts the step's sum of gradient (p, l): sharded, or lazy (reduce.h). */
 static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
-  if (!g->shards) /* offloaded, the optimizer partitions the gradients: no REDUX */
+  /* offloaded, the optimizer partitions the gradients: no REDUX; with
+   * micro-batches pinned to devices, one copy passed from device to device
+   * (leaves when deterministic) */
+  if (!g->shards)
     return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1,
-                             g->run.offload_optimizer);
+                             !g->run.offload_optimizer ? TG_SUM_ANY
+                             : g->dp                   ? TG_SUM_IN_PLACE
+                                                       : TG_SUM_LEAVES);
   int L = g->cfg.num_layers;
   tg_gopts go;
   int rank = tg_gpt_param_rank(g, p, l);
@@ -1162,19 +1190,51 @@ int tg_gpt_loss(tg_gpt *g, double *mean_loss, int reset) {
   return 0;
 }
 
-/* Copies every slice of the tensors selected by `which` (w or g). */
-static int tg_gpt_read(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], tg_shard_part part,
-                       float *dst) {
+/* The state tensors of kind TG_GPT_STATE_*, and their sharded part. */
+static tg_tensor (*tg_gpt_state(tg_gpt *g, int kind, tg_shard_part *part))[TG_GPT_MAX_LAYERS] {
+  switch (kind) {
+  case TG_GPT_STATE_M: *part = TG_SHARD_M; return g->m;
+  case TG_GPT_STATE_V: *part = TG_SHARD_V; return g->v;
+  case TG_GPT_STATE_GRAD: *part = TG_SHARD_GRAD; return g->g;
+  default: *part = TG_SHARD_VALUE; return g->w;
+  }
+}
+
+static int tg_gpt_slice_check(const tg_gpt *g, int kind, tg_gpt_param p, int l) {
+  if (kind < TG_GPT_STATE_VALUE || kind > TG_GPT_STATE_GRAD || (unsigned)p >= TG_GPT_NPARAMS ||
+      l < 0 || l >= tg_gpt_slices(p, &g->cfg))
+    return tg_fail(EINVAL, "GPT: no state slice (kind %d, tensor %d, layer %d)", kind, (int)p, l);
+  return 0;
+}
+
+int tg_gpt_read_slice(tg_gpt *g, int kind, tg_gpt_param p, int l, float *dst) {
+  TG_TRY(tg_gpt_slice_check(g, kind, p, l));
+  tg_shard_part part;
+  tg_tensor(*which)[TG_GPT_MAX_LAYERS] = tg_gpt_state(g, kind, &part);
+  if (g->shards) return tg_shard_read(SHARD(g, p, l), part, MEMBER(g, p, l), dst);
+  return tg_tensor_read(&which[p][l], dst);
+}
+
+int tg_gpt_write_slice(tg_gpt *g, int kind, tg_gpt_param p, int l, const float *src) {
+  TG_TRY(tg_gpt_slice_check(g, kind, p, l));
+  if (kind == TG_GPT_STATE_GRAD) return tg_fail(EINVAL, "GPT: gradients are not written");
+  tg_shard_part part;
+  tg_tensor(*which)[TG_GPT_MAX_LAYERS] = tg_gpt_state(g, kind, &part);
+  if (g->shards) return tg_shard_write(SHARD(g, p, l), part, MEMBER(g, p, l), src);
+  return tg_tensor_write(&which[p][l], src);
+}
+
+/* Copies every slice of the tensors of `kind`, in llm.c's layout. */
+static int tg_gpt_read(tg_gpt *g, int kind, float *dst) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      if (g->shards) TG_TRY(tg_shard_read(SHARD(g, p, l), part, MEMBER(g, p, l), dst));
-      else TG_TRY(tg_tensor_read(&which[p][l], dst));
-      dst += tg_tensor_numel(&which[p][l]);
+      TG_TRY(tg_gpt_read_slice(g, kind, (tg_gpt_param)p, l, dst));
+      dst += tg_tensor_numel(&g->w[p][l]);
     }
   return 0;
 }
 
-int tg_gpt_shard_devices(const tg_gpt *g) { return g->dp ? g->dp->ndev : 0; }
+int tg_gpt_shard_devices(const tg_gpt *g) { return g->shards ? g->dp->ndev : 0; }
 
 int tg_gpt_broadcast_params(tg_gpt *g) {
   if (tg_dist_size() == 1) return 0;
@@ -1189,40 +1249,42 @@ int tg_gpt_broadcast_params(tg_gpt *g) {
 }
 
 int tg_gpt_read_params(tg_gpt *g, float *params) {
-  return tg_gpt_read(g, g->w, TG_SHARD_VALUE, params);
+  return tg_gpt_read(g, TG_GPT_STATE_VALUE, params);
 }
-int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, g->g, TG_SHARD_GRAD, grads); }
+int tg_gpt_read_grads(tg_gpt *g, float *grads) { return tg_gpt_read(g, TG_GPT_STATE_GRAD, grads); }
 
 int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step) {
-  if (params) TG_TRY(tg_gpt_read(g, g->w, TG_SHARD_VALUE, params));
-  if (m) TG_TRY(tg_gpt_read(g, g->m, TG_SHARD_M, m));
-  if (v) TG_TRY(tg_gpt_read(g, g->v, TG_SHARD_V, v));
+  if (params) TG_TRY(tg_gpt_read(g, TG_GPT_STATE_VALUE, params));
+  if (m) TG_TRY(tg_gpt_read(g, TG_GPT_STATE_M, m));
+  if (v) TG_TRY(tg_gpt_read(g, TG_GPT_STATE_V, v));
   if (step) *step = g->optim.step;
   return 0;
 }
 
-/* Overwrites every slice of `which` from src (llm.c layout). */
-static int tg_gpt_write(tg_gpt *g, tg_tensor (*which)[TG_GPT_MAX_LAYERS], tg_shard_part part,
-                        const float *src) {
+/* Overwrites every slice of the tensors of `kind` from src (llm.c layout). */
+static int tg_gpt_write(tg_gpt *g, int kind, const float *src) {
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, &g->cfg); l++) {
-      if (g->shards) TG_TRY(tg_shard_write(SHARD(g, p, l), part, MEMBER(g, p, l), src));
-      else TG_TRY(tg_tensor_write(&which[p][l], src));
-      src += tg_tensor_numel(&which[p][l]);
+      TG_TRY(tg_gpt_write_slice(g, kind, (tg_gpt_param)p, l, src));
+      src += tg_tensor_numel(&g->w[p][l]);
     }
   return 0;
+}
+
+int tg_gpt_state_written(tg_gpt *g, int params, int step) {
+  if (step < 0) return tg_fail(EINVAL, "GPT: optimizer step %d must be >= 0", step);
+  g->optim.step = step;
+  /* the 16-bit copies, and with sharding the replicas */
+  return params ? tg_optim_refresh_lowp(&g->optim) : 0;
 }
 
 int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
                        int step) {
   if (step < 0) return tg_fail(EINVAL, "GPT: optimizer step %d must be >= 0", step);
-  if (params) TG_TRY(tg_gpt_write(g, g->w, TG_SHARD_VALUE, params));
-  if (m) TG_TRY(tg_gpt_write(g, g->m, TG_SHARD_M, m));
-  if (v) TG_TRY(tg_gpt_write(g, g->v, TG_SHARD_V, v));
-  g->optim.step = step;
-  /* the 16-bit copies, and with sharding the replicas */
-  if (params) TG_TRY(tg_optim_refresh_lowp(&g->optim));
-  return 0;
+  if (params) TG_TRY(tg_gpt_write(g, TG_GPT_STATE_VALUE, params));
+  if (m) TG_TRY(tg_gpt_write(g, TG_GPT_STATE_M, m));
+  if (v) TG_TRY(tg_gpt_write(g, TG_GPT_STATE_V, v));
+  return tg_gpt_state_written(g, params != NULL, step);
 }
 
 int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {

@@ -13,14 +13,14 @@
 #include "taskgrad/parallel.h"
 
 static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
-                        int allreduce, int ordered, int lazy) {
+                        int allreduce, tg_sum_order ordered, int lazy) {
   memset(s, 0, sizeof *s);
   s->target = target;
   s->persistent = persistent;
   s->nmicro = nmicro;
   s->allreduce = allreduce && tg_dist_size() > 1;
-  s->mode = tg_sum_in_place() ? TG_COMMUTE : TG_REDUCE;
-  int leaves = ordered || tg_deterministic() || (persistent && s->allreduce);
+  s->mode = ordered == TG_SUM_IN_PLACE || tg_sum_in_place() ? TG_COMMUTE : TG_REDUCE;
+  int leaves = ordered == TG_SUM_LEAVES || tg_deterministic() || (persistent && s->allreduce);
   if (lazy) { /* one flag per handle that contributions go to */
     s->started = calloc(leaves ? (size_t)nmicro : 1, 1);
     if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
@@ -89,16 +89,17 @@ size_t tg_sum_buffers(int nworkers) {
 }
 
 int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int allreduce) {
-  return tg_sum_start(s, target, persistent, nmicro, allreduce, 0, 0);
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, TG_SUM_ANY, 0);
 }
 
 int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                          int allreduce) {
-  return tg_sum_start(s, target, persistent, nmicro, allreduce, 1, 0);
+  return tg_sum_start(s, target, persistent, nmicro, allreduce, TG_SUM_LEAVES, 0);
 }
 
-int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce, int ordered) {
-  return tg_sum_start(s, target, 0, nmicro, allreduce, ordered, 1);
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce,
+                      tg_sum_order order) {
+  return tg_sum_start(s, target, 0, nmicro, allreduce, order, 1);
 }
 
 int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int member, int nmicro, int allreduce,

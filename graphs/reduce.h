@@ -86,13 +86,21 @@ int tg_sum_begin(tg_sum *s, tg_tensor *target, int persistent, int nmicro, int a
  * partitioning then re-partitions the whole behind the graph's back. */
 int tg_sum_begin_ordered(tg_sum *s, tg_tensor *target, int persistent, int nmicro,
                          int allreduce);
+/* How a lazy sum adds (tg_sum_begin_lazy): as tg_sum_begin; with leaves
+ * and the fixed tree always, as tg_sum_begin_ordered; or in place in any
+ * order (TG_COMMUTE) even across memory nodes, unless deterministic (then
+ * leaves): one copy of the target, which StarPU moves from one worker's
+ * node to the next, where per-micro-batch leaves would each take a
+ * target's size on their device (models whose gradients outgrow the
+ * devices: the offloaded optimizer with micro-batches pinned to devices). */
+typedef enum { TG_SUM_ANY, TG_SUM_LEAVES, TG_SUM_IN_PLACE } tg_sum_order;
 /* The same for a gradient (not persistent) whose zeros are deferred: the
  * first contribution to each handle may overwrite it instead (a GEMM with
  * beta 0, a bias gradient), which saves the fill task.
  * Every contribution must then get its mode from tg_sum_take, just before
- * it is submitted.  ordered: leaves and the fixed tree, as
- * tg_sum_begin_ordered (a target that the optimizer will partition). */
-int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce, int ordered);
+ * it is submitted. */
+int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce,
+                      tg_sum_order order);
 /* The access mode of micro-batch `micro`'s next contribution: TG_OVERWRITE
  * when it is the first to its handle and can_overwrite, else the sum's mode
  * (tg_sum_mode), after submitting the zeros of the handle if nothing wrote

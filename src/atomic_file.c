@@ -90,6 +90,21 @@ int tg_atomic_write(tg_atomic_file *af, const void *buf, size_t n) {
   return 0;
 }
 
+long long tg_atomic_tell(tg_atomic_file *af) {
+  if (af->failed || !af->f) return -EIO;
+  off_t at = ftello(af->f);
+  if (at < 0) return fail(af, "tell", errno);
+  return (long long)at;
+}
+
+int tg_atomic_patch(tg_atomic_file *af, long long at, const void *buf, size_t n) {
+  if (af->failed || !af->f) return -EIO;
+  if (fseeko(af->f, (off_t)at, SEEK_SET) != 0) return fail(af, "seek", errno);
+  if (n && fwrite(buf, 1, n, af->f) != n) return fail(af, "write", errno);
+  if (fseeko(af->f, 0, SEEK_END) != 0) return fail(af, "seek", errno);
+  return 0;
+}
+
 int tg_atomic_commit(tg_atomic_file *af) {
   if (af->failed || !af->f) return -EIO;
   if (fflush(af->f) != 0) return fail(af, "flush", errno);

@@ -25,6 +25,11 @@ typedef struct tg_atomic_file {
 int tg_atomic_open(tg_atomic_file *af, const char *path);
 /* fwrite of n bytes; after a failure later calls do nothing and return it */
 int tg_atomic_write(tg_atomic_file *af, const void *buf, size_t n);
+/* The temporary file's length so far (bytes written), or -EIO. */
+long long tg_atomic_tell(tg_atomic_file *af);
+/* Overwrites n bytes at offset `at` (< tg_atomic_tell) and goes back to the
+ * end: a streamed record's header, once its data is written. */
+int tg_atomic_patch(tg_atomic_file *af, long long at, const void *buf, size_t n);
 /* flush, fsync, close, rename, directory fsync */
 int tg_atomic_commit(tg_atomic_file *af);
 /* gives up: closes and removes the temporary file */

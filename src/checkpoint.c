@@ -105,56 +105,108 @@ static void encode_header(unsigned char h[HDR], const tg_checkpoint *c) {
 
 /* ---- saving ------------------------------------------------------------- */
 
-int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
-  if (!dir || !c || !c->params || !c->m || !c->v)
-    return tg_fail(EINVAL, "tg_checkpoint_save: NULL argument or array");
+int tg_checkpoint_pieces(const tg_gpt_config *cfg, int p, size_t *piece_floats) {
+  size_t sizes[TG_GPT_NPARAMS];
+  tg_gpt_param_sizes(cfg, sizes);
+  int k = tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1;
+  *piece_floats = sizes[p] / (size_t)k;
+  return k;
+}
+
+/* The largest piece of any tensor, in floats. */
+static size_t largest_piece(const tg_gpt_config *cfg) {
+  size_t most = 0, n;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    tg_checkpoint_pieces(cfg, p, &n);
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+/* Record (p, kind): a header with a zero CRC, the pieces, then the CRC. */
+static int save_record(tg_atomic_file *af, const tg_gpt_config *cfg, int p, int kind,
+                       float *buf, tg_checkpoint_get get, void *ctx) {
+  size_t n;
+  int pieces = tg_checkpoint_pieces(cfg, p, &n);
+  long long at = tg_atomic_tell(af);
+  if (at < 0) return (int)at;
+  TG_TRY(tg_ck_write_record_header(af, (uint32_t)p, (uint32_t)kind, (uint64_t)n * pieces, 0));
+  uint32_t crc = tg_ck_crc(NULL, 0);
+  for (int i = 0; i < pieces; i++) {
+    TG_TRY(get(ctx, p, kind, (size_t)i * n, buf, n));
+    crc = tg_ck_crc_add(crc, buf, n * sizeof(float));
+    TG_TRY(tg_atomic_write(af, buf, n * sizeof(float)));
+  }
+  return tg_atomic_patch(af, at + 16, &crc, sizeof crc);
+}
+
+int tg_checkpoint_save_from(const char *dir, const tg_checkpoint *c, tg_checkpoint_get get,
+                            void *ctx) {
+  if (!dir || !c || !get) return tg_fail(EINVAL, "tg_checkpoint_save_from: NULL argument");
   int rc = tg_gpt_config_check(&c->cfg);
   if (rc < 0) return rc;
+  float *buf = malloc(largest_piece(&c->cfg) * sizeof(float));
   char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
-  if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
+  if (!buf || !path) {
+    free(buf);
+    free(path);
+    return tg_fail(ENOMEM, "checkpoint: out of memory");
+  }
   tg_atomic_file af;
   rc = tg_atomic_open(&af, path);
   unsigned char h[HDR];
   encode_header(h, c);
   if (rc == 0) rc = tg_atomic_write(&af, h, HDR);
-  size_t sizes[TG_GPT_NPARAMS];
-  tg_gpt_param_sizes(&c->cfg, sizes);
-  const float *arrays[3] = {c->params, c->m, c->v};
-  size_t off = 0;
-  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
-    for (int k = 0; k < 3 && rc == 0; k++)
-      rc = tg_ck_write_record(&af, (uint32_t)p, (uint32_t)k, arrays[k] + off, sizes[p]);
-    off += sizes[p];
-  }
+  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++)
+    for (int k = 0; k < 3 && rc == 0; k++) rc = save_record(&af, &c->cfg, p, k, buf, get, ctx);
   if (rc == 0) rc = tg_atomic_commit(&af);
   else tg_atomic_abort(&af);
+  free(buf);
   free(path);
   return rc;
 }
 
+/* the in-memory checkpoint's arrays as a source */
+static int get_arrays(void *ctx, int p, int kind, size_t offset, float *dst, size_t n) {
+  const tg_checkpoint *c = ctx;
+  size_t sizes[TG_GPT_NPARAMS], start = 0;
+  tg_gpt_param_sizes(&c->cfg, sizes);
+  for (int q = 0; q < p; q++) start += sizes[q];
+  const float *arrays[3] = {c->params, c->m, c->v};
+  memcpy(dst, arrays[kind] + start + offset, n * sizeof(float));
+  return 0;
+}
+
+int tg_checkpoint_save(const char *dir, const tg_checkpoint *c) {
+  if (!dir || !c || !c->params || !c->m || !c->v)
+    return tg_fail(EINVAL, "tg_checkpoint_save: NULL argument or array");
+  return tg_checkpoint_save_from(dir, c, get_arrays, (void *)c);
+}
+
 /* ---- loading ------------------------------------------------------------ */
 
-static int load_file(const char *path, tg_checkpoint *c) {
-  unsigned char h[HDR];
+struct tg_checkpoint_reader {
   FILE *f;
-  long long fsize;
-  TG_TRY(tg_ck_open(path, "taskgrad checkpoint", TG_CHECKPOINT_MAGIC, TG_CHECKPOINT_VERSION, h,
-                    HDR, &f, &fsize));
-  int rc = 0;
+  char *path;
+  tg_gpt_config cfg;
+  size_t sizes[TG_GPT_NPARAMS];
+  int p, kind;          /* the record being read (-1: none) */
+  uint64_t next;        /* its next offset */
+  uint32_t crc, stored; /* of its values so far, and the one it stores */
+};
+
+/* the header's fields into c (no arrays), after checking them */
+static int decode_header(const char *path, const unsigned char *h, long long fsize,
+                         tg_checkpoint *c) {
   uint32_t u[4];
   get(h, 0, u, sizeof u);
-  if (u[3] != NREC) {
-    rc = tg_fail(EINVAL, "%s: %u tensor records, expected %d", path, u[3], NREC);
-    goto out;
-  }
+  if (u[3] != NREC) return tg_fail(EINVAL, "%s: %u tensor records, expected %d", path, u[3], NREC);
   int32_t cf[6];
   get(h, 16, cf, sizeof cf);
   tg_gpt_config cfg = {.max_seq_len = cf[0], .vocab_size = cf[1], .num_layers = cf[2],
                        .num_heads = cf[3], .channels = cf[4], .padded_vocab_size = cf[5]};
-  if (tg_gpt_config_check(&cfg) < 0) {
-    rc = tg_fail(EINVAL, "%s: bad model configuration: %s", path, tg_last_error());
-    goto out;
-  }
+  if (tg_gpt_config_check(&cfg) < 0)
+    return tg_fail(EINVAL, "%s: bad model configuration: %s", path, tg_last_error());
   int64_t step, batches, clean, skipped;
   int32_t bt[3], window;
   get(h, 40, &step, 8);
@@ -164,23 +216,20 @@ static int load_file(const char *path, tg_checkpoint *c) {
   get(h, 96, &clean, 8);
   get(h, 104, &skipped, 8);
   if (step < 0 || step > INT_MAX || batches < 0 || bt[0] < 1 || bt[1] < 1 ||
-      (bt[2] != 0 && bt[2] != 1) || window < 0 || clean < 0 || skipped < 0) {
-    rc = tg_fail(EINVAL, "%s: bad header values (step %lld, batches %lld, B %d, T %d, data "
-                 "order %d, scaler window %d)", path, (long long)step, (long long)batches,
-                 bt[0], bt[1], bt[2], window);
-    goto out;
-  }
+      (bt[2] != 0 && bt[2] != 1) || window < 0 || clean < 0 || skipped < 0)
+    return tg_fail(EINVAL, "%s: bad header values (step %lld, batches %lld, B %d, T %d, data "
+                   "order %d, scaler window %d)", path, (long long)step, (long long)batches,
+                   bt[0], bt[1], bt[2], window);
   size_t sizes[TG_GPT_NPARAMS];
   size_t n = tg_gpt_param_sizes(&cfg, sizes);
   long long want = HDR + (long long)NREC * TG_CK_RECORD + 12LL * (long long)n;
-  if (fsize != want) {
-    rc = tg_fail(EINVAL, "%s: %lld bytes, but the configuration (L=%d C=%d Vp=%d maxT=%d) "
-                 "needs %lld: %s", path, fsize, cfg.num_layers, cfg.channels,
-                 cfg.padded_vocab_size, cfg.max_seq_len, want,
-                 fsize < want ? "truncated" : "trailing data");
-    goto out;
-  }
-  if ((rc = tg_checkpoint_alloc(c, &cfg)) < 0) goto out;
+  if (fsize != want)
+    return tg_fail(EINVAL, "%s: %lld bytes, but the configuration (L=%d C=%d Vp=%d maxT=%d) "
+                   "needs %lld: %s", path, fsize, cfg.num_layers, cfg.channels,
+                   cfg.padded_vocab_size, cfg.max_seq_len, want,
+                   fsize < want ? "truncated" : "trailing data");
+  memset(c, 0, sizeof *c);
+  c->cfg = cfg;
   c->step = step;
   c->batches = batches;
   c->B = bt[0];
@@ -192,30 +241,99 @@ static int load_file(const char *path, tg_checkpoint *c) {
   c->scaler.window = window;
   c->scaler.clean_steps = clean;
   c->scaler.skipped_steps = skipped;
-  float *arrays[3] = {c->params, c->m, c->v};
-  size_t off = 0;
-  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
-    for (int k = 0; k < 3 && rc == 0; k++) {
-      char what[96];
-      snprintf(what, sizeof what, "tensor %s (%s)", tg_gpt_param_names[p], kind_names[k]);
-      rc = tg_ck_read_record(f, path, what, (uint32_t)p, (uint32_t)k, arrays[k] + off,
-                             sizes[p]);
-    }
-    off += sizes[p];
+  return 0;
+}
+
+int tg_checkpoint_open(const char *dir, tg_checkpoint *c, tg_checkpoint_reader **out) {
+  if (!dir || !c || !out) return tg_fail(EINVAL, "tg_checkpoint_open: NULL argument");
+  *out = NULL;
+  tg_checkpoint_reader *r = calloc(1, sizeof *r);
+  char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
+  if (!r || !path) {
+    free(r);
+    free(path);
+    return tg_fail(ENOMEM, "checkpoint: out of memory");
   }
-  if (rc < 0) tg_checkpoint_free(c);
-out:
-  fclose(f);
-  return rc;
+  r->path = path;
+  r->p = -1;
+  unsigned char h[HDR];
+  long long fsize;
+  int rc = tg_ck_open(path, "taskgrad checkpoint", TG_CHECKPOINT_MAGIC, TG_CHECKPOINT_VERSION,
+                      h, HDR, &r->f, &fsize);
+  if (rc == 0) rc = decode_header(path, h, fsize, c);
+  if (rc < 0) {
+    tg_checkpoint_close(r);
+    return rc;
+  }
+  r->cfg = c->cfg;
+  tg_gpt_param_sizes(&r->cfg, r->sizes);
+  *out = r;
+  return 0;
+}
+
+/* where record (p, kind) starts: the header, then 3 records per tensor */
+static long long record_start(const tg_checkpoint_reader *r, int p, int kind) {
+  long long at = HDR;
+  for (int q = 0; q < p; q++) at += 3 * (TG_CK_RECORD + 4LL * (long long)r->sizes[q]);
+  return at + kind * (TG_CK_RECORD + 4LL * (long long)r->sizes[p]);
+}
+
+int tg_checkpoint_read(tg_checkpoint_reader *r, int p, int kind, size_t offset, float *dst,
+                       size_t n) {
+  if (!r || p < 0 || p >= TG_GPT_NPARAMS || kind < 0 || kind > 2 || (n && !dst))
+    return tg_fail(EINVAL, "tg_checkpoint_read: bad argument");
+  char what[96];
+  snprintf(what, sizeof what, "tensor %s (%s)", tg_gpt_param_names[p], kind_names[kind]);
+  if (offset + n > r->sizes[p])
+    return tg_fail(EINVAL, "%s: %s: %zu values at %zu, past its %zu", r->path, what, n, offset,
+                   r->sizes[p]);
+  if (offset == 0) {
+    if (fseeko(r->f, (off_t)record_start(r, p, kind), SEEK_SET) != 0)
+      return tg_fail(errno, "%s: seek: %s", r->path, strerror(errno));
+    TG_TRY(tg_ck_read_record_header(r->f, r->path, what, (uint32_t)p, (uint32_t)kind,
+                                    r->sizes[p], &r->stored));
+    r->p = p;
+    r->kind = kind;
+    r->next = 0;
+    r->crc = tg_ck_crc(NULL, 0);
+  } else if (r->p != p || r->kind != kind || r->next != offset) {
+    return tg_fail(EINVAL, "%s: %s read at %zu, not in order", r->path, what, offset);
+  }
+  TG_TRY(tg_ck_read_exact(r->f, r->path, dst, n * sizeof(float), what));
+  r->crc = tg_ck_crc_add(r->crc, dst, n * sizeof(float));
+  r->next += n;
+  if (r->next < r->sizes[p]) return 0;
+  r->p = -1;
+  return r->crc == r->stored ? 0 : tg_ck_crc_mismatch(r->path, what, r->stored, r->crc);
+}
+
+void tg_checkpoint_close(tg_checkpoint_reader *r) {
+  if (!r) return;
+  if (r->f) fclose(r->f);
+  free(r->path);
+  free(r);
 }
 
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c) {
   if (!dir || !c) return tg_fail(EINVAL, "tg_checkpoint_load: NULL argument");
   memset(c, 0, sizeof *c);
-  char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
-  if (!path) return tg_fail(ENOMEM, "checkpoint: out of memory");
-  int rc = load_file(path, c);
-  free(path);
+  tg_checkpoint_reader *r;
+  TG_TRY(tg_checkpoint_open(dir, c, &r));
+  tg_checkpoint header = *c;
+  int rc = tg_checkpoint_alloc(c, &header.cfg);
+  if (rc == 0) {
+    float *arrays[3] = {c->params, c->m, c->v};
+    header.params = c->params, header.m = c->m, header.v = c->v;
+    *c = header;
+    size_t off = 0;
+    for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
+      for (int k = 0; k < 3 && rc == 0; k++)
+        rc = tg_checkpoint_read(r, p, k, 0, arrays[k] + off, r->sizes[p]);
+      off += r->sizes[p];
+    }
+    if (rc < 0) tg_checkpoint_free(c);
+  }
+  tg_checkpoint_close(r);
   return rc;
 }
 

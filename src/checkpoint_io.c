@@ -13,7 +13,11 @@
 #include "check.h"
 
 uint32_t tg_ck_crc(const void *data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+  return tg_ck_crc_add((uint32_t)crc32(0L, Z_NULL, 0), data, n);
+}
+
+uint32_t tg_ck_crc_add(uint32_t crc0, const void *data, size_t n) {
+  uLong crc = crc0;
   const unsigned char *p = data;
   while (n > 0) { /* zlib's length is a uInt: 1 GiB pieces */
     uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
@@ -111,39 +115,53 @@ int tg_ck_open(const char *path, const char *noun, uint32_t magic, uint32_t vers
   return rc;
 }
 
-int tg_ck_write_record(tg_atomic_file *af, uint32_t index, uint32_t kind, const float *data,
-                       uint64_t count) {
+int tg_ck_write_record_header(tg_atomic_file *af, uint32_t index, uint32_t kind,
+                              uint64_t count, uint32_t crc) {
   unsigned char r[TG_CK_RECORD] = {0};
   uint32_t idx[2] = {index, kind};
-  uint32_t crc = tg_ck_crc(data, count * sizeof(float));
   tg_ck_put(r, 0, idx, 8);
   tg_ck_put(r, 8, &count, 8);
   tg_ck_put(r, 16, &crc, 4);
-  TG_TRY(tg_atomic_write(af, r, TG_CK_RECORD));
+  return tg_atomic_write(af, r, TG_CK_RECORD);
+}
+
+int tg_ck_write_record(tg_atomic_file *af, uint32_t index, uint32_t kind, const float *data,
+                       uint64_t count) {
+  uint32_t crc = tg_ck_crc(data, count * sizeof(float));
+  TG_TRY(tg_ck_write_record_header(af, index, kind, count, crc));
   return tg_atomic_write(af, data, count * sizeof(float));
 }
 
-int tg_ck_read_record(FILE *f, const char *path, const char *what, uint32_t index,
-                      uint32_t kind, float *data, uint64_t count) {
+int tg_ck_read_record_header(FILE *f, const char *path, const char *what, uint32_t index,
+                             uint32_t kind, uint64_t count, uint32_t *crc) {
   unsigned char r[TG_CK_RECORD];
   TG_TRY(tg_ck_read_exact(f, path, r, TG_CK_RECORD, what));
-  uint32_t idx[2], crc, zero;
+  uint32_t idx[2], zero;
   uint64_t n;
   tg_ck_get(r, 0, idx, 8);
   tg_ck_get(r, 8, &n, 8);
-  tg_ck_get(r, 16, &crc, 4);
+  tg_ck_get(r, 16, crc, 4);
   tg_ck_get(r, 20, &zero, 4);
   if (idx[0] != index || idx[1] != kind || n != count || zero)
     return tg_fail(EINVAL, "%s: %s: record header says parameter %u kind %u with %llu "
                    "elements, expected parameter %u kind %u with %llu: corrupted", path, what,
                    idx[0], idx[1], (unsigned long long)n, index, kind,
                    (unsigned long long)count);
+  return 0;
+}
+
+int tg_ck_crc_mismatch(const char *path, const char *what, uint32_t stored, uint32_t got) {
+  return tg_fail(EINVAL, "%s: %s: CRC mismatch (stored 0x%08x, computed 0x%08x): corrupted",
+                 path, what, stored, got);
+}
+
+int tg_ck_read_record(FILE *f, const char *path, const char *what, uint32_t index,
+                      uint32_t kind, float *data, uint64_t count) {
+  uint32_t crc;
+  TG_TRY(tg_ck_read_record_header(f, path, what, index, kind, count, &crc));
   TG_TRY(tg_ck_read_exact(f, path, data, count * sizeof(float), what));
   uint32_t got = tg_ck_crc(data, count * sizeof(float));
-  if (got != crc)
-    return tg_fail(EINVAL, "%s: %s: CRC mismatch (stored 0x%08x, computed 0x%08x): "
-                   "corrupted", path, what, crc, got);
-  return 0;
+  return got == crc ? 0 : tg_ck_crc_mismatch(path, what, crc, got);
 }
 
 int tg_ck_exists(const char *dir, const char *name) {

@@ -56,6 +56,18 @@ int tg_ck_open(const char *path, const char *noun, uint32_t magic, uint32_t vers
 /* Reads n bytes or fails: "truncated in <what>" or a read error. */
 int tg_ck_read_exact(FILE *f, const char *path, void *buf, size_t n, const char *what);
 
+/* The CRC of n more bytes after those that gave crc (tg_ck_crc(a) then
+ * tg_ck_crc_add(that, b) is the CRC of a and b one after the other). */
+uint32_t tg_ck_crc_add(uint32_t crc, const void *data, size_t n);
+/* A record's header alone (its data follows, written by the caller). */
+int tg_ck_write_record_header(tg_atomic_file *af, uint32_t index, uint32_t kind,
+                              uint64_t count, uint32_t crc);
+/* Reads a record's header, requiring this index, kind and count; *crc is
+ * the CRC it stores for the data that follows. */
+int tg_ck_read_record_header(FILE *f, const char *path, const char *what, uint32_t index,
+                             uint32_t kind, uint64_t count, uint32_t *crc);
+/* The error for data whose CRC is not the stored one. */
+int tg_ck_crc_mismatch(const char *path, const char *what, uint32_t stored, uint32_t got);
 /* One record: header and data (checked writes through af). */
 int tg_ck_write_record(tg_atomic_file *af, uint32_t index, uint32_t kind, const float *data,
                        uint64_t count);

@@ -282,16 +282,31 @@ static int atomic_write(const char *path, const void *hdr, size_t hdr_len,
   return rc;
 }
 
-int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
-                        const float *params) {
-  if (!path || !cfg || !params)
-    return tg_fail(EINVAL, "tg_llmc_model_write: NULL argument");
+/* the whole parameter array as a source */
+static int get_array(void *ctx, int param, size_t off, float *dst, size_t n) {
+  const float *params = ((const float *const *)ctx)[0];
+  const tg_gpt_config *cfg = ((const tg_gpt_config *const *)ctx)[1];
+  size_t sizes[TG_GPT_NPARAMS], start = 0;
+  tg_gpt_param_sizes(cfg, sizes);
+  for (int q = 0; q < param; q++) start += sizes[q];
+  memcpy(dst, params + start + off, n * sizeof(float));
+  return 0;
+}
+
+int tg_llmc_model_write_from(const char *path, const tg_gpt_config *cfg, tg_llmc_param_get get,
+                             void *ctx) {
+  if (!path || !cfg || !get) return tg_fail(EINVAL, "tg_llmc_model_write_from: NULL argument");
   char msg[256];
   uint64_t sz[TG_GPT_NPARAMS];
-  const uint64_t n = tg_gpt_config_sizes(cfg, sz, msg, sizeof msg);
-  if (n == 0)
-    return tg_fail(EINVAL, "%s: not written: invalid GPT-2 configuration: %s",
-                   path, msg);
+  if (tg_gpt_config_sizes(cfg, sz, msg, sizeof msg) == 0)
+    return tg_fail(EINVAL, "%s: not written: invalid GPT-2 configuration: %s", path, msg);
+  size_t most = 0;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    size_t piece = sz[p] / (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1);
+    if (piece > most) most = piece;
+  }
+  float *buf = malloc(most * sizeof *buf);
+  if (!buf) return tg_fail(ENOMEM, "%s: out of memory for a %zu-float slice", path, most);
   int32_t h[HEADER_INTS] = {0};
   h[0] = TG_LLMC_MODEL_MAGIC;
   h[1] = TG_LLMC_MODEL_VERSION;
@@ -301,7 +316,29 @@ int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
   h[5] = cfg->num_heads;
   h[6] = cfg->channels;
   h[7] = cfg->padded_vocab_size;
-  return atomic_write(path, h, sizeof h, params, (size_t)n * sizeof(float));
+  tg_atomic_file af;
+  int rc = tg_atomic_open(&af, path);
+  if (rc == 0) rc = tg_atomic_write(&af, h, sizeof h);
+  for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
+    int pieces = tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1;
+    size_t piece = sz[p] / (size_t)pieces;
+    for (int i = 0; i < pieces && rc == 0; i++) {
+      rc = get(ctx, p, (size_t)i * piece, buf, piece);
+      if (rc == 0) rc = tg_atomic_write(&af, buf, piece * sizeof(float));
+    }
+  }
+  free(buf);
+  if (rc == 0) return tg_atomic_commit(&af);
+  tg_atomic_abort(&af);
+  return rc;
+}
+
+int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
+                        const float *params) {
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_llmc_model_write: NULL argument");
+  const void *ctx[2] = {params, cfg};
+  return tg_llmc_model_write_from(path, cfg, get_array, (void *)ctx);
 }
 
 int tg_llmc_tokens_write(const char *path, const uint16_t *tokens, size_t n) {

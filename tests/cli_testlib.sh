@@ -50,6 +50,28 @@ PY
 # losses FILE...: "step N loss X ..." lines as "N X", one per step
 losses() { sed -nE 's/^step ([0-9]+) loss ([^ ]+) .*/\1 \2/p' "$@"; }
 
+# losses_within A B N TOL: files of losses (as printed by `losses`) with the
+# same N steps, each pair within TOL relative; prints the largest
+# difference, and fails when a step is missing or a difference exceeds TOL
+losses_within() {
+  paste "$1" "$2" | awk -v n="$3" -v tol="$4" '
+    NF != 4 || $1 != $3 {bad = 1}
+    {d = ($2 - $4) / $2; d = d < 0 ? -d : d; if (d > w) w = d}
+    END {if (bad || NR != n) exit 1; printf "%.1e", w; exit w > tol}'
+}
+
+# flip_bit FILE OFFSET MASK: XORs the byte at OFFSET (negative: from the
+# end) with MASK, in place
+flip_bit() {
+  "$py" - "$@" <<'PY'
+import sys
+path, at, mask = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+b = bytearray(open(path, "rb").read())
+b[at] ^= mask
+open(path, "wb").write(b)
+PY
+}
+
 # kill_when FILE OUT ERR taskgrad-args...: runs taskgrad in the background,
 # kills it with SIGKILL (a scheduler's preemption) as soon as FILE exists (up
 # to 60 s), and returns its exit status: 137 when the kill landed mid-run

@@ -12,6 +12,11 @@
  *  - a save that fails (its temporary path blocked by a directory of that
  *    name) returns an error and leaves the previous checkpoint byte for byte
  *    intact; a checkpoint.bin that is a directory is refused;
+ *  - streaming: every record of a saved file carries the zlib CRC32 of its
+ *    data (computed here, independently of the writer, which patches it in
+ *    after streaming the data); tg_checkpoint_read gives back each record
+ *    piece by piece (a layer's slice), records in any order, and refuses
+ *    pieces out of order or past the end;
  *  - tg_gpt_write_state / tg_gpt_read_state round-trip params, m, v and the
  *    step through a GPT's tensors;
  *  - the token loader's start_batch: a loader started at batch k hands out
@@ -25,6 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <starpu.h>
 
@@ -75,16 +81,85 @@ static void expect_refused(const char *what, const char *frag1, const char *frag
   if (rc == 0) tg_checkpoint_free(&c);
 }
 
+/* a checkpoint of cfg with random parameters and moments */
+static void random_checkpoint(tg_checkpoint *c, const tg_gpt_config *cfg, uint64_t seed) {
+  size_t sizes[TG_GPT_NPARAMS];
+  size_t n = tg_gpt_param_sizes(cfg, sizes);
+  CHECK(tg_checkpoint_alloc(c, cfg) == 0, "alloc: %s", tg_last_error());
+  tg_rng r = {seed};
+  tg_rng_fill(&r, c->params, n, 1.0f);
+  tg_rng_fill(&r, c->m, n, 0.1f);
+  tg_rng_fill(&r, c->v, n, 0.01f);
+}
+
+static void test_streaming(void) {
+  tg_gpt_config cfg = {16, 50, 3, 2, 8, 64};
+  size_t sizes[TG_GPT_NPARAMS];
+  size_t n = tg_gpt_param_sizes(&cfg, sizes);
+  tg_checkpoint c;
+  random_checkpoint(&c, &cfg, 777);
+  c.B = c.T = 1;
+  CHECK(tg_checkpoint_save(dir, &c) == 0, "save: %s", tg_last_error());
+  size_t len;
+  unsigned char *file = slurp(path, &len);
+  CHECK(file && len == 128 + 48 * 24 + 12 * n, "file size %zu", len);
+  /* each record: index, kind, count, then the CRC of its data (zlib here) */
+  size_t at = 128;
+  for (int p = 0; file && p < TG_GPT_NPARAMS; p++)
+    for (uint32_t k = 0; k < 3; k++) {
+      uint32_t idx[2], crc;
+      uint64_t cnt;
+      memcpy(idx, file + at, 8);
+      memcpy(&cnt, file + at + 8, 8);
+      memcpy(&crc, file + at + 16, 4);
+      uLong want = crc32(crc32(0L, Z_NULL, 0), file + at + 24, (uInt)(sizes[p] * 4));
+      CHECK(idx[0] == (uint32_t)p && idx[1] == k && cnt == sizes[p] && crc == (uint32_t)want,
+            "record %d/%u: header %u %u %llu crc 0x%08x, zlib 0x%08lx", p, k, idx[0], idx[1],
+            (unsigned long long)cnt, crc, want);
+      at += 24 + sizes[p] * 4;
+    }
+  free(file);
+  /* piece by piece, the records from the last to the first */
+  tg_checkpoint h;
+  tg_checkpoint_reader *rd;
+  CHECK(tg_checkpoint_open(dir, &h, &rd) == 0, "open: %s", tg_last_error());
+  if (rd) {
+    CHECK(!h.params && !memcmp(&h.cfg, &cfg, sizeof cfg), "open: header");
+    float *buf = malloc(n * sizeof *buf);
+    size_t start[TG_GPT_NPARAMS], off = 0;
+    for (int p = 0; p < TG_GPT_NPARAMS; p++) start[p] = off, off += sizes[p];
+    const float *arrays[3] = {c.params, c.m, c.v};
+    for (int p = TG_GPT_NPARAMS - 1; buf && p >= 0; p--)
+      for (int k = 2; k >= 0; k--) {
+        size_t piece;
+        int pieces = tg_checkpoint_pieces(&cfg, p, &piece);
+        CHECK(pieces == (tg_gpt_param_per_layer((tg_gpt_param)p) ? 3 : 1) &&
+              piece * pieces == sizes[p], "tensor %d: %d pieces of %zu", p, pieces, piece);
+        for (int i = 0; i < pieces; i++)
+          CHECK(tg_checkpoint_read(rd, p, k, i * piece, buf + i * piece, piece) == 0,
+                "read %d/%d piece %d: %s", p, k, i, tg_last_error());
+        CHECK(!memcmp(buf, arrays[k] + start[p], sizes[p] * 4), "record %d/%d differs", p, k);
+      }
+    size_t piece;
+    tg_checkpoint_pieces(&cfg, TG_QKVW, &piece);
+    CHECK(tg_checkpoint_read(rd, TG_QKVW, 1, 0, buf, piece) == 0, "first piece");
+    CHECK(tg_checkpoint_read(rd, TG_QKVW, 1, 2 * piece, buf, piece) == -EINVAL &&
+          strstr(tg_last_error(), "not in order"), "a piece skipped: %s", tg_last_error());
+    CHECK(tg_checkpoint_read(rd, TG_QKVW, 1, 0, buf, sizes[TG_QKVW] + 1) == -EINVAL,
+          "read past the record accepted");
+    free(buf);
+    tg_checkpoint_close(rd);
+  }
+  tg_checkpoint_free(&c);
+  unlink(path);
+}
+
 static void test_file_format(void) {
   tg_gpt_config cfg = {16, 50, 2, 2, 8, 64};
   size_t sizes[TG_GPT_NPARAMS];
   size_t n = tg_gpt_param_sizes(&cfg, sizes);
   tg_checkpoint c;
-  CHECK(tg_checkpoint_alloc(&c, &cfg) == 0, "alloc: %s", tg_last_error());
-  tg_rng r = {12345};
-  tg_rng_fill(&r, c.params, n, 1.0f);
-  tg_rng_fill(&r, c.m, n, 0.1f);
-  tg_rng_fill(&r, c.v, n, 0.01f);
+  random_checkpoint(&c, &cfg, 12345);
   c.params[3] = -0.0f; /* bitwise, not by value */
   c.step = 1234;
   c.batches = 98765432101LL;
@@ -121,6 +196,7 @@ static void test_file_format(void) {
   if (!good) return;
 
   /* a flipped bit in every tensor record's data */
+  tg_rng r = {54321};
   size_t off = 128;
   int refused = 0;
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
@@ -288,6 +364,7 @@ int main(void) {
     perror(dir);
     return 1;
   }
+  test_streaming();
   test_file_format();
   rmdir(dir);
   tg_runtime_config rt = tg_runtime_config_default();

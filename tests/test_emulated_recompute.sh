@@ -5,9 +5,12 @@
 # attention buffers moving between them), give the losses and parameters of
 # the CPU-only run without recompute, bit for bit, in fp32 and bf16.
 # The optimizer offloaded to 2 CPU workers (--offload-optimizer: AdamW on
-# the CPUs, every other task on the 2 devices, the gradients summed in
-# leaves) with recompute gives the same bits again: the kernels are the CPU
+# the CPUs, every other task on the 2 devices, each micro-batch pinned to a
+# device of its own, the gradients summed in leaves) with recompute gives
+# the same bits again: the kernels are the CPU
 # ones everywhere, and deterministic mode fixes the order of every sum.
+# Not deterministic, the offloaded run sums the gradients in place across
+# the devices (no leaves), within 1e-5 of the CPU run's losses.
 # A GPT whose state is 4 times the devices' memory trains (see below).
 # SKIP (77) when no PoCL device can be started.
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
@@ -31,10 +34,10 @@ for prec in fp32 bf16; do
   # where the tasks ran: AdamW on the CPUs only, the layers' tasks on the
   # devices only (the sums' fills and additions may run anywhere)
   if placed=$("$py" - "$work/off-$prec.json" 2>&1 <<'PY'
-import json, sys
+import json, re, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
-opt = dev = 0
+opt = dev = pinned = 0
 for e in ev:
     if e.get("ph") != "X" or e["tid"] not in names:
         continue
@@ -45,14 +48,42 @@ for e in ev:
     elif cl.split("_")[1] in ("linear", "gemm", "attention", "layernorm", "residual", "lm"):
         assert where.startswith("OpenCL"), f"{cl} on {where}"
         dev += 1
-assert opt > 0 and dev > 0, (opt, dev)
-print(f"{opt} optimizer tasks on the CPUs, {dev} layer tasks on the devices")
+    # each micro-batch whole on its own device (micro-batch k on device k)
+    micro = re.search(r"\bm([0-9]+)\.", e["name"])
+    if micro and not cl.startswith("tg_adamw"):
+        assert where.startswith(f"OpenCL {micro.group(1)} "), f"{e['name']} on {where}"
+        pinned += 1
+assert opt > 0 and dev > 0 and pinned > 0, (opt, dev, pinned)
+print(f"{opt} optimizer tasks on the CPUs, {dev} layer tasks on the devices, "
+      f"{pinned} tasks of micro-batch k on device k")
 PY
   ); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
   same_bits "cpu-$prec" "off-$prec" "$prec: optimizer offloaded to 2 CPUs, 2 devices, recompute"
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
   else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi
 done
+# Not deterministic, the offloaded run sums each gradient in place (one
+# copy passed from device to device, TG_COMMUTE) instead of in leaves: no
+# accumulate task per gradient, and the losses of the CPU run to 1e-5
+# (another order of the two micro-batches' sums)
+if timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
+     --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --stats --ncpus 2 --emulated-devices 2 \
+     --attention chunked --attn-splits 2 --recompute --offload-optimizer \
+     >"$work/inplace.out" 2>"$work/inplace.err"; then
+  losses "$work/inplace.out" >"$work/inplace.num"
+  acc=$(awk '$1 == "tg_accumulate" {print $2}' "$work/inplace.err")
+  if worst=$(losses_within "$work/cpu-fp32.num" "$work/inplace.num" 3 1e-5); then
+    ok "offloaded, not deterministic: losses within $worst of the CPU run"
+  else
+    bad "offloaded, not deterministic: losses $(paste "$work/cpu-fp32.num" "$work/inplace.num" | tr '\n' ';')"
+  fi
+  # the loss's sums only (the deterministic run adds 7 per step per gradient)
+  if [ -n "$acc" ] && [ "$acc" -le 6 ]; then ok "gradients summed in place ($acc accumulate tasks)"
+  else bad "${acc:-no} accumulate tasks: leaves?"; fi
+else
+  bad "offloaded, not deterministic: exit status $? ($(grep 'taskgrad: ' "$work/inplace.err" | head -2))"
+fi
+
 # A model 4 times the devices' memory: 3.29M parameters (L 4, C 256), whose
 # f32 weights, gradients and AdamW moments take 50.2 MiB, on 2 devices of 6
 # MiB each (STARPU_LIMIT_OPENCL_MEM=6, 12 MiB in all): the automatic fit

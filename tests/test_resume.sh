@@ -106,13 +106,7 @@ fi
 
 # refusals
 cp -r "$work/sequential/ck" "$work/corrupt"
-"$py" - "$work/corrupt/checkpoint.bin" <<'PY'
-import sys
-p = sys.argv[1]
-b = bytearray(open(p, "rb").read())
-b[len(b) // 2] ^= 0x04
-open(p, "wb").write(b)
-PY
+flip_bit "$work/corrupt/checkpoint.bin" $(($(stat -c %s "$work/corrupt/checkpoint.bin") / 2)) 4
 expect_fail "corrupted checkpoint" "checkpoint.bin.*CRC mismatch" train gpt \
   --resume "$work/corrupt" "${common[@]}" --steps 20
 head -c 1000 "$work/sequential/ck/checkpoint.bin" >"$work/corrupt/checkpoint.bin"

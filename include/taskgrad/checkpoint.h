@@ -62,6 +62,36 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c);
 /* Reads and validates <dir>/checkpoint.bin; the arrays are malloc'd
  * (tg_checkpoint_free).  On failure c holds no allocation. */
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c);
+/* Streaming, so that a model is never held twice in host memory: the
+ * records go to and come from the caller piece by piece, a piece being one
+ * layer's slice of a per-layer tensor (tg_gpt_param_per_layer) or a whole
+ * global tensor (tg_checkpoint_pieces).
+ *
+ * tg_checkpoint_save_from writes what tg_checkpoint_save writes, c's arrays
+ * unused: get(ctx, p, kind, offset, dst, n) fills dst with the n floats at
+ * `offset` of tensor p's kind (0 parameters, 1 AdamW m, 2 AdamW v), called
+ * once per piece in the file's order; each record's CRC is patched into its
+ * header once its data is written. */
+typedef int (*tg_checkpoint_get)(void *ctx, int p, int kind, size_t offset, float *dst,
+                                 size_t n);
+int tg_checkpoint_save_from(const char *dir, const tg_checkpoint *c, tg_checkpoint_get get,
+                            void *ctx);
+/* The pieces tensor p is read and written in, and their floats. */
+int tg_checkpoint_pieces(const tg_gpt_config *cfg, int p, size_t *piece_floats);
+
+/* tg_checkpoint_open validates <dir>/checkpoint.bin as tg_checkpoint_load
+ * does, except the records' CRCs, and fills c's header fields (its arrays
+ * NULL); tg_checkpoint_read then reads the n floats at `offset` of record
+ * (p, kind), a record's pieces in order from offset 0 (any record order),
+ * checking the record's CRC with its last value: a corrupted record is
+ * found only once its values are read, so the caller discards what it
+ * loaded on an error. */
+typedef struct tg_checkpoint_reader tg_checkpoint_reader;
+int tg_checkpoint_open(const char *dir, tg_checkpoint *c, tg_checkpoint_reader **r);
+int tg_checkpoint_read(tg_checkpoint_reader *r, int p, int kind, size_t offset, float *dst,
+                       size_t n);
+void tg_checkpoint_close(tg_checkpoint_reader *r);
+
 /* 1 when <dir>/checkpoint.bin exists, 0 when it (or dir) does not: a job
  * that is started again with the same --resume DIR begins fresh the first
  * time; a negative errno when it cannot be told (permissions, not a file). */

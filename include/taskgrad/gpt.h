@@ -204,6 +204,16 @@ int tg_gpt_read_grads(tg_gpt *g, float *grads);
 int tg_gpt_read_state(tg_gpt *g, float *params, float *m, float *v, int *step);
 int tg_gpt_write_state(tg_gpt *g, const float *params, const float *m, const float *v,
                        int step);
+/* The same slice by slice, so that a caller streaming a checkpoint never
+ * holds the model twice: layer l's slice of tensor p (l = 0 for the global
+ * tensors), kind TG_GPT_STATE_* (the checkpoint's record kinds first;
+ * gradients are read only).  After writing slices, tg_gpt_state_written
+ * sets the optimizer step and, when parameters were written (params 1),
+ * refreshes their 16-bit copies and replicas. */
+enum { TG_GPT_STATE_VALUE, TG_GPT_STATE_M, TG_GPT_STATE_V, TG_GPT_STATE_GRAD };
+int tg_gpt_read_slice(tg_gpt *g, int kind, tg_gpt_param p, int l, float *dst);
+int tg_gpt_write_slice(tg_gpt *g, int kind, tg_gpt_param p, int l, const float *src);
+int tg_gpt_state_written(tg_gpt *g, int params, int step);
 
 /* Bytes StarPU itself allocates (and counts against STARPU_LIMIT_*_MEM)
  * during a step, at most: every micro-batch's activation temporaries in

@@ -48,6 +48,14 @@ int tg_llmc_model_fill(void *reader, int param, size_t off, float *dst, size_t n
 int tg_llmc_model_close(tg_llmc_model_reader *reader);
 int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
                         const float *params);
+/* The same written piece by piece, so that the model is never copied whole:
+ * get(ctx, param, off, dst, n) fills dst with elements [off, off + n) of
+ * tensor `param` (tg_gpt_param, llm.c's layout), called once per layer's
+ * slice of a per-layer tensor (tg_gpt_param_per_layer) and once per global
+ * tensor, in the file's order. */
+typedef int (*tg_llmc_param_get)(void *ctx, int param, size_t off, float *dst, size_t n);
+int tg_llmc_model_write_from(const char *path, const tg_gpt_config *cfg, tg_llmc_param_get get,
+                             void *ctx);
 
 /* Reads a token file; vocab_size > 0 makes every token < vocab_size a
  * requirement.  *tokens is malloc'd. */
