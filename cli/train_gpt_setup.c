@@ -110,16 +110,12 @@ static int checkpoint_params(void *ctx, int param, size_t off, float *dst, size_
 /* The checkpoint's AdamW moments into the model, slice by slice through one
  * slice-sized buffer, and its step. */
 static void load_checkpoint_moments(gpt_session *s) {
-  size_t most = 0, n;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
-    tg_checkpoint_pieces(&s->cfg, p, &n);
-    if (n > most) most = n;
-  }
+  size_t most = tg_gpt_largest_slice(&s->cfg), n;
   float *buf = malloc(most * sizeof *buf);
   if (!buf) tg_cli_die("--resume: out of memory for a %zu-float slice", most);
   for (int p = 0; p < TG_GPT_NPARAMS; p++)
     for (int kind = TG_GPT_STATE_M; kind <= TG_GPT_STATE_V; kind++) {
-      int pieces = tg_checkpoint_pieces(&s->cfg, p, &n);
+      int pieces = tg_gpt_param_slices(&s->cfg, (tg_gpt_param)p, &n);
       for (int l = 0; l < pieces; l++)
         if (tg_checkpoint_read(s->ck_reader, p, kind, (size_t)l * n, buf, n) < 0 ||
             tg_gpt_write_slice(&s->g, kind, (tg_gpt_param)p, l, buf) < 0)
@@ -222,7 +218,6 @@ void gpt_build_model(gpt_session *s) {
     s->start = (int)ck->step;
     s->start_batch = ck->batches;
     tg_cli_scaler_restore(&g->optim.scaler, &ck->scaler);
-
     if (s->root)
       fprintf(stderr, "taskgrad: resuming %s at step %d (batch %lld)\n", o->resume, s->start,
               s->start_batch);

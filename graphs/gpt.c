@@ -134,8 +134,8 @@ double tg_gpt_recompute_flops_per_token(const tg_gpt_config *cfg, int T) {
 /* Offloaded optimizer on 2 or more devices, a micro-batch for each: each
  * micro-batch runs whole on one device, as when sharded (tg_dp_device),
  * but every tensor stays host-backed, so StarPU may evict any of them (the
- * weights are read-only replicas, fetched again when needed); the
- * gradients are summed in per-micro-batch leaves, on the devices. */
+ * weights are read-only replicas, fetched again when needed); g->dp
+ * without shards.  The gradients are summed in place (tg_gpt_sum_begin). */
 static int tg_gpt_pins_micros(const tg_gpt_run_config *r) {
   if (!r->offload_optimizer || r->tile_owner || r->data_parallel == TG_DP_SHARD) return 0;
   int ndev = tg_dp_count_devices();

@@ -56,7 +56,7 @@ int tg_gpt_tiles_auto(const tg_gpt_config *c, const tg_gpt_run_config *r) {
 }
 
 unsigned tg_gpt_tile_node(const tg_gpt *g, int micro) {
-  if (g->dp) return g->dp->node[tg_dp_device(g->dp, micro)]; /* sharded: its device */
+  if (g->dp) return g->dp->node[tg_dp_device(g->dp, micro)]; /* pinned: its device */
   unsigned node[TG_MAX_SPLIT];
   int ndev = tg_dp_scan(NULL, node, TG_MAX_SPLIT);
   if (ndev == 0) return STARPU_MAIN_RAM;

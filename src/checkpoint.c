@@ -105,29 +105,11 @@ static void encode_header(unsigned char h[HDR], const tg_checkpoint *c) {
 
 /* ---- saving ------------------------------------------------------------- */
 
-int tg_checkpoint_pieces(const tg_gpt_config *cfg, int p, size_t *piece_floats) {
-  size_t sizes[TG_GPT_NPARAMS];
-  tg_gpt_param_sizes(cfg, sizes);
-  int k = tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1;
-  *piece_floats = sizes[p] / (size_t)k;
-  return k;
-}
-
-/* The largest piece of any tensor, in floats. */
-static size_t largest_piece(const tg_gpt_config *cfg) {
-  size_t most = 0, n;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
-    tg_checkpoint_pieces(cfg, p, &n);
-    if (n > most) most = n;
-  }
-  return most;
-}
-
 /* Record (p, kind): a header with a zero CRC, the pieces, then the CRC. */
 static int save_record(tg_atomic_file *af, const tg_gpt_config *cfg, int p, int kind,
                        float *buf, tg_checkpoint_get get, void *ctx) {
   size_t n;
-  int pieces = tg_checkpoint_pieces(cfg, p, &n);
+  int pieces = tg_gpt_param_slices(cfg, (tg_gpt_param)p, &n);
   long long at = tg_atomic_tell(af);
   if (at < 0) return (int)at;
   TG_TRY(tg_ck_write_record_header(af, (uint32_t)p, (uint32_t)kind, (uint64_t)n * pieces, 0));
@@ -145,7 +127,7 @@ int tg_checkpoint_save_from(const char *dir, const tg_checkpoint *c, tg_checkpoi
   if (!dir || !c || !get) return tg_fail(EINVAL, "tg_checkpoint_save_from: NULL argument");
   int rc = tg_gpt_config_check(&c->cfg);
   if (rc < 0) return rc;
-  float *buf = malloc(largest_piece(&c->cfg) * sizeof(float));
+  float *buf = malloc(tg_gpt_largest_slice(&c->cfg) * sizeof(float));
   char *path = tg_ck_join(dir, TG_CHECKPOINT_FILE);
   if (!buf || !path) {
     free(buf);
@@ -169,11 +151,9 @@ int tg_checkpoint_save_from(const char *dir, const tg_checkpoint *c, tg_checkpoi
 /* the in-memory checkpoint's arrays as a source */
 static int get_arrays(void *ctx, int p, int kind, size_t offset, float *dst, size_t n) {
   const tg_checkpoint *c = ctx;
-  size_t sizes[TG_GPT_NPARAMS], start = 0;
-  tg_gpt_param_sizes(&c->cfg, sizes);
-  for (int q = 0; q < p; q++) start += sizes[q];
   const float *arrays[3] = {c->params, c->m, c->v};
-  memcpy(dst, arrays[kind] + start + offset, n * sizeof(float));
+  memcpy(dst, arrays[kind] + tg_gpt_param_offset(&c->cfg, (tg_gpt_param)p) + offset,
+         n * sizeof(float));
   return 0;
 }
 
@@ -273,9 +253,9 @@ int tg_checkpoint_open(const char *dir, tg_checkpoint *c, tg_checkpoint_reader *
 
 /* where record (p, kind) starts: the header, then 3 records per tensor */
 static long long record_start(const tg_checkpoint_reader *r, int p, int kind) {
-  long long at = HDR;
-  for (int q = 0; q < p; q++) at += 3 * (TG_CK_RECORD + 4LL * (long long)r->sizes[q]);
-  return at + kind * (TG_CK_RECORD + 4LL * (long long)r->sizes[p]);
+  long long before = (long long)tg_gpt_param_offset(&r->cfg, (tg_gpt_param)p);
+  return HDR + 3LL * p * TG_CK_RECORD + 12 * before +
+         kind * (TG_CK_RECORD + 4LL * (long long)r->sizes[p]);
 }
 
 int tg_checkpoint_read(tg_checkpoint_reader *r, int p, int kind, size_t offset, float *dst,

@@ -122,6 +122,30 @@ int tg_gpt_param_per_layer(tg_gpt_param p) {
   return p >= TG_LN1W && p <= TG_FCPROJB;
 }
 
+int tg_gpt_param_slices(const tg_gpt_config *c, tg_gpt_param p, size_t *slice_floats) {
+  size_t sizes[TG_GPT_NPARAMS];
+  tg_gpt_param_sizes(c, sizes);
+  int k = tg_gpt_param_per_layer(p) ? c->num_layers : 1;
+  *slice_floats = sizes[p] / (size_t)k;
+  return k;
+}
+
+size_t tg_gpt_largest_slice(const tg_gpt_config *c) {
+  size_t most = 0, n;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    tg_gpt_param_slices(c, (tg_gpt_param)p, &n);
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+size_t tg_gpt_param_offset(const tg_gpt_config *c, tg_gpt_param p) {
+  size_t sizes[TG_GPT_NPARAMS], start = 0;
+  tg_gpt_param_sizes(c, sizes);
+  for (int q = 0; q < (int)p; q++) start += sizes[q];
+  return start;
+}
+
 void tg_gpt_param_shape(const tg_gpt_config *c, tg_gpt_param p, int *rows,
                         int *cols) {
   const int C = c->channels;

@@ -286,10 +286,7 @@ static int atomic_write(const char *path, const void *hdr, size_t hdr_len,
 static int get_array(void *ctx, int param, size_t off, float *dst, size_t n) {
   const float *params = ((const float *const *)ctx)[0];
   const tg_gpt_config *cfg = ((const tg_gpt_config *const *)ctx)[1];
-  size_t sizes[TG_GPT_NPARAMS], start = 0;
-  tg_gpt_param_sizes(cfg, sizes);
-  for (int q = 0; q < param; q++) start += sizes[q];
-  memcpy(dst, params + start + off, n * sizeof(float));
+  memcpy(dst, params + tg_gpt_param_offset(cfg, (tg_gpt_param)param) + off, n * sizeof(float));
   return 0;
 }
 
@@ -300,11 +297,7 @@ int tg_llmc_model_write_from(const char *path, const tg_gpt_config *cfg, tg_llmc
   uint64_t sz[TG_GPT_NPARAMS];
   if (tg_gpt_config_sizes(cfg, sz, msg, sizeof msg) == 0)
     return tg_fail(EINVAL, "%s: not written: invalid GPT-2 configuration: %s", path, msg);
-  size_t most = 0;
-  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
-    size_t piece = sz[p] / (tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1);
-    if (piece > most) most = piece;
-  }
+  size_t most = tg_gpt_largest_slice(cfg);
   float *buf = malloc(most * sizeof *buf);
   if (!buf) return tg_fail(ENOMEM, "%s: out of memory for a %zu-float slice", path, most);
   int32_t h[HEADER_INTS] = {0};
@@ -320,8 +313,8 @@ int tg_llmc_model_write_from(const char *path, const tg_gpt_config *cfg, tg_llmc
   int rc = tg_atomic_open(&af, path);
   if (rc == 0) rc = tg_atomic_write(&af, h, sizeof h);
   for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
-    int pieces = tg_gpt_param_per_layer((tg_gpt_param)p) ? cfg->num_layers : 1;
-    size_t piece = sz[p] / (size_t)pieces;
+    size_t piece;
+    int pieces = tg_gpt_param_slices(cfg, (tg_gpt_param)p, &piece);
     for (int i = 0; i < pieces && rc == 0; i++) {
       rc = get(ctx, p, (size_t)i * piece, buf, piece);
       if (rc == 0) rc = tg_atomic_write(&af, buf, piece * sizeof(float));

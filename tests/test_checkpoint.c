@@ -132,7 +132,7 @@ static void test_streaming(void) {
     for (int p = TG_GPT_NPARAMS - 1; buf && p >= 0; p--)
       for (int k = 2; k >= 0; k--) {
         size_t piece;
-        int pieces = tg_checkpoint_pieces(&cfg, p, &piece);
+        int pieces = tg_gpt_param_slices(&cfg, (tg_gpt_param)p, &piece);
         CHECK(pieces == (tg_gpt_param_per_layer((tg_gpt_param)p) ? 3 : 1) &&
               piece * pieces == sizes[p], "tensor %d: %d pieces of %zu", p, pieces, piece);
         for (int i = 0; i < pieces; i++)
@@ -141,7 +141,7 @@ static void test_streaming(void) {
         CHECK(!memcmp(buf, arrays[k] + start[p], sizes[p] * 4), "record %d/%d differs", p, k);
       }
     size_t piece;
-    tg_checkpoint_pieces(&cfg, TG_QKVW, &piece);
+    tg_gpt_param_slices(&cfg, TG_QKVW, &piece);
     CHECK(tg_checkpoint_read(rd, TG_QKVW, 1, 0, buf, piece) == 0, "first piece");
     CHECK(tg_checkpoint_read(rd, TG_QKVW, 1, 2 * piece, buf, piece) == -EINVAL &&
           strstr(tg_last_error(), "not in order"), "a piece skipped: %s", tg_last_error());

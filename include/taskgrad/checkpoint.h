@@ -64,8 +64,8 @@ int tg_checkpoint_save(const char *dir, const tg_checkpoint *c);
 int tg_checkpoint_load(const char *dir, tg_checkpoint *c);
 /* Streaming, so that a model is never held twice in host memory: the
  * records go to and come from the caller piece by piece, a piece being one
- * layer's slice of a per-layer tensor (tg_gpt_param_per_layer) or a whole
- * global tensor (tg_checkpoint_pieces).
+ * layer's slice of a per-layer tensor or a whole global tensor
+ * (tg_gpt_param_slices).
  *
  * tg_checkpoint_save_from writes what tg_checkpoint_save writes, c's arrays
  * unused: get(ctx, p, kind, offset, dst, n) fills dst with the n floats at
@@ -76,8 +76,6 @@ typedef int (*tg_checkpoint_get)(void *ctx, int p, int kind, size_t offset, floa
                                  size_t n);
 int tg_checkpoint_save_from(const char *dir, const tg_checkpoint *c, tg_checkpoint_get get,
                             void *ctx);
-/* The pieces tensor p is read and written in, and their floats. */
-int tg_checkpoint_pieces(const tg_gpt_config *cfg, int p, size_t *piece_floats);
 
 /* tg_checkpoint_open validates <dir>/checkpoint.bin as tg_checkpoint_load
  * does, except the records' CRCs, and fills c's header fields (its arrays

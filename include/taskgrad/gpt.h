@@ -139,7 +139,8 @@ typedef struct tg_gpt {
   tg_tensor wl[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
   /* internal, sharded data parallelism (graphs/shard.h): the devices, the
    * buckets, and where each tensor is ([param * MAX_LAYERS + l]: bucket *
-   * TG_SHARD_MAX_MEMBERS + member); NULL otherwise */
+   * TG_SHARD_MAX_MEMBERS + member); NULL otherwise.  dp alone (no shards):
+   * micro-batches pinned to devices, the optimizer offloaded */
   struct tg_gpt_tilebufs *tilebufs; /* internal, tiled: [micro] outputs */
   struct tg_dp *dp;
   struct tg_shard *shards;

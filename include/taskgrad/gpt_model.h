@@ -53,6 +53,14 @@ void tg_gpt_param_shape(const tg_gpt_config *c, tg_gpt_param p, int *rows,
                         int *cols);
 /* 1 for the tensors with an L dimension (ln1w .. fcprojb) */
 int tg_gpt_param_per_layer(tg_gpt_param p);
+/* The slices tensor p is stored in (L for a per-layer tensor, else 1) and,
+ * in *slice_floats, the floats of each: the pieces that checkpoints and
+ * model files are streamed in. */
+int tg_gpt_param_slices(const tg_gpt_config *c, tg_gpt_param p, size_t *slice_floats);
+/* The floats of the largest slice of any tensor (a streaming buffer). */
+size_t tg_gpt_largest_slice(const tg_gpt_config *c);
+/* Where tensor p starts in llm.c's layout, in floats. */
+size_t tg_gpt_param_offset(const tg_gpt_config *c, tg_gpt_param p);
 
 /* GPT-2 initialisation: normal(0, 0.02) for wte, wpe and the linear
  * weights, with attprojw and fcprojw scaled by 1/sqrt(2L); LayerNorm weights
