@@ -169,6 +169,15 @@ void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
  * StarPU handlers would end the process) makes SIGINT/SIGTERM set
  * tg_cli_signal, for the training loop to stop after the current step. */
 extern volatile sig_atomic_t tg_cli_signal;
+
+/* The process's argv, set by main, for a restart of the same command. */
+extern char **tg_cli_argv;
+/* Stops the runtime and starts this command again from the top with
+ * StarPU's clean-buffer thresholds (5 and 10, set in the environment):
+ * for a step that evicts from device memory, after tg_init turned them off
+ * (tg_clean_buffers_disabled).  Under mpirun, or without tg_cli_argv, it
+ * returns and the run carries on as it is. */
+void tg_cli_restart_with_clean_buffers(void);
 void tg_cli_catch_signals(void);
 void tg_cli_checkpoint_dir(const char *dir);
 /* The loss scaler as a checkpoint stores it (scale 1, the rest 0 when off),

@@ -37,8 +37,9 @@ static double tg_cli_gpt_device_need(const tg_gpt_config *cfg, const tg_gpt_run_
   return need;
 }
 
-/* Both choices, after the user's: keep_* when forced off. */
-static void tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, int nworkers,
+/* Both choices, after the user's: keep_* when forced off.  Returns 1 when
+ * a step still holds more than a device (StarPU evicts), else 0. */
+static int tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, int nworkers,
                               double device_bytes, int say, const char *what,
                               int keep_recompute, int keep_offload) {
   tg_gpt_run_config rec = *run;
@@ -60,9 +61,9 @@ static void tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, 
               "StarPU-managed memory without it, %zu MiB with it, and STARPU_LIMIT_CPU_MEM "
               "is %zu MiB\n", what, need, with, limit);
   }
-  if (device_bytes <= 0) return;
+  if (device_bytes <= 0) return 0;
   double dev = tg_cli_gpt_device_need(cfg, run);
-  if (dev <= device_bytes) return;
+  if (dev <= device_bytes) return 0;
   /* first recompute (FLOPs), then the optimizer to the host (PCIe traffic) */
   if (!run->recompute && !keep_recompute) {
     run->recompute = 1;
@@ -93,6 +94,7 @@ static void tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, 
             "evicts host-backed data to make room%s\n", dev * 1e-9, device_bytes * 1e-9,
             !run->offload_optimizer && tg_ncpu_workers() == 0
                 ? " (with CPU workers, --ncpus, the optimizer could run on the host)" : "");
+  return dev > device_bytes;
 }
 
 void tg_cli_gpt_fit(const tg_gpt_config *cfg, tg_gpt_run_config *run, int nworkers,
@@ -101,6 +103,13 @@ void tg_cli_gpt_fit(const tg_gpt_config *cfg, tg_gpt_run_config *run, int nworke
   int keep_offload = run->offload_optimizer == TG_CLI_FORCED_OFF;
   if (keep_recompute) run->recompute = 0;
   if (keep_offload) run->offload_optimizer = 0;
+  /* a step that evicts wants the clean buffers that tg_init turned off
+   * (runtime.h): decided quietly first, so that the restart prints once */
+  tg_gpt_run_config quiet = *run;
+  if (tg_clean_buffers_disabled() &&
+      tg_cli_gpt_choose(cfg, &quiet, nworkers, device_bytes, 0, what, keep_recompute,
+                        keep_offload))
+    tg_cli_restart_with_clean_buffers();
   tg_cli_gpt_choose(cfg, run, nworkers, device_bytes, say, what, keep_recompute, keep_offload);
 }
 

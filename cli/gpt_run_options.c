@@ -81,6 +81,11 @@ static const run_option options[] = {
     {"--tile-owner", NULL, K_FLAG, F(cfg.tile_owner), 1, 0, -1, GPT,
      "pin tile j of every tiled layer to device j mod\ndevices (a fixed tensor-parallel layout;\n"
      "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},
+    {"--fused-backward", NULL, K_FLAG, F(cfg.fused_backward), 1, 0, -1, GPT,
+     "each linear layer's backward as one task (its\ninput's gradient, weight and bias gradients;\n"
+     "default: with CUDA workers and untiled layers)"},
+    {"--no-fused-backward", NULL, K_FLAG, F(cfg.fused_backward), -1, 0, -1, GPT,
+     "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,
      F(classifier_chunk_given), GPT,
      "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d;\n"

@@ -61,6 +61,7 @@ static void tg_fix_blas_kernels(char **argv) {
 }
 
 int main(int argc, char **argv) {
+  tg_cli_argv = argv;
   tg_fix_blas_kernels(argv);
   if (argc < 2) {
     fputs("taskgrad: error: no command given\n\n", stderr);

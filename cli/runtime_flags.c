@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <starpu.h>
 
@@ -80,4 +81,22 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     return 1;
   }
   return 0;
+}
+
+char **tg_cli_argv;
+
+void tg_cli_restart_with_clean_buffers(void) {
+  if (!tg_cli_argv || tg_dist_launched()) return; /* under mpirun: carry on as is */
+  fprintf(stderr, "taskgrad: the step evicts from device memory: restarting with StarPU's "
+          "clean-buffer thresholds (STARPU_MINIMUM_CLEAN_BUFFERS=5, "
+          "STARPU_TARGET_CLEAN_BUFFERS=10)\n");
+  fflush(NULL);
+  tg_shutdown();
+  /* StarPU's defaults, set: this run's tg_init leaves the user's values */
+  if (setenv("STARPU_MINIMUM_CLEAN_BUFFERS", "5", 1) != 0 ||
+      setenv("STARPU_TARGET_CLEAN_BUFFERS", "10", 1) != 0 ||
+      unsetenv("TG_CLEAN_BUFFERS_OURS") != 0)
+    tg_cli_die("restart: setenv failed");
+  execv("/proc/self/exe", tg_cli_argv);
+  tg_cli_die("restart: execv of /proc/self/exe failed");
 }

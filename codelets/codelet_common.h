@@ -81,6 +81,15 @@ int tg_attention_on_tensor_cores(const struct starpu_task *task);
 /* The memory traffic of a gemm-kind attention task's (NH, T, T) scores in
  * its scratch, which the buffers' sizes do not show (0 for other tasks) */
 double tg_attention_scratch_traffic(const struct starpu_task *task);
+/* The bytes a fused weight-gradient task reads again after its GEMM (its
+ * column sums of dZ, a second kernel: codelets/linear_weight.c), which the
+ * roofline adds to the GEMM's time instead of overlapping them; 0 for other
+ * tasks.  And whether it multiplies 16-bit operands. */
+double tg_linear_bwd_weight_serial_bytes(const struct starpu_task *task);
+int tg_linear_bwd_weight_is_lowp(const struct starpu_task *task);
+/* the same for the whole fused backward (codelets/linear_bwd.c) */
+double tg_linear_bwd_serial_bytes(const struct starpu_task *task);
+int tg_linear_bwd_is_lowp(const struct starpu_task *task);
 /* The same for the classifier's (chunk, V) logits block and, fused, its
  * per-chunk passes over dwte (codelets/lm_classifier.c) */
 double tg_lm_classifier_scratch_traffic(const struct starpu_task *task);

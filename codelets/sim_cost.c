@@ -70,6 +70,7 @@ void tg_sim_counts(long *h, long *r) {
 /* Codelets whose flops are a GEMM's (tensor-core eligible on GPUs). */
 static int tg_gemm_class(const char *name) {
   static const char *const gemms[] = {"tg_gemm", "tg_gemm_lowp", "tg_linear_fwd",
+                                      "tg_linear_bwd_weight", "tg_linear_bwd",
                                       "tg_linear_bwd_data", "tg_lm_classifier",
                                       "tg_linear_fwd_tile", "tg_linear_bwd_data_tile",
                                       "tg_lm_logits_tile"};
@@ -178,8 +179,9 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
   if (bytes < 0) bytes = tg_task_bytes(task);
   double peak, bw;
   if (arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER) {
-    int lowp = tg_lowp_of_task(task, NULL) || (task->cl && task->cl->name &&
-                                               !strcmp(task->cl->name, "tg_gemm_lowp"));
+    int lowp = tg_lowp_of_task(task, NULL) || tg_linear_bwd_weight_is_lowp(task) ||
+               tg_linear_bwd_is_lowp(task) ||
+               (task->cl && task->cl->name && !strcmp(task->cl->name, "tg_gemm_lowp"));
     int gemm = task->cl && tg_gemm_class(task->cl->name);
     int tc = tg_attention_on_tensor_cores(task);
     if (tc) { /* bf16 products: the whole T x T (gemm) or the causal blocks */
@@ -201,6 +203,9 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     bw = tg_roof.cpu_bw * cores;
   }
   double t = flops / peak, tm = bytes / bw;
-  return (t > tm ? t : tm) * 1e6 + tg_roof.launch_us;
+  /* a second kernel after the GEMM (not overlapped with it) */
+  double serial =
+      (tg_linear_bwd_weight_serial_bytes(task) + tg_linear_bwd_serial_bytes(task)) / bw;
+  return ((t > tm ? t : tm) + serial) * 1e6 + tg_roof.launch_us;
 }
 #endif

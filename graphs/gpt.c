@@ -247,6 +247,12 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
                    r->linear_tiles, c->channels);
   if (r->tile_owner != 0 && r->tile_owner != 1)
     return tg_fail(EINVAL, "GPT: tile_owner %d is not 0 or 1", r->tile_owner);
+  if (r->fused_backward < -1 || r->fused_backward > 1)
+    return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
+                   r->fused_backward);
+  /* auto: where a GPU runs the backward as one chain (gpt.h) */
+  if (r->fused_backward == 0)
+    r->fused_backward = tg_ncuda_workers() > 0 && r->linear_tiles < 2 ? 1 : -1;
   if (r->tile_owner && r->linear_tiles < 2)
     return tg_fail(EINVAL, "GPT: the owner placement of tiles needs 2 or more tiles (--tiles)");
   if (r->tile_owner && starpu_cuda_worker_get_count() + tg_nopencl_workers() == 0)
@@ -598,6 +604,22 @@ static int tg_gpt_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
 /* zeros first if nothing wrote gradient (p, l) yet: for kernels that add */
 #define GZERO(p, l) TG_TRY(tg_gpt_take(g, mb, (p), (l), 0, NULL))
 
+/* How micro-batch mb's task that writes the gradients of weight pw and of
+ * the bias after it (pw + 1: a LayerNorm's or a linear layer's) adds them:
+ * TG_OVERWRITE for the first contribution to both, so that no zero fill
+ * comes before it.  Their sums are alike (one per parameter, the same
+ * micro-batches), so both take the same mode. */
+static int tg_gpt_pair_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
+                            tg_accum *mode) {
+  tg_accum mb_mode;
+  TG_TRY(tg_gpt_take(g, mb, pw, l, 1, mode));
+  TG_TRY(tg_gpt_take(g, mb, (tg_gpt_param)(pw + 1), l, 1, &mb_mode));
+  if (mb_mode != *mode)
+    return tg_fail(EINVAL, "GPT: parameter %d.%d's weight and bias gradients sum differently",
+                   (int)pw, l);
+  return 0;
+}
+
 /* dW (+)= alpha dY^T X: with 16-bit dY and X (the activations' type)
  * through the 16-bit GEMM codelet (cublasGemmEx or the CPU's native bf16,
  * fp32 accumulation), else the f32 one */
@@ -608,22 +630,41 @@ static int tg_gpt_gemm_tn(const tg_gpt *g, float alpha, starpu_data_handle_t dY,
   return tg_gemm_insert(1, 0, alpha, dY, X, 1.0f, dW, mode, o);
 }
 
-/* A weight gradient dW (+)= dY^T X of parameter (p, l); beta 0 when it is
- * the first contribution. */
-static int tg_gpt_wgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
-                        starpu_data_handle_t dY, starpu_data_handle_t X,
-                        const tg_task_opts *o) {
+/* Linear layer (pw, l)'s backward from its output's gradient dZ and its
+ * input X: its input's gradient dX (a column plan dXc when tiled) from W
+ * (and Zprev with an activation), and its weight and bias gradients (the
+ * bias is pw + 1).  One task when the run fuses them (untiled), else the
+ * gradients under `ow` then dX under `o`. */
+static int tg_gpt_linear_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
+                             starpu_data_handle_t dZ, starpu_data_handle_t X,
+                             starpu_data_handle_t W, tg_activation act,
+                             starpu_data_handle_t Zprev, tg_tensor *dX, tg_split *dXc,
+                             const tg_task_opts *ow, const tg_task_opts *o);
+
+/* The weight and bias gradients of linear layer (pw, l) (its bias pw + 1)
+ * from its output's gradient dY and its input X, in one task */
+static int tg_gpt_linear_grads(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
+                               starpu_data_handle_t dY, starpu_data_handle_t X,
+                               const tg_task_opts *o) {
   tg_accum mode;
-  TG_TRY(tg_gpt_take(g, mb, p, l, 1, &mode));
-  return tg_gpt_gemm_tn(g, 1.0f, dY, X, G(g, p, l), mode, o);
+  TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
+  return tg_linear_bwd_weight_insert(dY, X, G(g, pw, l), G(g, (tg_gpt_param)(pw + 1), l), mode,
+                                     o);
 }
 
-/* The bias gradient of parameter (p, l): column sums of dY */
-static int tg_gpt_bgrad(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
-                        starpu_data_handle_t dY, const tg_task_opts *o) {
-  tg_accum mode;
-  TG_TRY(tg_gpt_take(g, mb, p, l, 1, &mode));
-  return tg_bias_grad_insert(dY, G(g, p, l), mode, o);
+static int tg_gpt_linear_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
+                             starpu_data_handle_t dZ, starpu_data_handle_t X,
+                             starpu_data_handle_t W, tg_activation act,
+                             starpu_data_handle_t Zprev, tg_tensor *dX, tg_split *dXc,
+                             const tg_task_opts *ow, const tg_task_opts *o) {
+  if (g->run.fused_backward > 0 && !(dXc && NT(g) > 1)) {
+    tg_accum mode;
+    TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
+    return tg_linear_bwd_insert(dZ, W, act, Zprev, X, dX->handle, G(g, pw, l),
+                                G(g, (tg_gpt_param)(pw + 1), l), mode, o);
+  }
+  TG_TRY(tg_gpt_linear_grads(g, mb, pw, l, dZ, X, ow));
+  return tg_gpt_linear_bwd_data(g, dZ, W, act, Zprev, dX, dXc, o);
 }
 
 /* The activations of block l of micro-batch mb that its backward reads,
@@ -637,21 +678,48 @@ static void tg_gpt_block_drop(tg_gpt_micro *mb, int l) {
   tg_gpt_out_release(&A->fchg, A->fchg_c);
 }
 
+/* A LayerNorm's parameters and its outputs: normalised (n, C), mean and
+ * rstd (n, 1) f32, created by whoever computes it */
+typedef struct tg_gpt_ln {
+  starpu_data_handle_t w, b;
+  tg_tensor *y, *mean, *rstd;
+} tg_gpt_ln;
+
+/* sum = a + b (n, C) and the LayerNorm ln of it, in one task: sum and ln's
+ * outputs are new temporaries */
+static int tg_gpt_residual_ln(const tg_gpt *g, int n, tg_tensor a, tg_tensor b, tg_tensor *sum,
+                              const tg_gpt_ln *ln, const tg_task_opts *o) {
+  int C = g->cfg.channels;
+  TG_TRY(TEMP(sum, n, C));
+  TG_TRY(TEMP(ln->y, n, C));
+  TG_TRY(tg_temp(ln->mean, n, 1));
+  TG_TRY(tg_temp(ln->rstd, n, 1));
+  return tg_residual_layernorm_fwd_insert(a.handle, b.handle, ln->w, ln->b, sum->handle,
+                                          ln->y->handle, ln->mean->handle, ln->rstd->handle, o);
+}
+
 /* Block l of micro-batch mb's forward from its input x (n, C) into
- * mb->acts[l] and its attention buffers, under options o.  x_out: the
- * block's output (n, C), a new temporary; NULL (recompute) stops after the
- * MLP's hidden activation, the last thing the backward reads. */
+ * mb->acts[l] and its attention buffers, under options o.  ln1_done: the
+ * task that summed x also wrote the block's first LayerNorm (ln1, mean1,
+ * rstd1 of mb->acts[l]).  x_out: the block's output (n, C), a new
+ * temporary, and with `next` the LayerNorm of it that comes next (the next
+ * block's ln1 or the final one), in the same task; x_out NULL (recompute)
+ * stops after the MLP's hidden activation, the last thing the backward
+ * reads. */
 static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
-                            tg_tensor *x_out, const tg_task_opts *o) {
+                            int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
+                            const tg_task_opts *o) {
   int n = mb->n, C = g->cfg.channels;
   tg_gpt_layer_acts *A = &mb->acts[l];
   tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
   A->x = x;
-  TG_TRY(TEMP(&A->ln1, n, C));       /* (n, C) */
-  TG_TRY(tg_temp(&A->mean1, n, 1));  /* (n, 1) f32 */
-  TG_TRY(tg_temp(&A->rstd1, n, 1));  /* (n, 1) f32 */
-  TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l), A->ln1.handle,
-                                 A->mean1.handle, A->rstd1.handle, o));
+  if (!ln1_done) {
+    TG_TRY(TEMP(&A->ln1, n, C));       /* (n, C) */
+    TG_TRY(tg_temp(&A->mean1, n, 1));  /* (n, 1) f32 */
+    TG_TRY(tg_temp(&A->rstd1, n, 1));  /* (n, 1) f32 */
+    TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
+                                   A->ln1.handle, A->mean1.handle, A->rstd1.handle, o));
+  }
   int N = NT(g);
   TG_TRY(tg_gpt_linear_fwd(g, A->ln1.handle, WG(g, TG_QKVW, l), W(g, TG_QKVB, l), TG_ACT_NONE,
                            &at->qkv, N > 1 ? &at->qkv_c : NULL, NULL, NULL, o));
@@ -661,14 +729,10 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
   TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
   TG_TRY(tg_gpt_linear_fwd(g, at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
-  TG_TRY(TEMP(&A->x2, n, C));        /* (n, C) x + attention */
-  TG_TRY(tg_residual_insert(x.handle, proj.handle, A->x2.handle, o));
+  /* x2 (n, C) = x + attention, and ln2 of it */
+  tg_gpt_ln ln2 = {W(g, TG_LN2W, l), W(g, TG_LN2B, l), &A->ln2, &A->mean2, &A->rstd2};
+  TG_TRY(tg_gpt_residual_ln(g, n, x, proj, &A->x2, &ln2, o));
   tg_gpt_out_release(&proj, pc);
-  TG_TRY(TEMP(&A->ln2, n, C));
-  TG_TRY(tg_temp(&A->mean2, n, 1));
-  TG_TRY(tg_temp(&A->rstd2, n, 1));
-  TG_TRY(tg_layernorm_fwd_insert(A->x2.handle, W(g, TG_LN2W, l), W(g, TG_LN2B, l),
-                                 A->ln2.handle, A->mean2.handle, A->rstd2.handle, o));
   A->fch_c = A->fchg_c = NULL;
   if (N > 1) { /* the set's buffers, with their column plans */
     A->fch = at->fch;
@@ -685,8 +749,12 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
   TG_TRY(tg_gpt_out(g, mb, TG_TILE_PROJ, l, &proj, &pc, n, C));
   TG_TRY(tg_gpt_linear_fwd(g, A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
-  TG_TRY(TEMP(x_out, n, C));
-  TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
+  if (next) {
+    TG_TRY(tg_gpt_residual_ln(g, n, A->x2, proj, x_out, next, o));
+  } else {
+    TG_TRY(TEMP(x_out, n, C));
+    TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
+  }
   tg_gpt_out_release(&proj, pc);
   /* the last block's backward comes right after: nothing to gain */
   if (!g->run.recompute || l == g->cfg.num_layers - 1) return 0;
@@ -710,13 +778,27 @@ static int tg_gpt_forward_layers(tg_gpt *g, tg_gpt_micro *mb, int S, int first, 
                                    x.handle,
                                    OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
   }
+  /* each block's last residual add computes the LayerNorm after it too:
+   * the next block's ln1 in this range, or the final one after the last
+   * block (a range that stops before it leaves that to the next call) */
   for (int l = first; l < end; l++) {
     tg_tensor next;
-    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, x, &next, FWD(l)));
+    tg_gpt_ln ln;
+    const tg_gpt_ln *fused = &ln;
+    if (l + 1 < end) {
+      tg_gpt_layer_acts *B = &mb->acts[l + 1];
+      ln = (tg_gpt_ln){W(g, TG_LN1W, l + 1), W(g, TG_LN1B, l + 1), &B->ln1, &B->mean1,
+                       &B->rstd1};
+    } else if (end == L) {
+      ln = (tg_gpt_ln){W(g, TG_LNFW, 0), W(g, TG_LNFB, 0), &mb->lnf, &mb->meanf, &mb->rstdf};
+    } else {
+      fused = NULL;
+    }
+    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, x, l > first, &next, fused, FWD(l)));
     x = next;
   }
   mb->xL = x;
-  if (end < L) return 0;
+  if (end < L || end > first) return 0; /* lnf: with the last block's sum */
   TG_TRY(TEMP(&mb->lnf, n, C));
   TG_TRY(tg_temp(&mb->meanf, n, 1));
   TG_TRY(tg_temp(&mb->rstdf, n, 1));
@@ -781,11 +863,11 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   tg_tensor dres, tmp;
   TG_TRY(TEMP(&dres, n, C));
   TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
-  GZERO(TG_LNFW, 0);
-  GZERO(TG_LNFB, 0);
+  tg_accum lnmode;
+  TG_TRY(tg_gpt_pair_take(g, mb, TG_LNFW, 0, &lnmode));
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
                                  mb->meanf.handle, mb->rstdf.handle, dres.handle,
-                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), GMODE(g), BWD(L)));
+                                 G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), lnmode, BWD(L)));
   tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
   tg_gpt_out_release(&mb->dlnf, mb->dlnf_c);
@@ -793,50 +875,42 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_layer_acts *A = &mb->acts[l];
     tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
     if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
-      TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, NULL,
+      TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, 0, NULL, NULL,
                               OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
     /* MLP block: dres holds dL/d(x2 + fcproj) */
-    TG_TRY(tg_gpt_wgrad(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_bgrad(g, mb, TG_FCPROJB, l, dres.handle, WGRAD(l)));
     tg_split *tc, *dc;
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
-    TG_TRY(tg_gpt_linear_bwd_data(g, dres.handle, WG(g, TG_FCPROJW, l), TG_ACT_GELU,
-                                  A->fch.handle, &tmp, tc, BWD(l)));
+    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle,
+                             WG(g, TG_FCPROJW, l), TG_ACT_GELU, A->fch.handle, &tmp, tc,
+                             WGRAD(l), BWD(l)));
     tg_gpt_out_release(&A->fchg, A->fchg_c);
     tg_gpt_out_release(&A->fch, A->fch_c);
-    TG_TRY(tg_gpt_wgrad(g, mb, TG_FCW, l, tmp.handle, A->ln2.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_bgrad(g, mb, TG_FCB, l, tmp.handle, WGRAD(l)));
     tg_tensor dln;                                                   /* (n, C) */
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd_data(g, tmp.handle, WG(g, TG_FCW, l), TG_ACT_NONE, NULL, &dln, dc,
-                                  BWD(l)));
+    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_FCW, l, tmp.handle, A->ln2.handle, WG(g, TG_FCW, l),
+                             TG_ACT_NONE, NULL, &dln, dc, WGRAD(l), BWD(l)));
     tg_gpt_out_release(&tmp, tc);
     TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
-    GZERO(TG_LN2W, l);
-    GZERO(TG_LN2B, l);
+    TG_TRY(tg_gpt_pair_take(g, mb, TG_LN2W, l, &lnmode));
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
                                    A->mean2.handle, A->rstd2.handle, dres.handle,
-                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), GMODE(g), BWD(l)));
+                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), lnmode, BWD(l)));
     tg_gpt_out_release(&dln, dc);
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
     /* attention block: dres holds dL/d(x + attproj) */
-    TG_TRY(tg_gpt_wgrad(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_bgrad(g, mb, TG_ATTPROJB, l, dres.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_linear_bwd_data(g, dres.handle, WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL,
-                                  &at->dout, N > 1 ? &at->dout_c : NULL, BWD(l)));
+    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle,
+                             WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL, &at->dout,
+                             N > 1 ? &at->dout_c : NULL, WGRAD(l), BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
-    TG_TRY(tg_gpt_wgrad(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle, WGRAD(l)));
-    TG_TRY(tg_gpt_bgrad(g, mb, TG_QKVB, l, at->dqkv.handle, WGRAD(l)));
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd_data(g, at->dqkv.handle, WG(g, TG_QKVW, l), TG_ACT_NONE, NULL,
-                                  &dln, dc, BWD(l)));
+    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle,
+                             WG(g, TG_QKVW, l), TG_ACT_NONE, NULL, &dln, dc, WGRAD(l), BWD(l)));
     TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
-    GZERO(TG_LN1W, l);
-    GZERO(TG_LN1B, l);
+    TG_TRY(tg_gpt_pair_take(g, mb, TG_LN1W, l, &lnmode));
     TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
                                    A->mean1.handle, A->rstd1.handle, dres.handle,
-                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), GMODE(g), BWD(l)));
+                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), lnmode, BWD(l)));
     tg_gpt_out_release(&dln, dc);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);

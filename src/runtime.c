@@ -33,6 +33,8 @@
 #include "mpi_runtime.h"
 
 static int tg_started = 0;
+/* tg_init set STARPU_MINIMUM/TARGET_CLEAN_BUFFERS to 0 itself */
+static int tg_clean_off = 0;
 static int tg_use_priorities = 1;
 static void (*tg_shutdown_fns[8])(void);
 static int tg_nshutdown_fns = 0;
@@ -151,6 +153,33 @@ static int tg_device_limit_set(void) {
   return 0;
 }
 
+/* The clean-buffer thresholds (see tg_init): 0 unless the user set them
+ * or a device limit is set.  TG_CLEAN_BUFFERS_OURS marks zeros that
+ * taskgrad set, so that a second tg_init, or a child process that inherits
+ * them, tells them from the user's. */
+static int tg_clean_buffers_setup(int device_limit) {
+  const char *ours = getenv("TG_CLEAN_BUFFERS_OURS");
+  int user = (getenv("STARPU_MINIMUM_CLEAN_BUFFERS") || getenv("STARPU_TARGET_CLEAN_BUFFERS")) &&
+             !(ours && !strcmp(ours, "1"));
+  tg_clean_off = 0;
+  if (user) return 0;
+  int rc = 0;
+  if (device_limit) { /* StarPU's own values, as if never set */
+    if (ours) {
+      rc = unsetenv("STARPU_MINIMUM_CLEAN_BUFFERS");
+      if (rc == 0) rc = unsetenv("STARPU_TARGET_CLEAN_BUFFERS");
+      if (rc == 0) rc = unsetenv("TG_CLEAN_BUFFERS_OURS");
+    }
+  } else {
+    rc = setenv("STARPU_MINIMUM_CLEAN_BUFFERS", "0", 1);
+    if (rc == 0) rc = setenv("STARPU_TARGET_CLEAN_BUFFERS", "0", 1);
+    if (rc == 0) rc = setenv("TG_CLEAN_BUFFERS_OURS", "1", 1);
+    tg_clean_off = rc == 0;
+  }
+  if (rc != 0) return tg_fail(errno, "setting STARPU_*_CLEAN_BUFFERS: %s", strerror(errno));
+  return 0;
+}
+
 /* StarPU 1.3 can spin for good allocating device memory under a limit too
  * small for the graph (src/device_memory.c refuses the cases we know).  As
  * a last resort, under a device memory limit StarPU's watchdog (default 10
@@ -240,6 +269,23 @@ int tg_init(const tg_runtime_config *cfg) {
   if (device_limit && setenv("STARPU_WATCHDOG_TIMEOUT", "10000000", 0) != 0)
     return tg_fail(errno, "setenv STARPU_WATCHDOG_TIMEOUT: %s", strerror(errno));
 
+  /* StarPU 1.3 writes dirty device buffers back to their home node
+   * whenever fewer than 5% of a node's buffers are clean, up to 10%
+   * (STARPU_MINIMUM/TARGET_CLEAN_BUFFERS, read once by starpu_init), so
+   * that eviction finds clean buffers to drop.  A training step that fits
+   * on its devices rewrites its weights, optimizer state and gradients
+   * there every step: those copies are stale before they are needed, and
+   * the tasks that next touch that data wait for the copies in flight.  On
+   * one simulated H100, GPT-2 124M in one micro-batch took 47 ms a step
+   * instead of 19 (bench/results/2026-11-27-clean-buffers.md).  So unless
+   * the user set them, or set a device memory limit (eviction expected),
+   * none are kept clean ahead of time; a program that then finds its step
+   * too large for the devices restarts with StarPU's values
+   * (tg_clean_buffers_disabled; the CLI's automatic fit does): for a model
+   * beyond device memory they are what eviction needs (52B on 8 simulated
+   * H100s: 21.3 s a step with them, 30.4 s without). */
+  TG_TRY(tg_clean_buffers_setup(device_limit));
+
   openblas_set_num_threads(1);
 #ifdef TG_SIMGRID
   /* SimGrid build: starpu_init starts the simulation, which needs an argv
@@ -279,6 +325,8 @@ int tg_init(const tg_runtime_config *cfg) {
 #endif
   return 0;
 }
+
+int tg_clean_buffers_disabled(void) { return tg_clean_off; }
 
 void tg_shutdown(void) {
   if (!tg_started) return;

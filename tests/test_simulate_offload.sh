@@ -96,5 +96,34 @@ expect_fail "--host-memory not a number" "--host-memory" "${args[@]}" --host-mem
 expect_fail "host memory too small" "need about .* GB of host memory .* platform h100x1's host" \
   "${args[@]}" --host-memory 0.01
 
+# StarPU's clean-buffer thresholds (src/runtime.c): off where the step fits
+# (no restart), back by a restart where it evicts (a 13B shape on one
+# H100, refused after the fit by a 1 GB host: no step runs), and the
+# user's values kept as they are
+clean_msg="restarting with StarPU's clean-buffer thresholds"
+big=(simulate gpt --platform h100x1 --gpus 1 --ncpus 2 --layers 40 --channels 5120 --heads 40
+     --vocab 50257 --max-seq 1024 --seq 1024 --batch 8 --micro-batches 1 --precision bf16
+     --warmup 0 --steps 1 --cost peak --host-memory 1)
+if grep -q "$clean_msg" "$work/plain.err"; then
+  bad "clean buffers: a step that fits restarted"
+else
+  ok "clean buffers: a step that fits runs once"
+fi
+timeout 120 "$tg" "${big[@]}" >"$work/big.out" 2>"$work/big.err"
+rc=$?
+if [ "$rc" -eq 2 ] && [ "$(grep -c "$clean_msg" "$work/big.err")" -eq 1 ] &&
+   [ "$(grep -c "StarPU evicts host-backed data" "$work/big.err")" -eq 1 ]; then
+  ok "clean buffers: a step that evicts restarted once, its fit said once"
+else
+  bad "clean buffers: evicting step: status $rc, $(grep -c "$clean_msg" "$work/big.err") restarts: $(tail -2 "$work/big.err")"
+fi
+STARPU_MINIMUM_CLEAN_BUFFERS=5 timeout 120 "$tg" "${big[@]}" >"$work/big2.out" 2>"$work/big2.err"
+rc=$?
+if [ "$rc" -eq 2 ] && ! grep -q "$clean_msg" "$work/big2.err"; then
+  ok "clean buffers: the user's STARPU_MINIMUM_CLEAN_BUFFERS kept, no restart"
+else
+  bad "clean buffers: with the user's value: status $rc, $(tail -2 "$work/big2.err")"
+fi
+
 echo "simulate offload: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

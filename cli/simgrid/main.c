@@ -15,4 +15,7 @@
 
 #include "cli.h"
 
-int main(int argc, char **argv) { return tg_cmd_simulate(argc - 1, argv + 1); }
+int main(int argc, char **argv) {
+  tg_cli_argv = argv;
+  return tg_cmd_simulate(argc - 1, argv + 1);
+}

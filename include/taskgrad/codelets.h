@@ -179,7 +179,33 @@ int tg_layernorm_fwd_insert(starpu_data_handle_t X, starpu_data_handle_t w,
                             starpu_data_handle_t b, starpu_data_handle_t Y,
                             starpu_data_handle_t mean,
                             starpu_data_handle_t rstd, const tg_task_opts *opts);
-/* dX += (RW), dw, db (+)= */
+/* The weight gradients of Z = X W^T + b in one task: dW (+)= dZ^T X, db
+ * (+)= column sums of dZ, both by `accum`; dZ (rows, out) and X (rows, in)
+ * f32, or 16-bit with opts->lowp naming their type (fp32 accumulation);
+ * dW (out, in) and db (1, out) f32.  The bits of tg_gemm_insert (or
+ * tg_gemm_lowp_insert) then tg_bias_grad_insert. */
+int tg_linear_bwd_weight_insert(starpu_data_handle_t dZ, starpu_data_handle_t X,
+                                starpu_data_handle_t dW, starpu_data_handle_t db,
+                                tg_accum accum, const tg_task_opts *opts);
+/* A linear layer's whole backward in one task: dX = (dZ W) * act'(Zprev)
+ * as tg_linear_bwd_data_insert (W), then dW, db as
+ * tg_linear_bwd_weight_insert from dZ and the layer's input X (rows, in);
+ * dZ, W, X, Zprev and dX of one element type (16-bit: opts->lowp).  The
+ * bits of the two. */
+int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_activation act,
+                         starpu_data_handle_t Zprev, starpu_data_handle_t X,
+                         starpu_data_handle_t dX, starpu_data_handle_t dW,
+                         starpu_data_handle_t db, tg_accum accum, const tg_task_opts *opts);
+/* Y = A + B, then Z, mean, rstd as tg_layernorm_fwd_insert on Y, in one
+ * task (a residual add and the LayerNorm after it); a 16-bit Y's rounded
+ * values are what the LayerNorm reads.  Y is a tensor of its own. */
+int tg_residual_layernorm_fwd_insert(starpu_data_handle_t A, starpu_data_handle_t B,
+                                     starpu_data_handle_t w, starpu_data_handle_t b,
+                                     starpu_data_handle_t Y, starpu_data_handle_t Z,
+                                     starpu_data_handle_t mean, starpu_data_handle_t rstd,
+                                     const tg_task_opts *opts);
+/* dX += (RW); dw, db (+)= (TG_OVERWRITE: written, a gradient's first
+ * contribution, with no zero fill before it) */
 int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
                             starpu_data_handle_t w, starpu_data_handle_t mean,
                             starpu_data_handle_t rstd, starpu_data_handle_t dX,
@@ -289,13 +315,14 @@ int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_han
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
  * REDUX merge). */
 extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl,
+    tg_linear_bwd_weight_cl, tg_linear_bwd_cl,
     tg_linear_fwd_tile_cl, tg_linear_bwd_data_tile_cl, tg_lm_logits_tile_cl,
     tg_lm_softmax_combine_cl, tg_lm_dlogits_tile_cl,
     tg_bias_add_cl, tg_bias_grad_cl,
     tg_act_fwd_cl, tg_act_bwd_cl, tg_softmax_xent_cl, tg_accuracy_cl,
     tg_sgd_cl, tg_adamw_cl, tg_fill_cl, tg_fill_zero_cl, tg_accumulate_cl,
     tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
-    tg_layernorm_bwd_cl, tg_residual_cl, tg_attention_fwd_cl,
+    tg_layernorm_bwd_cl, tg_residual_layernorm_fwd_cl, tg_residual_cl, tg_attention_fwd_cl,
     tg_attention_bwd_cl, tg_lm_classifier_cl, tg_lm_classifier_dwte_cl,
     tg_sum_tree_cl, tg_gather_rows_cl;
 #if TG_STARPU_AT_LEAST(1, 4)

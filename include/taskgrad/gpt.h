@@ -94,6 +94,14 @@ typedef struct tg_gpt_run_config {
    * task.  Needs linear_tiles > 1, devices, and not the sharded data
    * parallelism (whose micro-batches are pinned to their devices) */
   int tile_owner;
+  /* each linear layer's backward as one task (tg_linear_bwd_insert: the
+   * input's gradient, the weight and bias gradients) instead of two: 0 =
+   * auto, on with CUDA workers and untiled linear layers, where a GPU runs
+   * the backward as one chain and each task costs it some 19 us besides its
+   * kernels; 1 = on (untiled); -1 = off.  On CPU workers the two tasks let
+   * a weight gradient overlap the layers below it.  The same bits either
+   * way.  Resolved by tg_gpt_create */
+  int fused_backward;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */

@@ -111,14 +111,15 @@ cudaError_t tg_cuda_layernorm_fwd(int n, int C, const float *X, int ldx,
                                   const float *w, const float *b, float *Y,
                                   int ldy, float *mean, float *rstd,
                                   cudaStream_t stream);
-/* dw, db accumulate; scratch: tg_cuda_layernorm_bwd_scratch_floats(n, C)
- * floats of device memory for a deterministic two-pass reduction */
+/* dX accumulates; dw, db accumulate when `accumulate`, else are written;
+ * scratch: tg_cuda_layernorm_bwd_scratch_floats(n, C) floats of device
+ * memory for a deterministic two-pass reduction */
 size_t tg_cuda_layernorm_bwd_scratch_floats(int n, int C);
 cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY, int lddy,
                                   const float *X, int ldx, const float *w,
                                   const float *mean, const float *rstd,
                                   float *dX, int lddx, float *dw, float *db,
-                                  float *scratch, cudaStream_t stream);
+                                  int accumulate, float *scratch, cudaStream_t stream);
 cudaError_t tg_cuda_residual_fwd(int n, int C, const float *A, int lda,
                                  const float *B, int ldb, float *Y, int ldy,
                                  cudaStream_t stream);

@@ -22,6 +22,17 @@
 extern "C" {
 #endif
 
+/* tg_cpu_bias_grad_lowp on the device: db = beta * db + column sums of a
+ * 16-bit dY (lowp TG_BF16 or TG_F16), the sums of tg_cuda_bias_grad */
+cudaError_t tg_cuda_bias_grad_lowp(tg_dtype lowp, int rows, int cols, const uint16_t *dY,
+                                   int ldy, float beta, float *db, cudaStream_t stream);
+/* tg_cpu_residual_layernorm_fwd on the device: Y = A + B (rounded to
+ * sum_type's values when 16-bit), Z, mean, rstd = LayerNorm(Y) as
+ * tg_cuda_layernorm_fwd; Y must not alias A or B */
+cudaError_t tg_cuda_residual_layernorm_fwd(tg_dtype sum_type, int n, int C, const float *A,
+                                           int lda, const float *B, int ldb, float *Y, int ldy,
+                                           const float *w, const float *b, float *Z, int ldz,
+                                           float *mean, float *rstd, cudaStream_t stream);
 /* Y = lowp(X) (round to nearest even), Y = f32(X) (exact) */
 cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols, const float *X,
                             int ldx, uint16_t *Y, int ldy, cudaStream_t stream);

@@ -69,6 +69,20 @@ void tg_f16_to_f32_n(size_t n, const uint16_t *src, float *dst);
 
 /* ---- CPU kernels ------------------------------------------------------------- */
 
+/* db = beta * db + column sums of a 16-bit dY (rows, cols), lowp TG_BF16
+ * or TG_F16: the bits of tg_cpu_bias_grad on dY widened to f32 */
+void tg_cpu_bias_grad_lowp(tg_dtype lowp, int rows, int cols, const uint16_t *dY, int ldy,
+                           float beta, float *db);
+
+/* The residual add and the LayerNorm after it, in one pass over the rows:
+ * Y = A + B, rounded to sum_type (TG_BF16, TG_F16: the values a 16-bit Y
+ * holds, kept in f32; TG_F32: not rounded), then Z, mean, rstd =
+ * LayerNorm(Y; w, b), each row as tg_cpu_residual_fwd and
+ * tg_cpu_layernorm_fwd compute it, bit for bit.  Y must not alias A or B. */
+void tg_cpu_residual_layernorm_fwd(tg_dtype sum_type, int n, int C, const float *A, int lda,
+                                   const float *B, int ldb, float *Y, int ldy, const float *w,
+                                   const float *b, float *Z, int ldz, float *mean, float *rstd);
+
 /* Y(rows, cols) = lowp(X), rounded to nearest even */
 void tg_cpu_to_lowp(tg_dtype lowp, int rows, int cols, const float *X, int ldx,
                     uint16_t *Y, int ldy);

@@ -65,6 +65,14 @@ tg_runtime_config tg_runtime_config_default(void);
 int tg_init(const tg_runtime_config *cfg);
 /* Waits for every submitted task, then stops StarPU. */
 void tg_shutdown(void);
+/* 1 when the last tg_init found neither STARPU_MINIMUM_CLEAN_BUFFERS nor
+ * STARPU_TARGET_CLEAN_BUFFERS nor a device memory limit set and set both to
+ * 0 (in the environment too): no dirty device buffer is written back ahead
+ * of an eviction, which a step that fits on its devices never needs.  A
+ * program that then finds its working set larger than a device should
+ * restart with StarPU's values (5 and 10) set: starpu_init reads them once
+ * (the CLI does, cli/gpt_fit.c). */
+int tg_clean_buffers_disabled(void);
 
 /* The configuration of the last tg_init (its gaps filled from the
  * environment: emulated_devices, deterministic), for the layers above to

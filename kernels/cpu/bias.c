@@ -18,6 +18,7 @@
  */
 #include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 
 enum { VB = 8, TILE = 256 }; /* TILE is a multiple of VB */
 
@@ -34,6 +35,15 @@ TG_ROW_INLINE void sum_row(int n, double *restrict acc,
   for (; c + VB <= n; c += VB)
     for (int j = 0; j < VB; j++) acc[c + j] += (double)x[c + j];
   for (; c < n; c++) acc[c] += (double)x[c];
+}
+
+/* d = beta * d + acc, each rounded once; beta 0: d write-only */
+TG_ROW_INLINE void store_sums(int w, const double *restrict acc, float beta,
+                              float *restrict d) {
+  if (beta == 0.0f)
+    for (int j = 0; j < w; j++) d[j] = (float)acc[j];
+  else
+    for (int j = 0; j < w; j++) d[j] = (float)((double)beta * (double)d[j] + acc[j]);
 }
 
 TG_SIMD_CLONES
@@ -55,11 +65,30 @@ void tg_cpu_bias_grad(int rows, int cols,
     int w = cols - c0 < TILE ? cols - c0 : TILE;
     for (int j = 0; j < w; j++) acc[j] = 0.0;
     for (int r = 0; r < rows; r++) sum_row(w, acc, dY + (size_t)r * ldy + c0);
-    float *d = db + c0;
-    if (beta == 0.0f)
-      for (int j = 0; j < w; j++) d[j] = (float)acc[j];
-    else
-      for (int j = 0; j < w; j++)
-        d[j] = (float)((double)beta * (double)d[j] + acc[j]);
+    store_sums(w, acc, beta, db + c0);
+  }
+}
+
+/* tg_cpu_bias_grad on 16-bit dY (precision_kernels.h): each row's tile
+ * widened (exactly) into a stack buffer, then the same double sums in the
+ * same order, so the bits are those of tg_cpu_bias_grad on the widened dY */
+TG_SIMD_CLONES
+void tg_cpu_bias_grad_lowp(tg_dtype lowp, int rows, int cols,
+                           const uint16_t *dY, int ldy, // (rows, ldy) 16-bit
+                           float beta,
+                           float *db)                   // (cols)
+{
+  double acc[TILE];
+  float row[TILE];
+  for (int c0 = 0; c0 < cols; c0 += TILE) {
+    int w = cols - c0 < TILE ? cols - c0 : TILE;
+    for (int j = 0; j < w; j++) acc[j] = 0.0;
+    for (int r = 0; r < rows; r++) {
+      const uint16_t *src = dY + (size_t)r * ldy + c0;
+      if (lowp == TG_BF16) tg_bf16_to_f32_n((size_t)w, src, row);
+      else tg_f16_to_f32_n((size_t)w, src, row);
+      sum_row(w, acc, row);
+    }
+    store_sums(w, acc, beta, db + c0);
   }
 }

@@ -36,6 +36,7 @@
 
 #include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 
 enum { VB = 8 };
 
@@ -170,5 +171,30 @@ void tg_cpu_layernorm_bwd(int n, int C,
       dw[c] += nr * g;
       dx[c] += (dn - fdm - nr * fdnn) * r;
     }
+  }
+}
+
+/* The residual add fused with the LayerNorm after it (see
+ * tg_cpu_residual_layernorm_fwd in precision_kernels.h): row by row, so the
+ * sum is still in cache when the LayerNorm reads it, through the same two
+ * functions as the separate tasks, and so with their bits. */
+void tg_cpu_residual_layernorm_fwd(tg_dtype sum_type, int n, int C,
+                                   const float *A, int lda, // (n, lda)
+                                   const float *B, int ldb, // (n, ldb)
+                                   float *Y, int ldy,       // (n, ldy) A + B
+                                   const float *w,          // (C)
+                                   const float *b,          // (C)
+                                   float *Z, int ldz,       // (n, ldz) LN(Y)
+                                   float *mean,             // (n)
+                                   float *rstd)             // (n)
+{
+  for (int i = 0; i < n; i++) {
+    float *y = Y + (size_t)i * ldy;
+    tg_cpu_residual_fwd(1, C, A + (size_t)i * lda, lda, B + (size_t)i * ldb, ldb, y, ldy);
+    if (sum_type == TG_BF16)
+      for (int j = 0; j < C; j++) y[j] = tg_bf16_to_f32(tg_f32_to_bf16(y[j]));
+    else if (sum_type == TG_F16)
+      for (int j = 0; j < C; j++) y[j] = tg_f16_to_f32(tg_f32_to_f16(y[j]));
+    tg_cpu_layernorm_fwd(1, C, y, ldy, w, b, Z + (size_t)i * ldz, ldz, mean + i, rstd + i);
   }
 }

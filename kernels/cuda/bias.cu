@@ -27,7 +27,9 @@
  *   atomics (non-deterministic) or a workspace, so it is not done.
  */
 #include "taskgrad/kernels_cuda.h"
+#include "taskgrad/kernels_cuda_precision.h"
 #include "cuda_common.cuh"
+#include "lowp.cuh"
 
 namespace {
 
@@ -41,8 +43,21 @@ struct BiasAddOp {
 constexpr int kTile = 32; /* columns per block = blockDim.x */
 constexpr int kRowThreads = 32; /* blockDim.y */
 
+/* dY's element as f32: a float, or a 16-bit pattern widened exactly (BF:
+ * bf16, else fp16) */
+__device__ __forceinline__ float load_f32(const float *p) { return *p; }
+template <bool BF>
+struct Low {
+  uint16_t h;
+};
+template <bool BF>
+__device__ __forceinline__ float load_f32(const Low<BF> *p) {
+  return tg_lowp::from_low<BF>(p->h);
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kTile * kRowThreads)
-    bias_grad_kernel(int rows, int cols, const float *__restrict__ dY, /* (rows, ldy) */
+    bias_grad_kernel(int rows, int cols, const T *__restrict__ dY, /* (rows, ldy) */
                      size_t ldy, float beta, float *__restrict__ db /* (cols) */) {
   __shared__ double part[kRowThreads][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -51,10 +66,10 @@ __global__ void __launch_bounds__(kTile * kRowThreads)
     const int c = tile * kTile + tx;
     double acc = 0.0;
     if (c < cols) {
-      const float *p = dY + c;
+      const T *p = dY + c;
 #pragma unroll 4
       for (int r = ty; r < rows; r += kRowThreads)
-        acc += (double)p[(size_t)r * ldy];
+        acc += (double)load_f32(p + (size_t)r * ldy);
     }
     part[ty][tx] = acc;
     __syncthreads();
@@ -79,16 +94,31 @@ extern "C" cudaError_t tg_cuda_bias_add(int rows, int cols, float *Y, int ldy,
   return tg_map2d(rows, cols, BiasAddOp{Y, b, (size_t)ldy}, stream);
 }
 
-extern "C" cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY,
-                                         int ldy, float beta, float *db,
-                                         cudaStream_t stream) {
+template <typename T>
+static cudaError_t bias_grad_launch(int rows, int cols, const T *dY, int ldy, float beta,
+                                    float *db, cudaStream_t stream) {
   if (cols <= 0) return cudaSuccess;
   /* rows == 0: the sums are empty, db = beta * db still has to be applied,
    * so the kernel runs (its row loops are simply empty). */
   if (rows < 0) rows = 0;
   const unsigned ntiles = (unsigned)((cols + kTile - 1) / kTile);
   const unsigned blocks = ntiles < 65535u ? ntiles : 65535u;
-  bias_grad_kernel<<<blocks, dim3(kTile, kRowThreads), 0, stream>>>(
+  bias_grad_kernel<T><<<blocks, dim3(kTile, kRowThreads), 0, stream>>>(
       rows, cols, dY, (size_t)ldy, beta, db);
   return cudaGetLastError();
+}
+
+extern "C" cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY,
+                                         int ldy, float beta, float *db,
+                                         cudaStream_t stream) {
+  return bias_grad_launch(rows, cols, dY, ldy, beta, db, stream);
+}
+
+/* 16-bit dY read as it is: the sums of tg_cuda_bias_grad on dY widened */
+extern "C" cudaError_t tg_cuda_bias_grad_lowp(tg_dtype lowp, int rows, int cols,
+                                              const uint16_t *dY, int ldy, float beta,
+                                              float *db, cudaStream_t stream) {
+  if (lowp == TG_BF16)
+    return bias_grad_launch(rows, cols, (const Low<true> *)dY, ldy, beta, db, stream);
+  return bias_grad_launch(rows, cols, (const Low<false> *)dY, ldy, beta, db, stream);
 }

@@ -42,7 +42,9 @@
  * Zero sizes launch nothing.  Launchers never allocate or synchronise.
  */
 #include "taskgrad/kernels_cuda.h"
+#include "taskgrad/kernels_cuda_precision.h"
 #include "cuda_common.cuh"
+#include "lowp.cuh"
 #include "scratch_sizes.h"
 
 namespace {
@@ -178,7 +180,8 @@ __global__ void layernorm_bwd_finish_kernel(int C, int R,
                                             const float *__restrict__ part_dw,
                                             const float *__restrict__ part_db,
                                             float *__restrict__ dw, /* (C) */
-                                            float *__restrict__ db /* (C) */) {
+                                            float *__restrict__ db, /* (C) */
+                                            int accumulate) {
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C;
        c += gridDim.x * blockDim.x) {
     double sw = 0.0, sb = 0.0;
@@ -186,10 +189,25 @@ __global__ void layernorm_bwd_finish_kernel(int C, int R,
       sw += (double)part_dw[(size_t)r * C + c];
       sb += (double)part_db[(size_t)r * C + c];
     }
-    dw[c] = (float)((double)dw[c] + sw);
-    db[c] = (float)((double)db[c] + sb);
+    /* overwriting, 0.0 + s: the bits of a zero fill and an accumulation */
+    dw[c] = (float)((accumulate ? (double)dw[c] : 0.0) + sw);
+    db[c] = (float)((accumulate ? (double)db[c] : 0.0) + sb);
   }
 }
+
+/* Y = A + B, rounded to the 16-bit type when BF / F16 (ROUND) */
+template <bool ROUND, bool BF>
+struct ResidualRoundOp {
+  const float *A; /* (n, lda) */
+  const float *B; /* (n, ldb) */
+  float *Y;       /* (n, ldy) */
+  size_t lda, ldb, ldy;
+  __device__ void operator()(size_t r, size_t c) const {
+    float y = A[r * lda + c] + B[r * ldb + c];
+    if (ROUND) y = tg_lowp::from_low<BF>(tg_lowp::to_low<BF>(y));
+    Y[r * ldy + c] = y;
+  }
+};
 
 } // namespace
 
@@ -213,7 +231,7 @@ extern "C" cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY,
                                              const float *w, const float *mean,
                                              const float *rstd, float *dX,
                                              int lddx, float *dw, float *db,
-                                             float *scratch,
+                                             int accumulate, float *scratch,
                                              cudaStream_t stream) {
   if (n <= 0 || C <= 0) return cudaSuccess;
   layernorm_bwd_dx_kernel<<<warp_row_blocks(n), kRowBlock, 0, stream>>>(
@@ -235,6 +253,26 @@ extern "C" cudaError_t tg_cuda_layernorm_bwd(int n, int C, const float *dY,
 
   layernorm_bwd_finish_kernel<<<tg_cuda_blocks((size_t)C, TG_CUDA_THREADS),
                                 TG_CUDA_THREADS, 0, stream>>>(
-      C, R, part_dw, part_db, dw, db);
+      C, R, part_dw, part_db, dw, db, accumulate);
   return cudaGetLastError();
+}
+
+/* The residual add fused with the next LayerNorm: Y = A + B (rounded to
+ * sum_type's values when 16-bit), then the forward above on Y.  Two
+ * kernels, one task. */
+extern "C" cudaError_t tg_cuda_residual_layernorm_fwd(
+    tg_dtype sum_type, int n, int C, const float *A, int lda, const float *B, int ldb,
+    float *Y, int ldy, const float *w, const float *b, float *Z, int ldz, float *mean,
+    float *rstd, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return cudaSuccess;
+  const size_t la = (size_t)lda, lb = (size_t)ldb, ly = (size_t)ldy;
+  cudaError_t e;
+  if (sum_type == TG_BF16)
+    e = tg_map2d(n, C, ResidualRoundOp<true, true>{A, B, Y, la, lb, ly}, stream);
+  else if (sum_type == TG_F16)
+    e = tg_map2d(n, C, ResidualRoundOp<true, false>{A, B, Y, la, lb, ly}, stream);
+  else
+    e = tg_map2d(n, C, ResidualRoundOp<false, true>{A, B, Y, la, lb, ly}, stream);
+  if (e != cudaSuccess) return e;
+  return tg_cuda_layernorm_fwd(n, C, Y, ldy, w, b, Z, ldz, mean, rstd, stream);
 }

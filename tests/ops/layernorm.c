@@ -4,9 +4,11 @@
  *  ref       against float64 (y, mean, rstd), rows with a mean large
  *            against their spread (1000 + 0.03 u); the backward against
  *            finite differences, dX, dw, db accumulated;
- *  pair      shapes up to 64 x 768 with a non-zero mean;
+ *  pair      shapes up to 64 x 768 with a non-zero mean; the backward's
+ *            dw, db accumulated and overwritten (TG_OVERWRITE, NaN before);
  *  cuda-emu  both launchers (the backward's scratch sized by
- *            tg_cuda_layernorm_bwd_scratch_floats);
+ *            tg_cuda_layernorm_bwd_scratch_floats), the backward's dw, db
+ *            accumulated and overwritten (NaN before);
  *  lowp      the forward with 16-bit X, Y (the statistics f32, bit for
  *            bit); the backward with 16-bit dY, X, dX (dX read-modify-write):
  *            equal to the f32 codelet's result rounded once, bit for bit,
@@ -246,6 +248,12 @@ static void pair_layernorm(void) {
                      {.name = "db", .rows = 1, .cols = C, .init = db0, .redux = 0, .tol = TOL}};
     snprintf(what, sizeof what, "layernorm_bwd %dx%d", n, C);
     if (ops_row_is("layernorm_bwd")) run_pair(what, ln_bwd, &cb, 3, bo, NULL, NULL);
+    /* overwriting: dw, db start as NaN and are written; dX still adds */
+    cb.accum = TG_OVERWRITE;
+    outspec bw[3] = {bo[0], {.name = "dw", .rows = 1, .cols = C, .init = NULL, .redux = 0, .tol = TOL},
+                     {.name = "db", .rows = 1, .cols = C, .init = NULL, .redux = 0, .tol = TOL}};
+    snprintf(what, sizeof what, "layernorm_bwd overwrite %dx%d", n, C);
+    if (ops_row_is("layernorm_bwd")) run_pair(what, ln_bwd, &cb, 3, bw, NULL, NULL);
     free(x); free(w); free(b); free(dy); free(y); free(mean); free(rstd);
     free(dx0); free(dw0); free(db0);
     tg_tensor *all[] = {&X, &Wt, &B, &DY, &M, &R};
@@ -298,11 +306,23 @@ static void emu_layernorm(void) {
     if (!fwd) {
       ok("tg_cuda_layernorm_bwd", "",
          tg_cuda_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[0], ld, dw[0], db[0],
-                               scratch, NULL));
+                               1, scratch, NULL));
       tg_cpu_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[1], ld, dw[1], db[1]);
       compare("tg_cuda_layernorm_bwd", "dX", dX[0], dX[1], sz, kTolRed);
       compare("tg_cuda_layernorm_bwd", "dw", dw[0], dw[1], C, kTolRed);
       compare("tg_cuda_layernorm_bwd", "db", db[0], db[1], C, kTolRed);
+      /* overwriting: NaN in dw, db on the device, zeros before the CPU's
+       * accumulation (what the codelet does) */
+      for (int j = 0; j < C; j++) {
+        dw[0][j] = db[0][j] = NAN;
+        dw[1][j] = db[1][j] = 0.0f;
+      }
+      ok("tg_cuda_layernorm_bwd", "overwrite",
+         tg_cuda_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[0], ld, dw[0], db[0],
+                               0, scratch, NULL));
+      tg_cpu_layernorm_bwd(n, C, dY, C, X, ld, w, mean[1], rstd[1], dX[1], ld, dw[1], db[1]);
+      compare("tg_cuda_layernorm_bwd", "dw overwritten", dw[0], dw[1], C, kTolRed);
+      compare("tg_cuda_layernorm_bwd", "db overwritten", db[0], db[1], C, kTolRed);
     }
     free2(Y); free2(mean); free2(rstd); free2(dX); free2(dw); free2(db);
     free(X); free(w); free(b); free(dY); free(scratch);
@@ -420,8 +440,8 @@ static const ops_row rows[] = {
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_layernorm), [OPS_LOWP] = layernorm_lowp},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "layernorm_bwd",
-     .doc = "layer norm backward (accumulates)",
-     .buffers = "dY, X, w, mean, rstd (R), dX (RW), dw, db (RW / REDUX), scratch",
+     .doc = "layer norm backward (accumulates into dX; dw, db accumulate or are written)",
+     .buffers = "dY, X, w, mean, rstd (R), dX (RW), dw, db (W / RW / REDUX), scratch",
      .covers = "tg_layernorm_bwd_cl tg_layernorm_bwd_insert tg_cuda_layernorm_bwd",
      .kernels = "tg_cpu_layernorm_bwd",
      .run = {[OPS_REF] = layernorm_ref, [OPS_CPU] = pair_layernorm,

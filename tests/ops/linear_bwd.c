@@ -1,0 +1,198 @@
+/*
+ * Row linear_bwd (codelets/linear_bwd.c): a linear layer's whole backward
+ * in one task, the fusion of the rows linear_bwd_data and
+ * linear_bwd_weight that the GPT's backward uses on CUDA workers.  Its
+ * kernels are theirs, so its checks are against them, bit for bit:
+ *  cpu       f32, GELU and no activation, overwritten and accumulated
+ *            gradients: dX, dW, db equal to tg_linear_bwd_data then
+ *            tg_linear_bwd_weight on the same worker; then the pair cases;
+ *  pair      f32 (dX, dW, db), rows 33 and 64, GELU;
+ *  lowp      bf16 and fp16 dZ, W, X, Zprev, dX, GELU and none, overwritten
+ *            and accumulated: equal to the two codelets through the
+ *            low-precision adapter, with the CPU's native bf16 GEMMs on
+ *            and off (the adapter keeps dZ and W in bf16 in one case and
+ *            widens them in the other; the fused task must do the same),
+ *            with 1 and 2 CPU workers; mixed element types and 16-bit
+ *            buffers without opts.lowp refused.
+ */
+
+#include "ref_util.h"
+#include "pair.h"
+#include "precision_testlib.h"
+#include "taskgrad/precision_kernels.h"
+
+typedef struct lb_case {
+  int rows, out, in;
+  tg_activation act;
+  tg_accum accum;
+} lb_case;
+
+/* The fused task and the two it replaces on tensors of type t (TG_F32 or
+ * 16-bit) with opts o; returns 1 when dX, dW and db agree bit for bit. */
+static int lb_compare(const lb_case *k, tg_dtype t, const tg_task_opts *o) {
+  tg_rng rng = {.s = 77 + (uint64_t)k->rows * 131 + (uint64_t)k->act};
+  int has_z = k->act != TG_ACT_NONE;
+  float *dz = rounded_rand(&rng, t, k->rows, k->out, 1.0f);
+  float *w = rounded_rand(&rng, t, k->out, k->in, 0.5f);
+  float *x = rounded_rand(&rng, t, k->rows, k->in, 1.0f);
+  float *zp = rounded_rand(&rng, t, k->rows, k->in, 2.0f);
+  float *dw0 = tg_rand_mat(&rng, k->out, k->in, k->in, 1.0f, 0.0f);
+  float *db0 = tg_rand_mat(&rng, 1, k->out, k->out, 1.0f, 0.0f);
+  tg_tensor DZ, Wt, X, ZP, DX, DX2, dW, db, dW2, db2;
+  if (t == TG_F32) {
+    new_f32(&DZ, k->rows, k->out, dz);
+    new_f32(&Wt, k->out, k->in, w);
+    new_f32(&X, k->rows, k->in, x);
+    new_f32(&ZP, k->rows, k->in, zp);
+    new_f32(&DX, k->rows, k->in, NULL);
+    new_f32(&DX2, k->rows, k->in, NULL);
+  } else {
+    new_low(&DZ, t, k->rows, k->out, dz);
+    new_low(&Wt, t, k->out, k->in, w);
+    new_low(&X, t, k->rows, k->in, x);
+    new_low(&ZP, t, k->rows, k->in, zp);
+    CHECK(tg_tensor_alloc(&DX, k->rows, k->in, t) == 0 &&
+              tg_tensor_alloc(&DX2, k->rows, k->in, t) == 0,
+          "alloc");
+  }
+  new_f32(&dW, k->out, k->in, dw0);
+  new_f32(&db, 1, k->out, db0);
+  new_f32(&dW2, k->out, k->in, dw0);
+  new_f32(&db2, 1, k->out, db0);
+  starpu_data_handle_t z = has_z ? ZP.handle : NULL;
+  CHECK(tg_linear_bwd_insert(DZ.handle, Wt.handle, k->act, z, X.handle, DX.handle, dW.handle,
+                             db.handle, k->accum, o) == 0,
+        "fused: %s", tg_last_error());
+  CHECK(tg_linear_bwd_data_insert(DZ.handle, Wt.handle, k->act, z, DX2.handle, o) == 0,
+        "bwd_data: %s", tg_last_error());
+  CHECK(tg_linear_bwd_weight_insert(DZ.handle, X.handle, dW2.handle, db2.handle, k->accum, o) ==
+            0,
+        "bwd_weight: %s", tg_last_error());
+  const tg_tensor *got[] = {&DX, &dW, &db}, *want[] = {&DX2, &dW2, &db2};
+  int same = 1;
+  for (int i = 0; i < 3; i++) {
+    tg_dtype dt = i == 0 ? t : TG_F32;
+    float *a = read_as_f32(got[i], dt), *b = read_as_f32(want[i], dt);
+    same &= same_bits(a, b, (size_t)got[i]->rows * got[i]->cols);
+    free(a);
+    free(b);
+  }
+  tg_tensor *all[] = {&DZ, &Wt, &X, &ZP, &DX, &DX2, &dW, &db, &dW2, &db2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(dz); free(w); free(x); free(zp); free(dw0); free(db0);
+  return same;
+}
+
+static const lb_case kCases[] = {
+    {37, 29, 45, TG_ACT_GELU, TG_OVERWRITE}, {37, 29, 45, TG_ACT_NONE, TG_ACCUMULATE},
+    {64, 257, 33, TG_ACT_GELU, TG_ACCUMULATE}, {1, 1, 1, TG_ACT_NONE, TG_OVERWRITE}};
+#define NCASES (int)(sizeof kCases / sizeof kCases[0])
+
+static const char *lb_name(const lb_case *k) {
+  static char s[96];
+  snprintf(s, sizeof s, "%dx%dx%d %s %s", k->rows, k->out, k->in,
+           k->act == TG_ACT_GELU ? "gelu" : "none",
+           k->accum == TG_OVERWRITE ? "overwritten" : "accumulated");
+  return s;
+}
+
+/* ---- pair: cpu, cuda, device ------------------------------------------------- */
+
+static int lb_submit(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  return tg_linear_bwd_insert(c->h[0], c->h[1], TG_ACT_GELU, c->h[3], c->h[2], out[0].handle,
+                              out[1].handle, out[2].handle, c->accum, o);
+}
+
+static void pair_linear_bwd(void) {
+  static const int shapes[][3] = {{33, 17, 40}, {64, 257, 33}}; /* rows, out, in */
+  for (int s = 0; s < 2; s++) {
+    int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2];
+    float *dz = rnd((size_t)rows * out, 1), *w = rnd((size_t)out * in, 1);
+    float *x = rnd((size_t)rows * in, 1), *zp = rnd((size_t)rows * in, 2);
+    float *dw0 = rnd((size_t)out * in, 1), *db0 = rnd(out, 1);
+    tg_tensor DZ, Wt, X, ZP;
+    new_tensor(&DZ, rows, out, dz);
+    new_tensor(&Wt, out, in, w);
+    new_tensor(&X, rows, in, x);
+    new_tensor(&ZP, rows, in, zp);
+    gctx c = {.h = {DZ.handle, Wt.handle, X.handle, ZP.handle}, .accum = TG_ACCUMULATE};
+    outspec o[3] = {{.name = "dX", .rows = rows, .cols = in, .init = NULL, .redux = 0,
+                     .tol = out >= 257 ? TOL_LARGE_K : TOL},
+                    {.name = "dW", .rows = out, .cols = in, .init = dw0, .redux = 0, .tol = TOL},
+                    {.name = "db", .rows = 1, .cols = out, .init = db0, .redux = 0, .tol = TOL}};
+    char what[64];
+    snprintf(what, sizeof what, "linear_bwd %dx%dx%d", rows, out, in);
+    run_pair(what, lb_submit, &c, 3, o, NULL, NULL);
+    free(dz); free(w); free(x); free(zp); free(dw0); free(db0);
+    tg_tensor *all[] = {&DZ, &Wt, &X, &ZP};
+    for (int i = 0; i < 4; i++) tg_tensor_free(all[i]);
+  }
+}
+
+static void cpu_linear_bwd(void) {
+  tg_task_opts o = on_worker(g_cpu_worker);
+  for (int i = 0; i < NCASES; i++)
+    CHECK(lb_compare(&kCases[i], TG_F32, &o),
+          "f32 linear_bwd %s differs from linear_bwd_data then linear_bwd_weight",
+          lb_name(&kCases[i]));
+  pair_linear_bwd();
+}
+
+/* ---- lowp -------------------------------------------------------------------- */
+
+static void linear_bwd_lowp_body(void) {
+  int native = tg_cpu_gemm_bf16_native();
+  for (int nat = 0; nat < 2; nat++) {
+    if (nat && !tg_cpu_gemm_bf16_supported()) continue; /* said by gemm_lowp's row */
+    tg_cpu_gemm_bf16_set_native(nat);
+    for (int t = 0; t < 2; t++)
+      for (int i = 0; i < NCASES; i++) {
+        tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = LOWP[t]};
+        CHECK(lb_compare(&kCases[i], LOWP[t], &o),
+              "%s linear_bwd %s (native bf16 %s) differs from linear_bwd_data then "
+              "linear_bwd_weight",
+              tg_dtype_name(LOWP[t]), lb_name(&kCases[i]), nat ? "on" : "off");
+      }
+  }
+  tg_cpu_gemm_bf16_set_native(native);
+  /* refusals */
+  tg_tensor a16, b32, w16, x16, dx16, dW, db;
+  float *v = filled(64, 0.5f);
+  new_low(&a16, TG_BF16, 4, 4, v);
+  new_f32(&b32, 4, 4, v);
+  new_low(&w16, TG_BF16, 4, 4, v);
+  new_low(&x16, TG_BF16, 4, 4, v);
+  new_low(&dx16, TG_BF16, 4, 4, v);
+  new_f32(&dW, 4, 4, v);
+  new_f32(&db, 1, 4, v);
+  tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = TG_BF16};
+  CHECK_REFUSED(tg_linear_bwd_insert(a16.handle, w16.handle, TG_ACT_NONE, NULL, b32.handle,
+                                     dx16.handle, dW.handle, db.handle, TG_OVERWRITE, &o),
+                "tg_linear_bwd", "an f32 X with 16-bit dZ");
+  CHECK_REFUSED(tg_linear_bwd_insert(a16.handle, w16.handle, TG_ACT_NONE, NULL, x16.handle,
+                                     dx16.handle, dW.handle, db.handle, TG_OVERWRITE, NULL),
+                "tg_linear_bwd", "16-bit buffers without opts.lowp");
+  tg_tensor *all[] = {&a16, &b32, &w16, &x16, &dx16, &dW, &db};
+  for (int i = 0; i < 7; i++) tg_tensor_free(all[i]);
+  free(v);
+}
+
+static void linear_bwd_lowp(void) { ops_run_worker_counts(linear_bwd_lowp_body); }
+
+static const ops_row rows[] = {
+    {.name = "linear_bwd",
+     .doc = "a linear layer's backward in one task: linear_bwd_data, then linear_bwd_weight",
+     .buffers = "dZ, W, X (R), dX (W), dW, db (W / RW / REDUX), [Zprev (R)], scratch",
+     .covers = "tg_linear_bwd_cl tg_linear_bwd_insert",
+     .kernels = "",
+     .run = {[OPS_CPU] = cpu_linear_bwd, [OPS_CUDA] = pair_linear_bwd,
+             [OPS_DEVICE] = pair_linear_bwd, [OPS_LOWP] = linear_bwd_lowp},
+     .why_not = {[OPS_REF] = "no kernel of its own: the linear_bwd_data and linear_bwd_weight "
+                             "rows' kernels, checked there",
+                 [OPS_CUDA_EMU] = "no launcher of its own: tg_cuda_linear_bwd_data(_lowp), "
+                                  "tg_cuda_gemm(_lowp_aligned), tg_cuda_bias_grad(_lowp), "
+                                  "each in its row"}},
+};
+
+OPS_ROWS(rows)
