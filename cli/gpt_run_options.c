@@ -83,7 +83,7 @@ static const run_option options[] = {
      "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},
     {"--fused-backward", NULL, K_FLAG, F(cfg.fused_backward), 1, 0, -1, GPT,
      "each linear layer's backward as one task (its\ninput's gradient, weight and bias gradients;\n"
-     "default: with CUDA workers and untiled layers)"},
+     "default: with CUDA workers, untiled layers and\nthe optimizer on the devices)"},
     {"--no-fused-backward", NULL, K_FLAG, F(cfg.fused_backward), -1, 0, -1, GPT,
      "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,

@@ -250,9 +250,11 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->fused_backward < -1 || r->fused_backward > 1)
     return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
                    r->fused_backward);
-  /* auto: where a GPU runs the backward as one chain (gpt.h) */
+  /* auto: where a GPU runs the backward as one chain and keeps its
+   * gradients (gpt.h) */
   if (r->fused_backward == 0)
-    r->fused_backward = tg_ncuda_workers() > 0 && r->linear_tiles < 2 ? 1 : -1;
+    r->fused_backward =
+        tg_ncuda_workers() > 0 && r->linear_tiles < 2 && !r->offload_optimizer ? 1 : -1;
   if (r->tile_owner && r->linear_tiles < 2)
     return tg_fail(EINVAL, "GPT: the owner placement of tiles needs 2 or more tiles (--tiles)");
   if (r->tile_owner && starpu_cuda_worker_get_count() + tg_nopencl_workers() == 0)
@@ -612,8 +614,14 @@ static int tg_gpt_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p, int l,
 static int tg_gpt_pair_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
                             tg_accum *mode) {
   tg_accum mb_mode;
-  TG_TRY(tg_gpt_take(g, mb, pw, l, 1, mode));
-  TG_TRY(tg_gpt_take(g, mb, (tg_gpt_param)(pw + 1), l, 1, &mb_mode));
+  /* A LayerNorm backward is on its micro-batch's critical path (dres):
+   * where the micro-batches of several devices add into one gradient in
+   * place (pinned, offloaded), the others' would wait for the first's
+   * overwrite; a zero fill lets them add in any order. */
+  int ln = pw == TG_LN1W || pw == TG_LN2W || pw == TG_LNFW;
+  int can = !(ln && g->dp && !g->shards);
+  TG_TRY(tg_gpt_take(g, mb, pw, l, can, mode));
+  TG_TRY(tg_gpt_take(g, mb, (tg_gpt_param)(pw + 1), l, can, &mb_mode));
   if (mb_mode != *mode)
     return tg_fail(EINVAL, "GPT: parameter %d.%d's weight and bias gradients sum differently",
                    (int)pw, l);

@@ -283,7 +283,7 @@ int tg_init(const tg_runtime_config *cfg) {
    * too large for the devices restarts with StarPU's values
    * (tg_clean_buffers_disabled; the CLI's automatic fit does): for a model
    * beyond device memory they are what eviction needs (52B on 8 simulated
-   * H100s: 21.3 s a step with them, 30.4 s without). */
+   * H100s: 22.3 s a step with them, 30.4 s without). */
   TG_TRY(tg_clean_buffers_setup(device_limit));
 
   openblas_set_num_threads(1);

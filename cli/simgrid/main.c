@@ -11,11 +11,22 @@
  * checks work without a platform, and StarPU would otherwise fall back to
  * one thread per simulated actor (several times slower).
  */
+#include <stdlib.h>
+
 #include <starpu.h>
 
 #include "cli.h"
 
 int main(int argc, char **argv) {
-  tg_cli_argv = argv;
+  /* SimGrid took its --log option out of argv before this main: a restart
+   * (tg_cli_restart_with_clean_buffers) passes it again, so that SimGrid
+   * stays quiet there too */
+  char **again = malloc(sizeof *again * (size_t)(argc + 2));
+  if (again) {
+    again[0] = argv[0];
+    again[1] = "--log=root.thres:warning";
+    for (int i = 1; i <= argc; i++) again[i + 1] = argv[i]; /* and the NULL */
+    tg_cli_argv = again;
+  }
   return tg_cmd_simulate(argc - 1, argv + 1);
 }
