@@ -638,17 +638,6 @@ static int tg_gpt_gemm_tn(const tg_gpt *g, float alpha, starpu_data_handle_t dY,
   return tg_gemm_insert(1, 0, alpha, dY, X, 1.0f, dW, mode, o);
 }
 
-/* Linear layer (pw, l)'s backward from its output's gradient dZ and its
- * input X: its input's gradient dX (a column plan dXc when tiled) from W
- * (and Zprev with an activation), and its weight and bias gradients (the
- * bias is pw + 1).  One task when the run fuses them (untiled), else the
- * gradients under `ow` then dX under `o`. */
-static int tg_gpt_linear_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
-                             starpu_data_handle_t dZ, starpu_data_handle_t X,
-                             starpu_data_handle_t W, tg_activation act,
-                             starpu_data_handle_t Zprev, tg_tensor *dX, tg_split *dXc,
-                             const tg_task_opts *ow, const tg_task_opts *o);
-
 /* The weight and bias gradients of linear layer (pw, l) (its bias pw + 1)
  * from its output's gradient dY and its input X, in one task */
 static int tg_gpt_linear_grads(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
@@ -660,6 +649,11 @@ static int tg_gpt_linear_grads(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p
                                      o);
 }
 
+/* Linear layer (pw, l)'s backward from its output's gradient dZ and its
+ * input X: its input's gradient dX (a column plan dXc when tiled) from W
+ * (and Zprev with an activation), and its weight and bias gradients (the
+ * bias is pw + 1).  One task when the run fuses them (untiled), else the
+ * gradients under `ow` then dX under `o`. */
 static int tg_gpt_linear_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, int l,
                              starpu_data_handle_t dZ, starpu_data_handle_t X,
                              starpu_data_handle_t W, tg_activation act,

@@ -60,6 +60,9 @@ typedef struct result {
   float *grads[2];
 } result;
 
+/* run.fused_backward of the next run_case (0: auto, off on CPU workers) */
+static int g_fused;
+
 /* Two steps of one configuration; 0 or -1 (with a message). */
 static int run_case(const float *params, const int32_t *tokens, size_t np, int M,
                     tg_attention_kind kind, int S, result *res) {
@@ -69,6 +72,7 @@ static int run_case(const float *params, const int32_t *tokens, size_t np, int M
   run.attention = kind;
   run.chunk = CHUNK;
   run.attn_splits = S;
+  run.fused_backward = g_fused;
   tg_gpt g;
   if (tg_gpt_create(&g, &CFG, params, &run, &opt) < 0) {
     fprintf(stderr, "tg_gpt_create: %s\n", tg_last_error());
@@ -253,6 +257,41 @@ int main(void) {
           free(got.grads[0]);
           free(got.grads[1]);
         }
+  }
+  /* each linear layer's backward as one task (tg_linear_bwd, forced on
+   * here: auto keeps it for CUDA workers): the same bits as two tasks, in
+   * deterministic mode (the micro-batches' gradients otherwise add in any
+   * order, which changes step 2's bits from run to run either way) */
+  tg_set_deterministic(1);
+  for (int M = 1; M <= 2 && ok; M++) {
+    result two, one;
+    memset(&two, 0, sizeof two);
+    memset(&one, 0, sizeof one);
+    g_fused = -1;
+    int r = run_case(params, tokens, np, M, TG_ATTN_CHUNKED, 1, &two);
+    g_fused = 1;
+    r = r == 0 ? run_case(params, tokens, np, M, TG_ATTN_CHUNKED, 1, &one) : r;
+    g_fused = 0;
+    CHECK(r == 0, "fused backward M=%d: the run failed", M);
+    for (int k = 0; r == 0 && k < 2; k++)
+      CHECK(one.loss[k] == two.loss[k] && !memcmp(one.grads[k], two.grads[k], sizeof(float) * np),
+            "fused backward M=%d: step-%d loss or gradients differ from two tasks per layer", M,
+            k + 1);
+    if (r == 0) printf("fused backward M=%d: losses and gradients bit for bit\n", M);
+    for (int k = 0; k < 2; k++) {
+      free(one.grads[k]);
+      free(two.grads[k]);
+    }
+  }
+  tg_set_deterministic(0);
+  {
+    tg_optimizer_config opt = tg_optimizer_default(TG_OPT_ADAMW);
+    tg_gpt_run_config run = tg_gpt_run_default(B, T);
+    run.fused_backward = 2;
+    tg_gpt g;
+    CHECK(tg_gpt_create(&g, &CFG, params, &run, &opt) < 0 &&
+              strstr(tg_last_error(), "fused_backward"),
+          "fused_backward 2 accepted");
   }
   free(ref.grads[0]);
   free(ref.grads[1]);
