@@ -72,7 +72,7 @@ static const run_option options[] = {
      "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there), flash\n(chunked; in bf16 on CUDA workers flash kernels on\nthe tensor cores, head sizes 16, 32, 64, 128) or\nauto: gemm with CUDA workers, else chunked (default\nauto)"},
     {"--chunk", "K", K_INT, F(cfg.chunk), 1, 1 << 16, -1, GPT, "attention chunk (default %d)"},
     {"--attn-splits", "S", K_INT, F(cfg.attn_splits), 1, TG_MAX_SPLIT, -1, GPT,
-     "attention tasks per micro-batch (default: one per\nworker, dividing B/M)"},
+     "attention tasks per micro-batch (default: one per\nCPU worker, dividing B/M; 1 with devices)"},
     {"--classifier-blocks", "R", K_INT, F(cfg.classifier_blocks), 1, TG_MAX_SPLIT, -1, GPT,
      "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
     {"--tiles", "N", K_INT, F(cfg.linear_tiles), 1, TG_MAX_SPLIT, -1, GPT,
@@ -82,8 +82,9 @@ static const run_option options[] = {
      "pin tile j of every tiled layer to device j mod\ndevices (a fixed tensor-parallel layout;\n"
      "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},
     {"--fused-backward", NULL, K_FLAG, F(cfg.fused_backward), 1, 0, -1, GPT,
-     "each linear layer's backward as one task (its\ninput's gradient, weight and bias gradients;\n"
-     "default: with CUDA workers, untiled layers and\nthe optimizer on the devices)"},
+     "each linear layer's backward as one task (its\ninput's gradient, weight and bias gradients,\n"
+     "and the backward of the LayerNorm before it;\ndefault: with CUDA workers, untiled layers and\n"
+     "the optimizer on the devices)"},
     {"--no-fused-backward", NULL, K_FLAG, F(cfg.fused_backward), -1, 0, -1, GPT,
      "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,

@@ -20,9 +20,23 @@
  * buffers: dZ (rows, out), W (out, in), X (rows, in), dX (rows, in) W, dW
  * (out, in) and db (1, out) by accum, [Zprev (rows, in) with an
  * activation], scratch.
+ *
+ * tg_linear_layernorm_bwd_insert adds the backward of the LayerNorm whose
+ * output X is (no activation), after the linear one in the same task: a
+ * transformer block's fc and qkv layers, whose input gradient only that
+ * LayerNorm reads.  Buffers after the scratch: the LayerNorm's input LX
+ * (rows, in), weight (1, in), mean and rstd (rows, 1), the residual
+ * stream's gradient dR (rows, in) RW, dw and db (1, in) by their own accum.
+ * Its kernel is tg_layernorm_bwd's, with the low-precision adapter's
+ * conversions done here: dX, LX, dR (and a 16-bit weight) widened exactly
+ * into the scratch, dR rounded back once; the scratch the linear part used
+ * is free again by then (one stream, or one CPU thread).
  */
+#include <string.h>
+
 #include "codelet_common.h"
 #include "gemm_lowp_pad.h"
+#include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/precision_kernels.h"
@@ -35,9 +49,13 @@ typedef struct tg_linear_bwd_args {
   int act;
   int lowp; /* TG_F32, or the 16-bit type of dZ, W, X, Zprev and dX */
   float beta;
+  int ln;           /* a LayerNorm backward follows (buffers LX..LDB) */
+  int ln_overwrite; /* its dw, db written, not accumulated */
 } tg_linear_bwd_args;
 
 enum { DZ, WT, XIN, DX, DW, DB, ZPREV };
+/* the LayerNorm's buffers, after the scratch (no activation: at ZPREV) */
+enum { LX = ZPREV + 1, LW, LMEAN, LRSTD, LDR, LDW, LDB, LN_NBUF };
 
 typedef struct tg_lb_dims {
   int rows, in, out, has_z;
@@ -65,8 +83,78 @@ static void tg_lb_widen(tg_dtype lowp, void *buf, float *dst) {
                    TG_COLS(buf));
 }
 
+/* The f32 view of a LayerNorm buffer: as it is, or a 16-bit one's room at
+ * *ws (ld = cols, 16-float aligned as the adapter's), advancing *ws. */
+typedef struct tg_lb_view {
+  float *p;
+  int ld, lowp;
+  void *buf;
+} tg_lb_view;
+
+static tg_lb_view tg_lb_view_of(void *buf, float **ws) {
+  tg_lb_view v = {.p = TG_PTR(buf), .ld = TG_LD(buf), .lowp = 0, .buf = buf};
+  if (STARPU_MATRIX_GET_ELEMSIZE(buf) != 2) return v;
+  size_t n = (size_t)TG_ROWS(buf) * TG_COLS(buf);
+  v.p = *ws;
+  v.ld = TG_COLS(buf);
+  v.lowp = 1;
+  *ws += (n + 15) / 16 * 16;
+  return v;
+}
+
+/* the views of dY (the linear part's dX), LX, w, dR at scratch ws;
+ * returns the scratch after their copies */
+static float *tg_lb_ln_views(void *buffers[], float *ws, tg_lb_view v[4]) {
+  void *bufs[4] = {buffers[DX], buffers[LX], buffers[LW], buffers[LDR]};
+  for (int i = 0; i < 4; i++) v[i] = tg_lb_view_of(bufs[i], &ws);
+  return ws;
+}
+
+/* scratch floats of the LayerNorm part: the 16-bit buffers' f32 copies,
+ * then the CUDA kernel's reduction space (every build's CUDA worker size) */
+static size_t tg_lb_ln_floats(starpu_data_handle_t h[4], int n, int C) {
+  size_t floats = 0;
+  for (int i = 0; i < 4; i++)
+    if (starpu_matrix_get_elemsize(h[i]) == 2) {
+      size_t e = (size_t)starpu_matrix_get_nx(h[i]) * starpu_matrix_get_ny(h[i]);
+      floats += (e + 15) / 16 * 16;
+    }
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  floats += tg_ln_bwd_scratch_floats(n, C);
+#else
+  (void)n;
+  (void)C;
+#endif
+  return floats;
+}
+
+static void tg_lb_ln_cpu(void *buffers[], const tg_linear_bwd_args *a, float *ws) {
+  tg_dtype lowp = (tg_dtype)a->lowp;
+  tg_lb_view v[4];
+  tg_lb_ln_views(buffers, ws, v);
+  for (int i = 0; i < 4; i++) /* dY, X, w read, dR read and written */
+    if (v[i].lowp) tg_lb_widen(lowp, v[i].buf, v[i].p);
+  int n = TG_ROWS(buffers[DX]), C = TG_COLS(buffers[DX]);
+  float *dw = TG_PTR(buffers[LDW]), *db = TG_PTR(buffers[LDB]);
+  if (a->ln_overwrite) { /* zeros, then the adding kernel: tg_layernorm_bwd's bits */
+    memset(dw, 0, sizeof(float) * (size_t)C);
+    memset(db, 0, sizeof(float) * (size_t)C);
+  }
+  tg_cpu_layernorm_bwd(n, C, v[0].p, v[0].ld, v[1].p, v[1].ld, v[2].p, TG_PTR(buffers[LMEAN]),
+                       TG_PTR(buffers[LRSTD]), v[3].p, v[3].ld, dw, db);
+  if (v[3].lowp)
+    tg_cpu_to_lowp(lowp, n, C, v[3].p, v[3].ld, TG_HPTR(buffers[LDR]), TG_LD(buffers[LDR]));
+}
+
+static void tg_linear_bwd_cpu_part(void *buffers[], const tg_linear_bwd_args *a);
+
 static void tg_linear_bwd_cpu(void *buffers[], void *cl_arg) {
   const tg_linear_bwd_args *a = cl_arg;
+  tg_linear_bwd_cpu_part(buffers, a);
+  if (a->ln) tg_lb_ln_cpu(buffers, a, tg_lb_unpack(buffers, a).scratch);
+}
+
+static void tg_linear_bwd_cpu_part(void *buffers[], const tg_linear_bwd_args *a) {
   tg_lb_dims d = tg_lb_unpack(buffers, a);
   int rows = d.rows, in = d.in, out = d.out;
   if (a->lowp == TG_F32) {
@@ -105,8 +193,37 @@ static void tg_linear_bwd_cpu(void *buffers[], void *cl_arg) {
 }
 
 #ifdef TG_HAVE_CUDA
+static void tg_lb_ln_cuda(void *buffers[], const tg_linear_bwd_args *a, float *ws,
+                          cudaStream_t stream) {
+  tg_dtype lowp = (tg_dtype)a->lowp;
+  tg_lb_view v[4];
+  float *kscratch = tg_lb_ln_views(buffers, ws, v);
+  for (int i = 0; i < 4; i++)
+    if (v[i].lowp) {
+      void *b = v[i].buf;
+      TG_CUDA_CHECK(tg_cuda_from_lowp(lowp, TG_ROWS(b), TG_COLS(b), TG_HPTR(b), TG_LD(b), v[i].p,
+                                      v[i].ld, stream));
+    }
+  int n = TG_ROWS(buffers[DX]), C = TG_COLS(buffers[DX]);
+  TG_CUDA_CHECK(tg_cuda_layernorm_bwd(n, C, v[0].p, v[0].ld, v[1].p, v[1].ld, v[2].p,
+                                      TG_PTR(buffers[LMEAN]), TG_PTR(buffers[LRSTD]), v[3].p,
+                                      v[3].ld, TG_PTR(buffers[LDW]), TG_PTR(buffers[LDB]),
+                                      !a->ln_overwrite, kscratch, stream));
+  if (v[3].lowp)
+    TG_CUDA_CHECK(tg_cuda_to_lowp(lowp, n, C, v[3].p, v[3].ld, TG_HPTR(buffers[LDR]),
+                                  TG_LD(buffers[LDR]), stream));
+}
+
+static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a);
+
 static void tg_linear_bwd_cuda(void *buffers[], void *cl_arg) {
   const tg_linear_bwd_args *a = cl_arg;
+  tg_linear_bwd_cuda_part(buffers, a);
+  if (a->ln)
+    tg_lb_ln_cuda(buffers, a, tg_lb_unpack(buffers, a).scratch, starpu_cuda_get_local_stream());
+}
+
+static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a) {
   tg_lb_dims d = tg_lb_unpack(buffers, a);
   int rows = d.rows, in = d.in, out = d.out;
   cublasHandle_t h = starpu_cublas_get_local_handle();
@@ -145,11 +262,51 @@ static void tg_linear_bwd_cuda(void *buffers[], void *cl_arg) {
 
 TG_CODELET_ENTRIES(linear_bwd, tg_linear_bwd_cpu, tg_linear_bwd_cuda);
 
+/* The LayerNorm part's checks: shapes as tg_layernorm_bwd_insert's for
+ * (rows, in), dR of the activations' element size */
+static int tg_lb_ln_check(const char *op, const tg_layernorm_bwd_part *ln, int rows, int in,
+                          size_t esize) {
+  TG_TRY(tg_expect(ln->x, op, "the LayerNorm's input", rows, in, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(ln->w, op, "the LayerNorm's weight", 1, in, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(ln->mean, op, "mean", rows, 1, sizeof(float)));
+  TG_TRY(tg_expect(ln->rstd, op, "rstd", rows, 1, sizeof(float)));
+  TG_TRY(tg_expect(ln->dres, op, "the residual gradient", rows, in, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(ln->dw, op, "the LayerNorm's dw", 1, in, sizeof(float)));
+  TG_TRY(tg_expect(ln->db, op, "the LayerNorm's db", 1, in, sizeof(float)));
+  if (starpu_matrix_get_elemsize(ln->x) != esize || starpu_matrix_get_elemsize(ln->dres) != esize)
+    return tg_fail(EINVAL, "%s: the LayerNorm's input and the residual gradient must have the "
+                   "element type of dZ", op);
+  return 0;
+}
+
+static int tg_lb_insert(const char *op, starpu_data_handle_t dZ, starpu_data_handle_t W,
+                        tg_activation act, starpu_data_handle_t Zprev, starpu_data_handle_t X,
+                        starpu_data_handle_t dX, starpu_data_handle_t dW,
+                        starpu_data_handle_t db, tg_accum accum,
+                        const tg_layernorm_bwd_part *ln, const tg_task_opts *opts);
+
 int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_activation act,
                          starpu_data_handle_t Zprev, starpu_data_handle_t X,
                          starpu_data_handle_t dX, starpu_data_handle_t dW,
                          starpu_data_handle_t db, tg_accum accum, const tg_task_opts *opts) {
-  static const char op[] = "tg_linear_bwd";
+  return tg_lb_insert("tg_linear_bwd", dZ, W, act, Zprev, X, dX, dW, db, accum, NULL, opts);
+}
+
+int tg_linear_layernorm_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
+                                   starpu_data_handle_t X, starpu_data_handle_t dX,
+                                   starpu_data_handle_t dW, starpu_data_handle_t db,
+                                   tg_accum accum, const tg_layernorm_bwd_part *ln,
+                                   const tg_task_opts *opts) {
+  static const char op[] = "tg_linear_layernorm_bwd";
+  if (!ln) return tg_fail(EINVAL, "%s: no LayerNorm", op);
+  return tg_lb_insert(op, dZ, W, TG_ACT_NONE, NULL, X, dX, dW, db, accum, ln, opts);
+}
+
+static int tg_lb_insert(const char *op, starpu_data_handle_t dZ, starpu_data_handle_t W,
+                        tg_activation act, starpu_data_handle_t Zprev, starpu_data_handle_t X,
+                        starpu_data_handle_t dX, starpu_data_handle_t dW,
+                        starpu_data_handle_t db, tg_accum accum,
+                        const tg_layernorm_bwd_part *ln, const tg_task_opts *opts) {
   if (act != TG_ACT_RELU && act != TG_ACT_GELU && act != TG_ACT_NONE)
     return tg_fail(EINVAL, "%s: unknown activation %d", op, (int)act);
   int rows, in, out, zout;
@@ -168,8 +325,10 @@ int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_act
   for (int i = 0; i < 4; i++)
     if (starpu_matrix_get_elemsize(same[i]) != esize)
       return tg_fail(EINVAL, "%s: dZ, W, X, dX and Zprev must have one element type", op);
+  if (ln) TG_TRY(tg_lb_ln_check(op, ln, rows, in, esize));
   tg_linear_bwd_args args = {.shape = 0, .act = (int)act, .lowp = TG_F32,
-                             .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f};
+                             .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f, .ln = ln != NULL,
+                             .ln_overwrite = ln && ln->accum == TG_OVERWRITE};
   size_t work = sizeof(float);
   if (esize == 2) {
     if (!opts) return tg_fail(EINVAL, "%s: 2-byte buffers without opts.lowp", op);
@@ -180,11 +339,16 @@ int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_act
                  sizeof(uint16_t) * tg_gemm_lowp_pad_elems(out, in, rows);
     work = cpu > gpu ? cpu : gpu;
   }
-  int key[2] = {args.act, args.lowp};
-  args.shape = tg_hash_ints(key, 2);
-  starpu_data_handle_t h[8] = {dZ, W, X, dX, dW, db};
-  enum starpu_data_access_mode md[8] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W,
-                                        tg_accum_mode(accum), tg_accum_mode(accum)};
+  if (ln) {
+    starpu_data_handle_t conv[4] = {dX, ln->x, ln->w, ln->dres};
+    size_t lnw = sizeof(float) * tg_lb_ln_floats(conv, rows, in);
+    if (lnw > work) work = lnw;
+  }
+  int key[3] = {args.act, args.lowp, args.ln};
+  args.shape = tg_hash_ints(key, 3);
+  starpu_data_handle_t h[LN_NBUF] = {dZ, W, X, dX, dW, db};
+  enum starpu_data_access_mode md[LN_NBUF] = {STARPU_R, STARPU_R, STARPU_R, STARPU_W,
+                                              tg_accum_mode(accum), tg_accum_mode(accum)};
   int n = 6;
   if (has_z) {
     h[n] = Zprev;
@@ -192,8 +356,18 @@ int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_act
   }
   h[n] = tg_scratch(work);
   md[n++] = STARPU_SCRATCH;
+  if (ln) { /* at LX.. (no activation) */
+    starpu_data_handle_t lh[] = {ln->x, ln->w, ln->mean, ln->rstd, ln->dres, ln->dw, ln->db};
+    enum starpu_data_access_mode lm[] = {STARPU_R,  STARPU_R,  STARPU_R,
+                                         STARPU_R,  STARPU_RW, tg_accum_mode(ln->accum),
+                                         tg_accum_mode(ln->accum)};
+    for (int i = 0; i < 7; i++) {
+      h[n] = lh[i];
+      md[n++] = lm[i];
+    }
+  }
   return tg_submit_native(&tg_linear_bwd_cl, n, h, md, &args, sizeof args,
-                          4.0 * rows * out * in, opts);
+                          4.0 * rows * out * in + (ln ? 12.0 * rows * in : 0), opts);
 }
 
 int tg_linear_bwd_is_lowp(const struct starpu_task *t) {
@@ -201,7 +375,15 @@ int tg_linear_bwd_is_lowp(const struct starpu_task *t) {
          starpu_matrix_get_elemsize(STARPU_TASK_GET_HANDLE(t, DZ)) == 2;
 }
 
+/* The bias gradient's second pass over dZ; with a LayerNorm part, that
+ * kernel's traffic too (it follows the GEMMs): dY, its input, dR read and
+ * written. */
 double tg_linear_bwd_serial_bytes(const struct starpu_task *t) {
   if (t->cl != &tg_linear_bwd_cl) return 0;
-  return (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, DZ));
+  double bytes = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, DZ));
+  if (t->nbuffers == LN_NBUF)
+    bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, DX)) +
+             (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, LX)) +
+             2.0 * (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(t, LDR));
+  return bytes;
 }

@@ -199,9 +199,14 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   int b = r->B / r->nmicro;
   if (r->attn_splits == 0 && r->data_parallel == TG_DP_SHARD)
     r->attn_splits = 1; /* a micro-batch runs on one device */
+  /* With devices, one: StarPU 1.3 keeps a partition plan's coherency on
+   * the tensor's home node, so each split attention sent its buffers through
+   * host memory and back (124M, one simulated H100 and 15 CPU workers:
+   * bench/results/2026-11-27-fusion.md, "Granularity"). */
+  if (r->attn_splits == 0 && starpu_cuda_worker_get_count() + tg_nopencl_workers() > 0)
+    r->attn_splits = 1;
   if (r->attn_splits == 0) {
-    int w = tg_ncpu_workers() + starpu_cuda_worker_get_count();
-    if (r->offload_optimizer) w = starpu_cuda_worker_get_count() + tg_nopencl_workers();
+    int w = tg_ncpu_workers();
     r->attn_splits = 1;
     for (int s = w < b ? w : b; s > 1; s--)
       if (b % s == 0) {
@@ -592,6 +597,12 @@ static void tg_gpt_out_release(tg_tensor *t, const tg_split *plan) {
   else tg_tensor_release(t);
 }
 #define NT(g) ((g)->run.linear_tiles)
+/* The small fusions (a residual add with the LayerNorm after it, a weight
+ * gradient with its bias gradient) only with the optimizer on the devices,
+ * as the fused backward: offloaded, the separate tasks let the host's
+ * update start sooner, and the 52B step on 8 simulated H100s was faster
+ * without them (bench/results/2026-11-27-fusion.md).  Same bits either way. */
+#define TG_GPT_FUSE_SMALL(g) (!(g)->run.offload_optimizer)
 
 /* How micro-batch mb's next contribution to gradient (p, l) adds
  * (reduce.h, lazy sums): TG_OVERWRITE for the first one to its handle when
@@ -645,8 +656,11 @@ static int tg_gpt_linear_grads(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param p
                                const tg_task_opts *o) {
   tg_accum mode;
   TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
-  return tg_linear_bwd_weight_insert(dY, X, G(g, pw, l), G(g, (tg_gpt_param)(pw + 1), l), mode,
-                                     o);
+  if (TG_GPT_FUSE_SMALL(g))
+    return tg_linear_bwd_weight_insert(dY, X, G(g, pw, l), G(g, (tg_gpt_param)(pw + 1), l),
+                                       mode, o);
+  TG_TRY(tg_gpt_gemm_tn(g, 1.0f, dY, X, G(g, pw, l), mode, o));
+  return tg_bias_grad_insert(dY, G(g, (tg_gpt_param)(pw + 1), l), mode, o);
 }
 
 /* Linear layer (pw, l)'s backward from its output's gradient dZ and its
@@ -696,6 +710,11 @@ static int tg_gpt_residual_ln(const tg_gpt *g, int n, tg_tensor a, tg_tensor b, 
   TG_TRY(TEMP(ln->y, n, C));
   TG_TRY(tg_temp(ln->mean, n, 1));
   TG_TRY(tg_temp(ln->rstd, n, 1));
+  if (!TG_GPT_FUSE_SMALL(g)) {
+    TG_TRY(tg_residual_insert(a.handle, b.handle, sum->handle, o));
+    return tg_layernorm_fwd_insert(sum->handle, ln->w, ln->b, ln->y->handle, ln->mean->handle,
+                                   ln->rstd->handle, o);
+  }
   return tg_residual_layernorm_fwd_insert(a.handle, b.handle, ln->w, ln->b, sum->handle,
                                           ln->y->handle, ln->mean->handle, ln->rstd->handle, o);
 }
@@ -858,6 +877,35 @@ static int tg_gpt_dres_rename(tg_gpt *g, tg_tensor *dres, const tg_task_opts *o)
   return rc;
 }
 
+/* Linear layer (pw, l), fed by LayerNorm (lw, l) of input LX with
+ * statistics mean and rstd: its backward as tg_gpt_linear_bwd (no
+ * activation) into dX, then the LayerNorm's from dX, adding into the
+ * residual stream's gradient dres; one task when the run fuses the
+ * backward. */
+static int tg_gpt_linear_ln_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw,
+                                tg_gpt_param lw, int l, starpu_data_handle_t dZ,
+                                starpu_data_handle_t X, starpu_data_handle_t LX,
+                                starpu_data_handle_t mean, starpu_data_handle_t rstd,
+                                tg_tensor *dX, tg_split *dXc, tg_tensor *dres,
+                                const tg_task_opts *ow, const tg_task_opts *o) {
+  tg_accum lnmode;
+  if (g->run.fused_backward > 0 && !(dXc && NT(g) > 1)) {
+    tg_accum mode;
+    TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
+    TG_TRY(tg_gpt_pair_take(g, mb, lw, l, &lnmode));
+    tg_layernorm_bwd_part ln = {.x = LX, .w = W(g, lw, l), .mean = mean, .rstd = rstd,
+                                .dres = dres->handle, .dw = G(g, lw, l),
+                                .db = G(g, (tg_gpt_param)(lw + 1), l), .accum = lnmode};
+    return tg_linear_layernorm_bwd_insert(dZ, WG(g, pw, l), X, dX->handle, G(g, pw, l),
+                                          G(g, (tg_gpt_param)(pw + 1), l), mode, &ln, o);
+  }
+  TG_TRY(tg_gpt_linear_bwd(g, mb, pw, l, dZ, X, WG(g, pw, l), TG_ACT_NONE, NULL, dX, dXc, ow, o));
+  TG_TRY(tg_gpt_dres_rename(g, dres, o));
+  TG_TRY(tg_gpt_pair_take(g, mb, lw, l, &lnmode));
+  return tg_layernorm_bwd_insert(dX->handle, LX, W(g, lw, l), mean, rstd, dres->handle,
+                                 G(g, lw, l), G(g, (tg_gpt_param)(lw + 1), l), lnmode, o);
+}
+
 static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   const tg_gpt_config *c = &g->cfg;
   int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
@@ -889,14 +937,10 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
     tg_gpt_out_release(&A->fch, A->fch_c);
     tg_tensor dln;                                                   /* (n, C) */
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_FCW, l, tmp.handle, A->ln2.handle, WG(g, TG_FCW, l),
-                             TG_ACT_NONE, NULL, &dln, dc, WGRAD(l), BWD(l)));
+    TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_FCW, TG_LN2W, l, tmp.handle, A->ln2.handle,
+                                A->x2.handle, A->mean2.handle, A->rstd2.handle, &dln, dc,
+                                &dres, WGRAD(l), BWD(l)));
     tg_gpt_out_release(&tmp, tc);
-    TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
-    TG_TRY(tg_gpt_pair_take(g, mb, TG_LN2W, l, &lnmode));
-    TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x2.handle, W(g, TG_LN2W, l),
-                                   A->mean2.handle, A->rstd2.handle, dres.handle,
-                                   G(g, TG_LN2W, l), G(g, TG_LN2B, l), lnmode, BWD(l)));
     tg_gpt_out_release(&dln, dc);
     tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
     for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
@@ -906,13 +950,9 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
                              N > 1 ? &at->dout_c : NULL, WGRAD(l), BWD(l)));
     TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
     TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_QKVW, l, at->dqkv.handle, A->ln1.handle,
-                             WG(g, TG_QKVW, l), TG_ACT_NONE, NULL, &dln, dc, WGRAD(l), BWD(l)));
-    TG_TRY(tg_gpt_dres_rename(g, &dres, BWD(l)));
-    TG_TRY(tg_gpt_pair_take(g, mb, TG_LN1W, l, &lnmode));
-    TG_TRY(tg_layernorm_bwd_insert(dln.handle, A->x.handle, W(g, TG_LN1W, l),
-                                   A->mean1.handle, A->rstd1.handle, dres.handle,
-                                   G(g, TG_LN1W, l), G(g, TG_LN1B, l), lnmode, BWD(l)));
+    TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_QKVW, TG_LN1W, l, at->dqkv.handle, A->ln1.handle,
+                                A->x.handle, A->mean1.handle, A->rstd1.handle, &dln, dc,
+                                &dres, WGRAD(l), BWD(l)));
     tg_gpt_out_release(&dln, dc);
     tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
     for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);

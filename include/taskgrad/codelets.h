@@ -196,6 +196,23 @@ int tg_linear_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W, tg_act
                          starpu_data_handle_t Zprev, starpu_data_handle_t X,
                          starpu_data_handle_t dX, starpu_data_handle_t dW,
                          starpu_data_handle_t db, tg_accum accum, const tg_task_opts *opts);
+/* The LayerNorm whose output a linear layer reads, for the backward of
+ * both in one task (tg_linear_layernorm_bwd_insert): its input x (rows,
+ * in), weight w (1, in), statistics mean and rstd (rows, 1) f32, the
+ * residual stream's gradient dres (rows, in) that its input gradient adds
+ * into, and its weight gradients dw, db (1, in) f32 by accum. */
+typedef struct tg_layernorm_bwd_part {
+  starpu_data_handle_t x, w, mean, rstd, dres, dw, db;
+  tg_accum accum;
+} tg_layernorm_bwd_part;
+/* tg_linear_bwd_insert without an activation, then tg_layernorm_bwd_insert
+ * (dY = the dX just computed, its own accum) in the same task: the bits of
+ * the two.  X is the LayerNorm's output; x and dres of dZ's element type. */
+int tg_linear_layernorm_bwd_insert(starpu_data_handle_t dZ, starpu_data_handle_t W,
+                                   starpu_data_handle_t X, starpu_data_handle_t dX,
+                                   starpu_data_handle_t dW, starpu_data_handle_t db,
+                                   tg_accum accum, const tg_layernorm_bwd_part *ln,
+                                   const tg_task_opts *opts);
 /* Y = A + B, then Z, mean, rstd as tg_layernorm_fwd_insert on Y, in one
  * task (a residual add and the LayerNorm after it); a 16-bit Y's rounded
  * values are what the LayerNorm reads.  Y is a tensor of its own. */

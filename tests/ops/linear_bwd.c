@@ -14,6 +14,16 @@
  *            widens them in the other; the fused task must do the same),
  *            with 1 and 2 CPU workers; mixed element types and 16-bit
  *            buffers without opts.lowp refused.
+ *
+ * Row linear_layernorm_bwd: the same task with the backward of the
+ * LayerNorm that fed the layer after it (tg_linear_layernorm_bwd_insert,
+ * the GPT's fc and qkv layers on CUDA workers).  Against tg_linear_bwd then
+ * tg_layernorm_bwd, bit for bit: dX, dW, db, the residual gradient dR and
+ * the LayerNorm's dw, db, both overwritten and accumulated, in f32 (cpu)
+ * and bf16/fp16 (lowp, native bf16 GEMMs on and off: the LayerNorm part
+ * does the adapter's conversions itself); the CPU against the CUDA worker
+ * or an emulated device within TOL (pair: their kernels round apart);
+ * LayerNorm buffers of the wrong shape or type refused.
  */
 
 #include "ref_util.h"
@@ -81,6 +91,212 @@ static int lb_compare(const lb_case *k, tg_dtype t, const tg_task_opts *o) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
   free(dz); free(w); free(x); free(zp); free(dw0); free(db0);
   return same;
+}
+
+/* ---- linear_layernorm_bwd ------------------------------------------------------ */
+
+/* The LayerNorm's tensors: input x (type t), weight (f32), statistics,
+ * the residual gradient dR (type t) and dw, db, twice (fused, reference). */
+typedef struct ln_set {
+  tg_tensor x, w, mean, rstd, dr[2], dw[2], db[2];
+} ln_set;
+
+static void ln_set_new(ln_set *L, tg_rng *rng, tg_dtype t, int rows, int C) {
+  float *x = rounded_rand(rng, t, rows, C, 2.0f), *w = tg_rand_mat(rng, 1, C, C, 1.0f, 0.0f);
+  float *mean = tg_rand_mat(rng, rows, 1, 1, 0.5f, 0.0f);
+  float *rstd = tg_rand_mat(rng, rows, 1, 1, 0.5f, 1.0f); /* in [0.5, 1.5) */
+  float *dr = rounded_rand(rng, t, rows, C, 1.0f), *dw = tg_rand_mat(rng, 1, C, C, 1.0f, 0.0f);
+  float *db = tg_rand_mat(rng, 1, C, C, 1.0f, 0.0f);
+  if (t == TG_F32) new_f32(&L->x, rows, C, x);
+  else new_low(&L->x, t, rows, C, x);
+  new_f32(&L->w, 1, C, w);
+  new_f32(&L->mean, rows, 1, mean);
+  new_f32(&L->rstd, rows, 1, rstd);
+  for (int i = 0; i < 2; i++) {
+    if (t == TG_F32) new_f32(&L->dr[i], rows, C, dr);
+    else new_low(&L->dr[i], t, rows, C, dr);
+    new_f32(&L->dw[i], 1, C, dw);
+    new_f32(&L->db[i], 1, C, db);
+  }
+  free(x); free(w); free(mean); free(rstd); free(dr); free(dw); free(db);
+}
+
+static void ln_set_free(ln_set *L) {
+  tg_tensor *all[] = {&L->x, &L->w, &L->mean, &L->rstd, &L->dr[0], &L->dr[1],
+                      &L->dw[0], &L->dw[1], &L->db[0], &L->db[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+}
+
+static tg_layernorm_bwd_part ln_part(const ln_set *L, int i, tg_accum accum) {
+  return (tg_layernorm_bwd_part){.x = L->x.handle, .w = L->w.handle, .mean = L->mean.handle,
+                                 .rstd = L->rstd.handle, .dres = L->dr[i].handle,
+                                 .dw = L->dw[i].handle, .db = L->db[i].handle, .accum = accum};
+}
+
+/* The fused task against tg_linear_bwd then tg_layernorm_bwd; 1 when the
+ * six outputs agree bit for bit. */
+static int lnb_compare(int rows, int out, int in, tg_accum accum, tg_accum ln_accum, tg_dtype t,
+                       const tg_task_opts *o) {
+  tg_rng rng = {.s = 91 + (uint64_t)rows * 7 + (uint64_t)ln_accum};
+  float *dz = rounded_rand(&rng, t, rows, out, 1.0f);
+  float *w = rounded_rand(&rng, t, out, in, 0.5f);
+  float *x = rounded_rand(&rng, t, rows, in, 1.0f);
+  float *dw0 = tg_rand_mat(&rng, out, in, in, 1.0f, 0.0f);
+  float *db0 = tg_rand_mat(&rng, 1, out, out, 1.0f, 0.0f);
+  tg_tensor DZ, Wt, X, DX[2], dW[2], db[2];
+  if (t == TG_F32) {
+    new_f32(&DZ, rows, out, dz);
+    new_f32(&Wt, out, in, w);
+    new_f32(&X, rows, in, x);
+  } else {
+    new_low(&DZ, t, rows, out, dz);
+    new_low(&Wt, t, out, in, w);
+    new_low(&X, t, rows, in, x);
+  }
+  for (int i = 0; i < 2; i++) {
+    CHECK(tg_tensor_alloc(&DX[i], rows, in, t) == 0, "alloc");
+    new_f32(&dW[i], out, in, dw0);
+    new_f32(&db[i], 1, out, db0);
+  }
+  ln_set L;
+  ln_set_new(&L, &rng, t, rows, in);
+  tg_layernorm_bwd_part p = ln_part(&L, 0, ln_accum);
+  CHECK(tg_linear_layernorm_bwd_insert(DZ.handle, Wt.handle, X.handle, DX[0].handle,
+                                       dW[0].handle, db[0].handle, accum, &p, o) == 0,
+        "fused: %s", tg_last_error());
+  CHECK(tg_linear_bwd_insert(DZ.handle, Wt.handle, TG_ACT_NONE, NULL, X.handle, DX[1].handle,
+                             dW[1].handle, db[1].handle, accum, o) == 0,
+        "linear_bwd: %s", tg_last_error());
+  CHECK(tg_layernorm_bwd_insert(DX[1].handle, L.x.handle, L.w.handle, L.mean.handle,
+                                L.rstd.handle, L.dr[1].handle, L.dw[1].handle, L.db[1].handle,
+                                ln_accum, o) == 0,
+        "layernorm_bwd: %s", tg_last_error());
+  const tg_tensor *got[] = {&DX[0], &dW[0], &db[0], &L.dr[0], &L.dw[0], &L.db[0]};
+  const tg_tensor *want[] = {&DX[1], &dW[1], &db[1], &L.dr[1], &L.dw[1], &L.db[1]};
+  int same = 1;
+  for (int i = 0; i < 6; i++) {
+    tg_dtype dt = i == 0 || i == 3 ? t : TG_F32;
+    float *a = read_as_f32(got[i], dt), *b = read_as_f32(want[i], dt);
+    same &= same_bits(a, b, tg_tensor_numel(got[i]));
+    free(a);
+    free(b);
+  }
+  ln_set_free(&L);
+  tg_tensor *all[] = {&DZ, &Wt, &X, &DX[0], &DX[1], &dW[0], &dW[1], &db[0], &db[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
+  free(dz); free(w); free(x); free(dw0); free(db0);
+  return same;
+}
+
+/* rows, out, in, the linear and the LayerNorm accumulations */
+static const struct { int rows, out, in; tg_accum accum, ln_accum; } kLnCases[] = {
+    {37, 29, 45, TG_OVERWRITE, TG_OVERWRITE}, {37, 29, 45, TG_ACCUMULATE, TG_ACCUMULATE},
+    {64, 257, 33, TG_OVERWRITE, TG_ACCUMULATE}, {1, 1, 1, TG_ACCUMULATE, TG_OVERWRITE}};
+#define NLN (int)(sizeof kLnCases / sizeof kLnCases[0])
+
+static void lnb_all(tg_dtype t, const tg_task_opts *o, const char *what) {
+  for (int i = 0; i < NLN; i++)
+    CHECK(lnb_compare(kLnCases[i].rows, kLnCases[i].out, kLnCases[i].in, kLnCases[i].accum,
+                      kLnCases[i].ln_accum, t, o),
+          "%s linear_layernorm_bwd %dx%dx%d (%s, LayerNorm %s)%s differs from linear_bwd then "
+          "layernorm_bwd",
+          tg_dtype_name(t), kLnCases[i].rows, kLnCases[i].out, kLnCases[i].in,
+          accum_name(kLnCases[i].accum), accum_name(kLnCases[i].ln_accum), what);
+}
+
+typedef struct lnb_ctx {
+  starpu_data_handle_t dz, w, x, dx, dW, db;
+  const ln_set *L;
+} lnb_ctx;
+
+static int lnb_submit(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const lnb_ctx *c = v;
+  tg_layernorm_bwd_part p = ln_part(c->L, 0, TG_ACCUMULATE);
+  p.dres = out[0].handle;
+  p.dw = out[1].handle;
+  p.db = out[2].handle;
+  return tg_linear_layernorm_bwd_insert(c->dz, c->w, c->x, c->dx, c->dW, c->db, TG_OVERWRITE,
+                                        &p, o);
+}
+
+static void pair_linear_layernorm_bwd(void) {
+  int rows = 33, out = 17, in = 40;
+  tg_rng rng = {.s = 5};
+  ln_set L;
+  ln_set_new(&L, &rng, TG_F32, rows, in);
+  float *dz = rnd((size_t)rows * out, 1), *w = rnd((size_t)out * in, 1);
+  float *x = rnd((size_t)rows * in, 1), *dr = rnd((size_t)rows * in, 1);
+  float *dw0 = rnd(in, 1), *db0 = rnd(in, 1);
+  tg_tensor DZ, Wt, X, DX, dW, db;
+  new_tensor(&DZ, rows, out, dz);
+  new_tensor(&Wt, out, in, w);
+  new_tensor(&X, rows, in, x);
+  new_tensor(&DX, rows, in, NULL);
+  new_tensor(&dW, out, in, NULL);
+  new_tensor(&db, 1, out, NULL);
+  lnb_ctx c = {DZ.handle, Wt.handle, X.handle, DX.handle, dW.handle, db.handle, &L};
+  outspec o[3] = {{.name = "dR", .rows = rows, .cols = in, .init = dr, .redux = 0, .tol = TOL},
+                  {.name = "dw", .rows = 1, .cols = in, .init = dw0, .redux = 0, .tol = TOL},
+                  {.name = "db", .rows = 1, .cols = in, .init = db0, .redux = 0, .tol = TOL}};
+  run_pair("linear_layernorm_bwd 33x17x40", lnb_submit, &c, 3, o, NULL, NULL);
+  ln_set_free(&L);
+  tg_tensor *all[] = {&DZ, &Wt, &X, &DX, &dW, &db};
+  for (int i = 0; i < 6; i++) tg_tensor_free(all[i]);
+  free(dz); free(w); free(x); free(dr); free(dw0); free(db0);
+}
+
+static void cpu_linear_layernorm_bwd(void) {
+  tg_task_opts o = on_worker(g_cpu_worker);
+  lnb_all(TG_F32, &o, "");
+  pair_linear_layernorm_bwd();
+  /* refusals: a LayerNorm of the wrong width, a 16-bit residual gradient
+   * under f32 activations */
+  tg_tensor a, w, x, dx, dW, db, x16;
+  float *v = filled(64, 0.5f);
+  new_f32(&a, 4, 4, v);
+  new_f32(&w, 4, 4, v);
+  new_f32(&x, 4, 4, v);
+  new_f32(&dx, 4, 4, v);
+  new_f32(&dW, 4, 4, v);
+  new_f32(&db, 1, 4, v);
+  new_low(&x16, TG_BF16, 4, 4, v);
+  tg_rng rng = {.s = 3};
+  ln_set L;
+  ln_set_new(&L, &rng, TG_F32, 4, 4);
+  tg_layernorm_bwd_part p = ln_part(&L, 0, TG_ACCUMULATE);
+  p.w = dW.handle; /* (4, 4) */
+  CHECK_REFUSED(tg_linear_layernorm_bwd_insert(a.handle, w.handle, x.handle, dx.handle,
+                                               dW.handle, db.handle, TG_OVERWRITE, &p, &o),
+                "tg_linear_layernorm_bwd", "a (4, 4) LayerNorm weight");
+  p = ln_part(&L, 0, TG_ACCUMULATE);
+  p.dres = x16.handle;
+  CHECK_REFUSED(tg_linear_layernorm_bwd_insert(a.handle, w.handle, x.handle, dx.handle,
+                                               dW.handle, db.handle, TG_OVERWRITE, &p, &o),
+                "tg_linear_layernorm_bwd", "a bf16 residual gradient with f32 dZ");
+  CHECK_REFUSED(tg_linear_layernorm_bwd_insert(a.handle, w.handle, x.handle, dx.handle,
+                                               dW.handle, db.handle, TG_OVERWRITE, NULL, &o),
+                "tg_linear_layernorm_bwd", "no LayerNorm");
+  ln_set_free(&L);
+  tg_tensor *all[] = {&a, &w, &x, &dx, &dW, &db, &x16};
+  for (int i = 0; i < 7; i++) tg_tensor_free(all[i]);
+  free(v);
+}
+
+static void linear_layernorm_bwd_lowp_body(void) {
+  int native = tg_cpu_gemm_bf16_native();
+  for (int nat = 0; nat < 2; nat++) {
+    if (nat && !tg_cpu_gemm_bf16_supported()) continue;
+    tg_cpu_gemm_bf16_set_native(nat);
+    for (int t = 0; t < 2; t++) {
+      tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = LOWP[t]};
+      lnb_all(LOWP[t], &o, nat ? " (native bf16 on)" : " (native bf16 off)");
+    }
+  }
+  tg_cpu_gemm_bf16_set_native(native);
+}
+
+static void linear_layernorm_bwd_lowp(void) {
+  ops_run_worker_counts(linear_layernorm_bwd_lowp_body);
 }
 
 static const lb_case kCases[] = {
@@ -193,6 +409,19 @@ static const ops_row rows[] = {
                  [OPS_CUDA_EMU] = "no launcher of its own: tg_cuda_linear_bwd_data(_lowp), "
                                   "tg_cuda_gemm(_lowp_aligned), tg_cuda_bias_grad(_lowp), "
                                   "each in its row"}},
+    {.name = "linear_layernorm_bwd",
+     .doc = "linear_bwd, then the backward of the LayerNorm that fed the layer, in one task",
+     .buffers = "linear_bwd's (no activation), then the LayerNorm's x, w, mean, rstd (R), "
+                "dR (RW), dw, db (W / RW / REDUX)",
+     .covers = "tg_linear_layernorm_bwd_insert",
+     .kernels = "",
+     .run = {[OPS_CPU] = cpu_linear_layernorm_bwd, [OPS_CUDA] = pair_linear_layernorm_bwd,
+             [OPS_DEVICE] = pair_linear_layernorm_bwd, [OPS_LOWP] = linear_layernorm_bwd_lowp},
+     .why_not = {[OPS_REF] = "no kernel of its own: the linear_bwd and layernorm_bwd rows' "
+                             "kernels, checked there",
+                 [OPS_CUDA_EMU] = "no launcher of its own: linear_bwd's, "
+                                  "tg_cuda_layernorm_bwd and tg_cuda_to/from_lowp, each in its "
+                                  "row"}},
 };
 
 OPS_ROWS(rows)
