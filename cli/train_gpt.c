@@ -314,22 +314,15 @@ static int param_slice(void *ctx, int p, size_t off, float *dst, size_t n) {
 }
 
 /* Saves the trained parameters: FILE.safetensors with Hugging Face GPT-2
- * names (through a whole copy), anything else in llm.c's format (streamed
- * slice by slice from the model). */
+ * names, anything else in llm.c's format, both streamed slice by slice from
+ * the model (never a second copy of it in memory). */
 static void save_model(gpt_session *s) {
   const char *path = s->o.save;
   size_t len = strlen(path);
-  if (len <= 12 || strcmp(path + len - 12, ".safetensors")) {
-    if (tg_llmc_model_write_from(path, &s->cfg, param_slice, &s->g) < 0)
-      tg_cli_die_last("--save");
-  } else {
-    size_t sizes[TG_GPT_NPARAMS];
-    float *out = malloc(sizeof(float) * tg_gpt_param_sizes(&s->cfg, sizes));
-    if (!out) tg_cli_die("out of memory for --save");
-    if (tg_gpt_read_params(&s->g, out) < 0 || tg_safetensors_write_gpt2(path, &s->cfg, out) < 0)
-      tg_cli_die_last("--save");
-    free(out);
-  }
+  int st = len > 12 && !strcmp(path + len - 12, ".safetensors");
+  if ((st ? tg_safetensors_write_gpt2_from(path, &s->cfg, param_slice, &s->g)
+          : tg_llmc_model_write_from(path, &s->cfg, param_slice, &s->g)) < 0)
+    tg_cli_die_last("--save");
   fprintf(stderr, "taskgrad: saved %s\n", path);
 }
 

@@ -282,8 +282,7 @@ static int atomic_write(const char *path, const void *hdr, size_t hdr_len,
   return rc;
 }
 
-/* the whole parameter array as a source */
-static int get_array(void *ctx, int param, size_t off, float *dst, size_t n) {
+int tg_llmc_array_get(void *ctx, int param, size_t off, float *dst, size_t n) {
   const float *params = ((const float *const *)ctx)[0];
   const tg_gpt_config *cfg = ((const tg_gpt_config *const *)ctx)[1];
   memcpy(dst, params + tg_gpt_param_offset(cfg, (tg_gpt_param)param) + off, n * sizeof(float));
@@ -331,7 +330,7 @@ int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
   if (!path || !cfg || !params)
     return tg_fail(EINVAL, "tg_llmc_model_write: NULL argument");
   const void *ctx[2] = {params, cfg};
-  return tg_llmc_model_write_from(path, cfg, get_array, (void *)ctx);
+  return tg_llmc_model_write_from(path, cfg, tg_llmc_array_get, (void *)ctx);
 }
 
 int tg_llmc_tokens_write(const char *path, const uint16_t *tokens, size_t n) {

@@ -18,6 +18,12 @@
  * block are read, so both sides are walked in runs, and the extra memory
  * is TBLOCK * out floats whatever the model size.
  *
+ * Streaming.  The GPT writer takes the parameters one llm.c slice at a
+ * time (a layer's slice of a per-layer tensor, or a whole global tensor)
+ * from a callback, as tg_llmc_model_write_from does: a trained model is
+ * written without a second copy of it in memory, only its largest slice
+ * and the transpose block.
+ *
  * Atomic write.  As src/llmc.c: <path>.tmp.<pid> created with O_EXCL (a
  * stale regular file of that name is replaced once), every fwrite checked,
  * fflush, fsync, fclose, rename over the target, best-effort fsync of the
@@ -53,6 +59,7 @@ typedef struct st_entry {
   size_t shape[2];   /* Hugging Face's shape */
   const float *src;  /* llm.c data: shape, or (shape[1], shape[0]) if transposed */
   int transpose;
+  int param, layer;  /* GPT: the llm.c slice it comes from */
 } st_entry;
 
 static size_t entry_count(const st_entry *e) {
@@ -115,52 +122,40 @@ static void add(st_entry *es, size_t *n, const float *src, int transpose,
   e->shape[1] = rank == 2 ? d1 : 1;
   e->src = src;
   e->transpose = transpose;
+  e->layer = layer;
 }
 
-/* The 4 + 12 L entries in file order. */
-static st_entry *make_entries(const tg_gpt_config *c, const float *params,
-                              size_t *count) {
-  size_t sizes[TG_GPT_NPARAMS];
-  tg_gpt_param_sizes(c, sizes);
-  const float *p[TG_GPT_NPARAMS];
-  const float *q = params;
-  for (int k = 0; k < TG_GPT_NPARAMS; k++) {
-    p[k] = q;
-    q += sizes[k];
-  }
+/* a GPT entry: slice `layer` of llm.c tensor p */
+static void add_gpt(st_entry *es, size_t *n, tg_gpt_param p, int transpose, int rank,
+                    size_t d0, size_t d1, const char *fmt, int layer) {
+  add(es, n, NULL, transpose, rank, d0, d1, fmt, layer);
+  es[*n - 1].param = (int)p;
+}
+
+/* The 4 + 12 L entries in file order (src set when written). */
+static st_entry *make_entries(const tg_gpt_config *c, size_t *count) {
   const size_t L = (size_t)c->num_layers, C = (size_t)c->channels;
   st_entry *es = calloc(4 + 12 * L, sizeof *es);
   if (!es) return NULL;
   size_t n = 0;
-  add(es, &n, p[TG_WTE], 0, 2, (size_t)c->vocab_size, C,
-      "transformer.wte.weight", 0);
-  add(es, &n, p[TG_WPE], 0, 2, (size_t)c->max_seq_len, C,
-      "transformer.wpe.weight", 0);
-  for (size_t l = 0; l < L; l++) {
-    const int i = (int)l;
-    add(es, &n, p[TG_LN1W] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_1.weight", i);
-    add(es, &n, p[TG_LN1B] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_1.bias", i);
-    add(es, &n, p[TG_QKVW] + l * 3 * C * C, 1, 2, C, 3 * C,
-        "transformer.h.%d.attn.c_attn.weight", i);
-    add(es, &n, p[TG_QKVB] + l * 3 * C, 0, 1, 3 * C, 0,
-        "transformer.h.%d.attn.c_attn.bias", i);
-    add(es, &n, p[TG_ATTPROJW] + l * C * C, 1, 2, C, C,
-        "transformer.h.%d.attn.c_proj.weight", i);
-    add(es, &n, p[TG_ATTPROJB] + l * C, 0, 1, C, 0,
-        "transformer.h.%d.attn.c_proj.bias", i);
-    add(es, &n, p[TG_LN2W] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_2.weight", i);
-    add(es, &n, p[TG_LN2B] + l * C, 0, 1, C, 0, "transformer.h.%d.ln_2.bias", i);
-    add(es, &n, p[TG_FCW] + l * 4 * C * C, 1, 2, C, 4 * C,
-        "transformer.h.%d.mlp.c_fc.weight", i);
-    add(es, &n, p[TG_FCB] + l * 4 * C, 0, 1, 4 * C, 0,
-        "transformer.h.%d.mlp.c_fc.bias", i);
-    add(es, &n, p[TG_FCPROJW] + l * 4 * C * C, 1, 2, 4 * C, C,
-        "transformer.h.%d.mlp.c_proj.weight", i);
-    add(es, &n, p[TG_FCPROJB] + l * C, 0, 1, C, 0,
-        "transformer.h.%d.mlp.c_proj.bias", i);
+  add_gpt(es, &n, TG_WTE, 0, 2, (size_t)c->vocab_size, C, "transformer.wte.weight", 0);
+  add_gpt(es, &n, TG_WPE, 0, 2, (size_t)c->max_seq_len, C, "transformer.wpe.weight", 0);
+  for (int i = 0; i < (int)L; i++) {
+    add_gpt(es, &n, TG_LN1W, 0, 1, C, 0, "transformer.h.%d.ln_1.weight", i);
+    add_gpt(es, &n, TG_LN1B, 0, 1, C, 0, "transformer.h.%d.ln_1.bias", i);
+    add_gpt(es, &n, TG_QKVW, 1, 2, C, 3 * C, "transformer.h.%d.attn.c_attn.weight", i);
+    add_gpt(es, &n, TG_QKVB, 0, 1, 3 * C, 0, "transformer.h.%d.attn.c_attn.bias", i);
+    add_gpt(es, &n, TG_ATTPROJW, 1, 2, C, C, "transformer.h.%d.attn.c_proj.weight", i);
+    add_gpt(es, &n, TG_ATTPROJB, 0, 1, C, 0, "transformer.h.%d.attn.c_proj.bias", i);
+    add_gpt(es, &n, TG_LN2W, 0, 1, C, 0, "transformer.h.%d.ln_2.weight", i);
+    add_gpt(es, &n, TG_LN2B, 0, 1, C, 0, "transformer.h.%d.ln_2.bias", i);
+    add_gpt(es, &n, TG_FCW, 1, 2, C, 4 * C, "transformer.h.%d.mlp.c_fc.weight", i);
+    add_gpt(es, &n, TG_FCB, 0, 1, 4 * C, 0, "transformer.h.%d.mlp.c_fc.bias", i);
+    add_gpt(es, &n, TG_FCPROJW, 1, 2, 4 * C, C, "transformer.h.%d.mlp.c_proj.weight", i);
+    add_gpt(es, &n, TG_FCPROJB, 0, 1, C, 0, "transformer.h.%d.mlp.c_proj.bias", i);
   }
-  add(es, &n, p[TG_LNFW], 0, 1, C, 0, "transformer.ln_f.weight", 0);
-  add(es, &n, p[TG_LNFB], 0, 1, C, 0, "transformer.ln_f.bias", 0);
+  add_gpt(es, &n, TG_LNFW, 0, 1, C, 0, "transformer.ln_f.weight", 0);
+  add_gpt(es, &n, TG_LNFB, 0, 1, C, 0, "transformer.ln_f.bias", 0);
   *count = n;
   return es;
 }
@@ -182,9 +177,19 @@ static int write_entry(tg_atomic_file *af, const st_entry *e, float *buf) {
   return 0;
 }
 
+/* Where a GPT entry's data comes from: get's slices into slice (NULL:
+ * the entries' src) */
+typedef struct st_source {
+  const tg_gpt_config *cfg;
+  tg_llmc_param_get get;
+  void *ctx;
+  float *slice;
+} st_source;
+
 /* Header and tensors of es[0 .. n) to path, atomically; buf holds a
  * transposed block (TBLOCK rows of the widest transposed tensor). */
-static int write_file(const char *path, const st_entry *es, size_t n, size_t buf_floats) {
+static int write_file(const char *path, st_entry *es, size_t n, size_t buf_floats,
+                      const st_source *from) {
   size_t hlen = 0;
   char *hdr = build_header(es, n, &hlen);
   float *buf = hdr ? malloc((buf_floats ? buf_floats : 1) * sizeof *buf) : NULL;
@@ -198,7 +203,15 @@ static int write_file(const char *path, const st_entry *es, size_t n, size_t buf
   for (int b8 = 0; b8 < 8; b8++) len8[b8] = (uint8_t)((uint64_t)hlen >> (8 * b8));
   if (rc == 0) rc = tg_atomic_write(&af, len8, 8);
   if (rc == 0) rc = tg_atomic_write(&af, hdr, hlen);
-  for (size_t i = 0; i < n && rc == 0; i++) rc = write_entry(&af, &es[i], buf);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (from) { /* the slice holds the entry (wte: its first V of Vp rows) */
+      size_t piece;
+      tg_gpt_param_slices(from->cfg, (tg_gpt_param)es[i].param, &piece);
+      rc = from->get(from->ctx, es[i].param, (size_t)es[i].layer * piece, from->slice, piece);
+      es[i].src = from->slice;
+    }
+    if (rc == 0) rc = write_entry(&af, &es[i], buf);
+  }
   if (rc == 0) rc = tg_atomic_commit(&af);
   else tg_atomic_abort(&af);
   free(buf);
@@ -206,21 +219,33 @@ static int write_file(const char *path, const st_entry *es, size_t n, size_t buf
   return rc;
 }
 
-int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
-                              const float *params) {
-  if (!path || !cfg || !params)
-    return tg_fail(EINVAL, "tg_safetensors_write_gpt2: NULL argument");
+int tg_safetensors_write_gpt2_from(const char *path, const tg_gpt_config *cfg,
+                                   tg_llmc_param_get get, void *ctx) {
+  if (!path || !cfg || !get)
+    return tg_fail(EINVAL, "tg_safetensors_write_gpt2_from: NULL argument");
   if (tg_gpt_config_check(cfg) < 0) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", tg_last_error());
     return tg_fail(EINVAL, "%s: not written: %s", path, msg);
   }
   size_t n = 0;
-  st_entry *es = make_entries(cfg, params, &n);
-  if (!es) return tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
-  int rc = write_file(path, es, n, TBLOCK * 4 * (size_t)cfg->channels);
+  st_entry *es = make_entries(cfg, &n);
+  st_source from = {.cfg = cfg, .get = get, .ctx = ctx,
+                    .slice = malloc(tg_gpt_largest_slice(cfg) * sizeof(float))};
+  int rc = es && from.slice
+               ? write_file(path, es, n, TBLOCK * 4 * (size_t)cfg->channels, &from)
+               : tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
+  free(from.slice);
   free(es);
   return rc;
+}
+
+int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
+                              const float *params) {
+  if (!path || !cfg || !params)
+    return tg_fail(EINVAL, "tg_safetensors_write_gpt2: NULL argument");
+  const void *ctx[2] = {params, cfg};
+  return tg_safetensors_write_gpt2_from(path, cfg, tg_llmc_array_get, (void *)ctx);
 }
 
 int tg_safetensors_write(const char *path, int n, const char *const *names,
@@ -239,7 +264,7 @@ int tg_safetensors_write(const char *path, int n, const char *const *names,
     add(es, &k, data[i], 0, 2, (size_t)shapes[i][0], (size_t)shapes[i][1], "tensor", 0);
     snprintf(es[k - 1].name, NAME_LEN, "%s", names[i]);
   }
-  if (rc == 0) rc = write_file(path, es, k, 0);
+  if (rc == 0) rc = write_file(path, es, k, 0, NULL);
   free(es);
   return rc;
 }

@@ -13,7 +13,8 @@
 #    the 2-tile run's to 1e-5 (a column block of a GEMM is not always
 #    rounded as the whole: docs/gpt.md, tiles);
 #  - `--save FILE` (llm.c's format) streams the same way: at learning rate
-#    0 it writes back the --init-from file byte for byte;
+#    0 it writes back the --init-from file byte for byte; `--save
+#    FILE.safetensors` peaks within half the parameters' size of no save;
 #  - a record corrupted in its last values (the last tensor's AdamW v, read
 #    last of all) is refused with exit status 2 and the CRC message.
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
@@ -54,6 +55,23 @@ if [ "$plain" -gt 0 ] && [ "$saving" -gt 0 ] && [ "$resumed" -gt 0 ]; then
     bad "resume message: $(grep taskgrad "$work/resumed.err" | head -2)"
 else
   bad "a run failed (exit statuses as negative numbers: $plain $saving $resumed): $(tail -2 "$work"/*.err | tr '\n' ' ')"
+fi
+
+# --save FILE.safetensors streams too (tg_safetensors_write_gpt2_from): at
+# most half the parameters' 25.6 MB above the run that does not save (its
+# largest slice, 1 MB, and a transpose block); the whole copy it made before
+# took all 25.6
+half_params=$((25600 * 1000 / 2 / 1024)) # KiB
+st=$(rss st "${run[@]}" --init-from "$work/big.bin" --steps 2 --save "$work/model.safetensors")
+if [ "$plain" -gt 0 ] && [ "$st" -gt 0 ]; then
+  extra=$((st - plain))
+  if [ "$extra" -lt "$half_params" ]; then
+    ok "--save .safetensors: peak RSS $st KiB, $extra KiB above the run that does not save"
+  else
+    bad "--save .safetensors: peak RSS $st KiB, $extra KiB above $plain: a copy of the model?"
+  fi
+else
+  bad "--save .safetensors run failed: $(tail -2 "$work/st.err" | tr '\n' ' ')"
 fi
 
 # tiles

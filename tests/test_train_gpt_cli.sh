@@ -82,6 +82,50 @@ assert h["transformer.h.1.attn.c_attn.weight"]["shape"] == [32, 96], h
 assert "transformer.ln_f.bias" in h
 PY
   then ok "--save FILE.safetensors writes Hugging Face names"; else bad "--save .safetensors"; fi
+  # the streamed safetensors writer against the llm.c one, value by value
+  # (the Conv1D weights transposed), two deterministic runs of the same steps
+  det=(train gpt --init-from "$work/m.bin" --data "$work/train.bin" --batch 4 --seq 16 --steps 2
+       --deterministic)
+  if "$tg" "${det[@]}" --save "$work/det.bin" >/dev/null 2>&1 &&
+     "$tg" "${det[@]}" --save "$work/det.safetensors" >/dev/null 2>&1 &&
+     "$py" - "$work/det.bin" "$work/det.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+T, V, L, NH, C, Vp = struct.unpack("<6i", raw[8:32])
+flat = np.frombuffer(raw, dtype="<f4", offset=256 * 4)
+sizes = [Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+         L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C, C, C]
+p, at = [], 0
+for n in sizes:
+    p.append(flat[at:at + n]); at += n
+assert at == flat.size, (at, flat.size)
+st = open(sys.argv[2], "rb").read()
+n = struct.unpack("<Q", st[:8])[0]
+h = json.loads(st[8:8 + n])
+def get(name):
+    e = h[name]; a, b = e["data_offsets"]
+    return np.frombuffer(st[8 + n + a:8 + n + b], dtype="<f4").reshape(e["shape"])
+def same(name, want):
+    got = get(name)
+    assert got.shape == want.shape and np.array_equal(got, want), name
+same("transformer.wte.weight", p[0].reshape(Vp, C)[:V])
+same("transformer.wpe.weight", p[1].reshape(T, C))
+per = [("ln_1.weight", 2, (C,), 0), ("ln_1.bias", 3, (C,), 0),
+       ("attn.c_attn.weight", 4, (3 * C, C), 1), ("attn.c_attn.bias", 5, (3 * C,), 0),
+       ("attn.c_proj.weight", 6, (C, C), 1), ("attn.c_proj.bias", 7, (C,), 0),
+       ("ln_2.weight", 8, (C,), 0), ("ln_2.bias", 9, (C,), 0),
+       ("mlp.c_fc.weight", 10, (4 * C, C), 1), ("mlp.c_fc.bias", 11, (4 * C,), 0),
+       ("mlp.c_proj.weight", 12, (C, 4 * C), 1), ("mlp.c_proj.bias", 13, (C,), 0)]
+for l in range(L):
+    for name, k, shape, tr in per:
+        m = int(np.prod(shape))
+        w = p[k][l * m:(l + 1) * m].reshape(shape)
+        same("transformer.h.%d.%s" % (l, name), w.T if tr else w)
+same("transformer.ln_f.weight", p[14]); same("transformer.ln_f.bias", p[15])
+PY
+  then ok "--save .safetensors holds the llm.c file's values (streamed, transposed)"
+  else bad "--save .safetensors values differ from --save .bin"; fi
   "$tg" train gpt --init-from "$work/out.bin" --data "$work/train.bin" --batch 4 --seq 16 \
     --steps 1 >"$work/out2" 2>&1 && ok "saved checkpoint loads again" || bad "saved checkpoint: $(tail -2 "$work/out2")"
 else

@@ -56,6 +56,9 @@ int tg_llmc_model_write(const char *path, const tg_gpt_config *cfg,
 typedef int (*tg_llmc_param_get)(void *ctx, int param, size_t off, float *dst, size_t n);
 int tg_llmc_model_write_from(const char *path, const tg_gpt_config *cfg, tg_llmc_param_get get,
                              void *ctx);
+/* The tg_llmc_param_get of a whole parameter array in memory: ctx points to
+ * {const float *params, const tg_gpt_config *cfg}. */
+int tg_llmc_array_get(void *ctx, int param, size_t off, float *dst, size_t n);
 
 /* Reads a token file; vocab_size > 0 makes every token < vocab_size a
  * requirement.  *tokens is malloc'd. */

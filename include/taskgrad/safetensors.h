@@ -50,6 +50,12 @@ extern "C" {
  * tg_last_error(). */
 int tg_safetensors_write_gpt2(const char *path, const tg_gpt_config *cfg,
                               const float *params);
+/* The same from get's slices (as tg_llmc_model_write_from: one call per
+ * layer's slice of a per-layer tensor, one per global tensor, here in the
+ * safetensors file's order), so that a trained model is written without a
+ * whole copy of it in memory: its largest slice and a transpose block. */
+int tg_safetensors_write_gpt2_from(const char *path, const tg_gpt_config *cfg,
+                                   tg_llmc_param_get get, void *ctx);
 
 /* Any set of named 2-D float tensors (n of them, shapes[i] = {rows, cols},
  * row-major data[i]) as a safetensors file, atomically as above (the MLP's
