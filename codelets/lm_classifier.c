@@ -137,11 +137,11 @@ double tg_lm_classifier_scratch_traffic(const struct starpu_task *task) {
   const double chunks = ceil(n / a->chunk);
   /* bytes per logit: the f32 block written by the logits GEMM, read and
    * written by the softmax, read by the dlnf GEMM (and the dwte GEMM, fused
-   * f32); bf16 dlogits (lm_classifier_lowp.cu) are read once more, rounded
-   * and written in 16 bits, and those are what the GEMMs read */
+   * f32); with bf16 dlogits (lm_classifier_lowp.cu) the softmax writes them
+   * rounded, in 16 bits, and the two GEMMs read those: 4 + 4 + 2 + 2 + 2 */
   const int lowp = tg_lowp_of_task(task, NULL) == TG_BF16 &&
                    starpu_matrix_get_elemsize(STARPU_TASK_GET_HANDLE(task, 0)) == 2;
-  double per = !a->backward ? 12 : lowp ? 22 : a->keep ? 16 : 20;
+  double per = !a->backward ? 12 : lowp ? 14 : a->keep ? 16 : 20;
   double bytes = per * n * a->V;
   /* the fused form reads and writes dwte once per chunk, where its buffer
    * counts it once */

@@ -33,6 +33,12 @@ cudaError_t tg_cuda_residual_layernorm_fwd(tg_dtype sum_type, int n, int C, cons
                                            int lda, const float *B, int ldb, float *Y, int ldy,
                                            const float *w, const float *b, float *Z, int ldz,
                                            float *mean, float *rstd, cudaStream_t stream);
+/* tg_cuda_softmax_xent with the dlogits rounded to bf16 (nearest even)
+ * into their own (rows, ldd) buffer: the bits of tg_cuda_softmax_xent then
+ * tg_cuda_to_lowp(TG_BF16), in one pass */
+cudaError_t tg_cuda_softmax_xent_bf16(int rows, int cols, const float *logits, int ldl,
+                                      const int32_t *labels, float scale, uint16_t *dlogits,
+                                      int ldd, float *loss_acc, cudaStream_t stream);
 /* Y = lowp(X) (round to nearest even), Y = f32(X) (exact) */
 cudaError_t tg_cuda_to_lowp(tg_dtype lowp, int rows, int cols, const float *X,
                             int ldx, uint16_t *Y, int ldy, cudaStream_t stream);

@@ -13,10 +13,12 @@
  * [r0, r0 + rows):
  *   1. logits (rows, V) f32 = lnf_c wte[:V]^T: cublasGemmEx on the bf16
  *      operands as they are, f32 sums (tg_cuda_gemm_lowp);
- *   2. tg_cuda_softmax_xent in f32 in place: logits = scale (softmax -
- *      onehot), the loss added to *loss_acc;
- *   3. backward: dl16 = bf16(logits), once; then, from those rounded
- *      values, dlnf_c = grad_scale dl16 wte[:V] (f32 sums; rounded once
+ *   2. the softmax and cross-entropy in f32 (tg_cuda_softmax_xent_bf16):
+ *      dl16 = bf16(scale (softmax - onehot)), rounded once as it is
+ *      stored, the loss added to *loss_acc (forward only: in place in f32,
+ *      tg_cuda_softmax_xent, for the loss alone);
+ *   3. backward: from those rounded values,
+ *      dlnf_c = grad_scale dl16 wte[:V] (f32 sums; rounded once
  *      when dlnf is 16-bit) and, fused form, dwte[:V] += grad_scale
  *      dl16^T lnf_c (f32).
  * The rounding points are those of tg_cpu_classifier_dlogits_lowp
@@ -93,15 +95,16 @@ extern "C" cudaError_t tg_cuda_classifier_lowp(
     cudaError_t e = tg_cublas_status(tg_cuda_gemm_lowp(handle, TG_BF16, 0, 1, rows, V, C, 1.0f, lnf_c, ldl,
                                            wte, C, 0.0f, TG_F32, logits, ldg),
                          status);
-    if (e == cudaSuccess)
+    if (e != cudaSuccess) return e;
+    if (!backward) { /* the loss only */
       e = tg_cuda_softmax_xent(rows, V, logits, ldg, targets + r0, scale, logits, ldg, loss_acc,
                                stream);
-    if (e != cudaSuccess || !backward) {
       if (e != cudaSuccess) return e;
       continue;
     }
     uint16_t *dl = fused ? (uint16_t *)work : dlogits + (size_t)r0 * (size_t)Vd; /* (rows, ldv) */
-    e = tg_cuda_to_lowp(TG_BF16, rows, V, logits, ldg, dl, ldv, stream);
+    e = tg_cuda_softmax_xent_bf16(rows, V, logits, ldg, targets + r0, scale, dl, ldv, loss_acc,
+                                  stream);
     if (e != cudaSuccess) return e;
     /* dlnf_c (rows, C) = grad_scale dl wte[:V], into dlnf or, 16-bit, G */
     void *d = dlnf16 ? (void *)G

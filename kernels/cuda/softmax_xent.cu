@@ -29,6 +29,11 @@
  * *loss_acc (an accumulator: added to, never overwritten, as a StarPU REDUX
  * copy needs).  Float atomics make the last bits of the loss depend on block
  * order; dlogits are deterministic.
+ * tg_cuda_softmax_xent_bf16 is the same kernel storing each dlogit rounded
+ * to bf16 (nearest even) into a separate buffer: the bits of
+ * tg_cuda_softmax_xent followed by tg_cuda_to_lowp, without the f32 write
+ * and the second pass over it (the bf16 classifier's backward,
+ * lm_classifier_lowp.cu).
  * In-place use (dlogits == logits, ldd == ldl) is allowed, as on the CPU:
  * x_l is read by every thread before a barrier of the group (__syncwarp,
  * or the __syncthreads of the block reduction) that precedes the writes,
@@ -45,20 +50,28 @@
  * atomicAdd of the (exact, integer-valued) count.
  */
 #include "taskgrad/kernels_cuda.h"
+#include "taskgrad/kernels_cuda_precision.h"
 #include "cuda_common.cuh"
+#include "lowp.cuh"
 
 namespace {
 
 constexpr int kBlock = 256; /* threads per block for both kernels */
 
-template <int G>
+/* a dlogit stored as f32, or rounded to bf16 */
+__device__ __forceinline__ void store_dlogit(float *d, float v) { *d = v; }
+__device__ __forceinline__ void store_dlogit(uint16_t *d, float v) {
+  *d = tg_lowp::to_low<true>(v);
+}
+
+template <int G, typename Out>
 __global__ void __launch_bounds__(kBlock)
     softmax_xent_kernel(int rows, int cols,
                         const float *logits, /* (rows, ldl) */
                         size_t ldl,
                         const int32_t *__restrict__ labels, /* (rows) */
                         float scale,
-                        float *dlogits, /* (rows, ldd); may be logits */
+                        Out *dlogits, /* (rows, ldd); f32: may be logits */
                         size_t ldd, float *__restrict__ loss_acc /* (1) */) {
   __shared__ float sh[kBlock / 32];
   constexpr int kGroups = kBlock / G; /* rows handled at once by a block */
@@ -70,10 +83,10 @@ __global__ void __launch_bounds__(kBlock)
   for (int row = blockIdx.x * kGroups + group; row < rows;
        row += gridDim.x * kGroups) {
     const float *x = logits + (size_t)row * ldl;
-    float *d = dlogits + (size_t)row * ldd;
+    Out *d = dlogits + (size_t)row * ldd;
     const int32_t label = labels[row];
     if (label < 0 || label >= cols) { /* uniform over the group */
-      for (int c = lane; c < cols; c += G) d[c] = 0.0f;
+      for (int c = lane; c < cols; c += G) store_dlogit(&d[c], 0.0f);
       if (lane == 0) loss = NAN;
       continue;
     }
@@ -92,7 +105,7 @@ __global__ void __launch_bounds__(kBlock)
     const float s = so + el;
     const float f = scale / s;
     for (int c = lane; c < cols; c += G)
-      d[c] = c == label ? -scale * so / s : expf(x[c] - m) * f;
+      store_dlogit(&d[c], c == label ? -scale * so / s : expf(x[c] - m) * f);
     if (lane == 0) loss += el > 0.0f ? log1pf(so / el) : logf(s) - xl;
   }
   loss = tg_block_sum(loss, sh);
@@ -139,23 +152,39 @@ unsigned row_blocks(int rows) {
 
 } // namespace
 
+template <typename Out>
+cudaError_t softmax_xent_launch(int rows, int cols, const float *logits, int ldl,
+                                const int32_t *labels, float scale, Out *dlogits, int ldd,
+                                float *loss_acc, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  if (cols <= 1024)
+    softmax_xent_kernel<32, Out><<<row_blocks<32>(rows), kBlock, 0, stream>>>(
+        rows, cols, logits, (size_t)ldl, labels, scale, dlogits, (size_t)ldd,
+        loss_acc);
+  else
+    softmax_xent_kernel<kBlock, Out><<<row_blocks<kBlock>(rows), kBlock, 0,
+                                       stream>>>(rows, cols, logits, (size_t)ldl,
+                                                 labels, scale, dlogits,
+                                                 (size_t)ldd, loss_acc);
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t tg_cuda_softmax_xent(int rows, int cols,
                                             const float *logits, int ldl,
                                             const int32_t *labels, float scale,
                                             float *dlogits, int ldd,
                                             float *loss_acc,
                                             cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return cudaSuccess;
-  if (cols <= 1024)
-    softmax_xent_kernel<32><<<row_blocks<32>(rows), kBlock, 0, stream>>>(
-        rows, cols, logits, (size_t)ldl, labels, scale, dlogits, (size_t)ldd,
-        loss_acc);
-  else
-    softmax_xent_kernel<kBlock><<<row_blocks<kBlock>(rows), kBlock, 0,
-                                  stream>>>(rows, cols, logits, (size_t)ldl,
-                                            labels, scale, dlogits,
-                                            (size_t)ldd, loss_acc);
-  return cudaGetLastError();
+  return softmax_xent_launch(rows, cols, logits, ldl, labels, scale, dlogits, ldd, loss_acc,
+                             stream);
+}
+
+extern "C" cudaError_t tg_cuda_softmax_xent_bf16(int rows, int cols, const float *logits,
+                                                 int ldl, const int32_t *labels, float scale,
+                                                 uint16_t *dlogits, int ldd, float *loss_acc,
+                                                 cudaStream_t stream) {
+  return softmax_xent_launch(rows, cols, logits, ldl, labels, scale, dlogits, ldd, loss_acc,
+                             stream);
 }
 
 extern "C" cudaError_t tg_cuda_accuracy_count(int rows, int cols,

@@ -332,6 +332,28 @@ static void emu_softmax(void) {
     CHECK(isnan(loss[0]) && isnan(loss[1]), "softmax_xent bad label: loss %g / %g, want NaN",
           (double)loss[0], (double)loss[1]);
     free2(io);
+
+    /* bf16 dlogits (the bf16 classifier's backward): bit for bit the f32
+     * kernel then tg_cuda_to_lowp, the loss too, the bad label's zero row
+     * included; the rows' padding untouched */
+    const char *B = "tg_cuda_softmax_xent_bf16";
+    float *f = tg_const_mat(rows, ld, ld, NAN, NAN), lb[2] = {0.5f, 0.5f};
+    uint16_t *d16 = tg_test_malloc(2 * n), *want16 = tg_test_malloc(2 * n);
+    for (size_t i = 0; i < n; i++) d16[i] = want16[i] = 0x7fc1;
+    ok(B, "", tg_cuda_softmax_xent_bf16(rows, cols, X, ld, lab, 0.25f, d16, ld, &lb[0], NULL));
+    ok(B, "reference f32",
+       tg_cuda_softmax_xent(rows, cols, X, ld, lab, 0.25f, f, ld, &lb[1], NULL));
+    ok(B, "reference rounding", tg_cuda_to_lowp(TG_BF16, rows, cols, f, ld, want16, ld, NULL));
+    CHECK(memcmp(d16, want16, 2 * n) == 0,
+          "%s %dx%d: differs from tg_cuda_softmax_xent then tg_cuda_to_lowp", B, rows, cols);
+    float *a = widen16(TG_BF16, d16, n), *b = widen16(TG_BF16, want16, n);
+    compare(B, "dlogits", a, b, n, EXACT);
+    compare(B, "loss", &lb[0], &lb[1], 1, EXACT);
+    free(a);
+    free(b);
+    free(f);
+    free(d16);
+    free(want16);
     }
 
     /* accuracy: values on a coarse grid so that rows have tied maxima
@@ -366,7 +388,8 @@ static const ops_row rows[] = {
     {.name = "softmax_xent",
      .doc = "softmax + cross-entropy (loss and dlogits in one pass)",
      .buffers = "logits (R), labels (R), dlogits (W), loss (RW / REDUX)",
-     .covers = "tg_softmax_xent_cl tg_softmax_xent_insert tg_cuda_softmax_xent",
+     .covers = "tg_softmax_xent_cl tg_softmax_xent_insert tg_cuda_softmax_xent "
+               "tg_cuda_softmax_xent_bf16",
      .kernels = "tg_cpu_softmax_xent",
      .run = {[OPS_REF] = softmax_xent_ref, [OPS_CPU] = pair_classification,
              [OPS_CUDA] = pair_classification, [OPS_DEVICE] = pair_classification,
