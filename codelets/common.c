@@ -161,14 +161,16 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
    * rounds differently from one on a CPU: where CUDA workers exist, a task
    * that can run on them runs on nothing else, so its bits do not depend on
    * the scheduler's choice of worker kind (measured on an H100:
-   * bench/results/2026-11-26-h100-measured.md). */
+   * bench/results/2026-11-26-h100-measured.md).  The same placement with
+   * no scheduler named (runtime.h: tg_cuda_tasks_stay_on_gpus). */
   if (opts && opts->cpu_only && !task->execute_on_a_specific_worker)
     task->where = STARPU_CPU; /* fails below with ENODEV without CPU workers */
   else if (opts && opts->device_only && !task->execute_on_a_specific_worker &&
            (cl->cuda_funcs[0] || cl->opencl_funcs[0]))
     task->where = (cl->cuda_funcs[0] ? STARPU_CUDA : 0) | (cl->opencl_funcs[0] ? STARPU_OPENCL : 0);
-  else if (tg_runtime_current()->deterministic && !task->execute_on_a_specific_worker &&
-           cl->cuda_funcs[0] && starpu_cuda_worker_get_count() > 0)
+  else if ((tg_runtime_current()->deterministic || tg_cuda_tasks_stay_on_gpus()) &&
+           !task->execute_on_a_specific_worker && cl->cuda_funcs[0] &&
+           starpu_cuda_worker_get_count() > 0)
     task->where = STARPU_CUDA;
   tg_run_submit_hooks(task); /* the plugins' (src/hooks.h) */
   int rc = starpu_task_submit(task);

@@ -75,7 +75,8 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
   /* the classifier's chunk of logits per worker, or, split (gradients added
    * in place, f32), every micro-batch's whole dlogits at once at worst */
-  int split = tg_sum_in_place() && !tg_deterministic() && !tg_precision_lowp(run->amp.precision);
+  int split = starpu_memory_nodes_get_count() == 1 && !tg_deterministic() &&
+              !tg_precision_lowp(run->amp.precision);
   size_t dlogits = split ? rows * (size_t)cfg->padded_vocab_size * sizeof(float) : 0;
   if (run->linear_tiles > 1) { /* gpt_tiles.c: per micro-batch proj, 2 dln, 2 dfch (11 C),
                                 * and in f32 its dlogits, stats and dlnf, kept */
@@ -987,9 +988,11 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
  * task's chunk of logits is 51 MB per worker; there too the split cuts the
  * workers' idle time. */
 static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
-  /* the gradients' sums add in place (TG_COMMUTE; reduce.c), known outside
-   * a step too */
-  return backward && tg_sum_in_place() && !tg_deterministic();
+  /* one memory node, whose workers can run several micro-batches'
+   * classifiers at once, and whose gradients' sums add in place
+   * (TG_COMMUTE; reduce.c), known outside a step too; one GPU also sums in
+   * place, but runs one task at a time: the fused form there */
+  return backward && starpu_memory_nodes_get_count() == 1 && !tg_deterministic();
 }
 
 /* 1 when the classifier runs in vocabulary tiles (gpt_tiles.c): with the

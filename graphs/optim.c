@@ -77,10 +77,17 @@ static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
 
 /* How many row blocks p is updated in: 0 (one task) unless it is large,
  * several workers exist, and its gradient is not a pending STARPU_REDUX
- * target (StarPU 1.3 cannot partition one: see reduce.h). */
+ * target (StarPU 1.3 cannot partition one: see reduce.h).  Never on
+ * devices: StarPU 1.3 keeps a partition plan's coherency on the tensor's
+ * home node, so the blocks sent the parameter, its gradient and its moments
+ * through host memory and back every step (GPT-2 124M's wte with one
+ * simulated H100 and 15 CPU workers: bench/results/2026-11-27-fusion.md);
+ * each block's update is the whole's on its rows, so the bits are the
+ * same. */
 static int tg_param_nblocks(const tg_optim *o, const tg_param *p) {
   if (p->shard) return 0; /* its blocks are the shards' */
   int devices = tg_ncuda_workers() + tg_nopencl_workers();
+  if (devices > 0 && !o->on_cpu) return 0;
   int workers = tg_ncpu_workers() + devices;
   int n = workers < 8 ? workers : 8;
   /* each CPU worker streams its share at its memory bandwidth: offloaded,

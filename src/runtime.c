@@ -35,6 +35,9 @@
 static int tg_started = 0;
 /* tg_init set STARPU_MINIMUM/TARGET_CLEAN_BUFFERS to 0 itself */
 static int tg_clean_off = 0;
+/* CUDA workers and no scheduler named: tasks with a CUDA version stay on
+ * them (tg_cuda_tasks_stay_on_gpus) */
+static int tg_gpu_only = 0;
 static int tg_use_priorities = 1;
 static void (*tg_shutdown_fns[8])(void);
 static int tg_nshutdown_fns = 0;
@@ -249,6 +252,7 @@ int tg_init(const tg_runtime_config *cfg) {
    * program starts threads of its own; setenv/unsetenv are not
    * thread-safe. */
   const char *env_sched = getenv("STARPU_SCHED");
+  const int sched_named = c.sched || c.sched_policy || env_sched;
   char *saved_sched = NULL; /* STARPU_SCHED to restore after starpu_init */
   if (c.sched_policy) {
     conf.sched_policy = c.sched_policy;
@@ -314,6 +318,7 @@ int tg_init(const tg_runtime_config *cfg) {
     return -ENODEV;
   }
   tg_current = c;
+  tg_gpu_only = starpu_cuda_worker_get_count() > 0 && !sched_named;
   tg_set_deterministic(c.deterministic);
   tg_use_priorities = !c.no_priorities && !getenv("TG_NO_PRIORITIES");
   if (c.profiling > 0) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
@@ -327,6 +332,8 @@ int tg_init(const tg_runtime_config *cfg) {
 }
 
 int tg_clean_buffers_disabled(void) { return tg_clean_off; }
+
+int tg_cuda_tasks_stay_on_gpus(void) { return tg_gpu_only; }
 
 void tg_shutdown(void) {
   if (!tg_started) return;

@@ -59,6 +59,25 @@ run() { # OUTFILE args...
 }
 
 gpt=(gpt --layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 128 --seq 128)
+# one GPU and CPU workers, no scheduler named: every task on the GPU (the
+# CPU workers would take GPU work under StarPU's default lws), gradients
+# summed in place there, nothing through the host during the step; a named
+# policy may use the CPU workers (runtime.h: tg_cuda_tasks_stay_on_gpus)
+if run "$work/gpu1" "${gpt[@]}" --platform h100x4 --gpus 1 --ncpus 3 --precision bf16 \
+     --micro-batches 2 --steps 2 --cost peak; then
+  line=$(grep '^tasks on simulated CUDA workers: ' "$work/gpu1")
+  on=$(echo "$line" | awk '{print $6}') all=$(echo "$line" | awk '{print $8}')
+  if [ -n "$on" ] && [ "$on" -gt 0 ] && [ "$on" = "$all" ]; then
+    ok "1 GPU + 3 CPU workers, default scheduler: all $all tasks on the GPU"
+  else
+    bad "1 GPU + 3 CPU workers, default scheduler: '$line'"
+  fi
+  if grep -q '^link ' "$work/gpu1"; then
+    bad "1 GPU + 3 CPU workers: traffic with the host during the step: $(grep '^link ' "$work/gpu1" | tr '\n' ' ')"
+  else
+    ok "1 GPU + 3 CPU workers: no traffic with the host during the step"
+  fi
+fi
 if run "$work/mlp" mlp --platform h100x4 --gpus 4 --ncpus 0 --steps 2; then
   check_run mlp "$work/mlp"
 fi

@@ -73,6 +73,16 @@ void tg_shutdown(void);
  * restart with StarPU's values (5 and 10) set: starpu_init reads them once
  * (the CLI does, cli/gpt_fit.c). */
 int tg_clean_buffers_disabled(void);
+/* 1 when the last tg_init found CUDA workers and no scheduler named
+ * (tg_runtime_config.sched, .sched_policy or STARPU_SCHED): then a task that
+ * has a CUDA version runs on the CUDA workers only, and the CPU workers keep
+ * the tasks that have none or that ask for them (tg_task_opts.cpu_only).
+ * StarPU's default policy (lws) lets idle CPU workers take GPU work at a
+ * small fraction of the GPU's speed: GPT-2 124M bf16 with one simulated H100
+ * and 15 CPU workers took seconds a step instead of milliseconds
+ * (bench/results/2026-11-27-fusion.md).  A named policy places tasks on
+ * every worker, as its authors meant. */
+int tg_cuda_tasks_stay_on_gpus(void);
 
 /* The configuration of the last tg_init (its gaps filled from the
  * environment: emulated_devices, deterministic), for the layers above to
