@@ -280,6 +280,13 @@ tg_adamw_scalars tg_adamw_scalars_of(const tg_adamw_hyper *h);
 
 /* -EINVAL unless lowp is TG_BF16 or TG_F16 (codelets/precision.c). */
 int tg_expect_lowp(const char *op, int lowp);
+/* A LayerNorm backward's shapes under op's name (codelets/layernorm.c): X
+ * (n, C) gives *n and *C; w (1, C), mean and rstd (n, 1), dY and dX (n, C),
+ * dw and db (1, C); f32 or 16-bit elements (the adapter's). */
+int tg_layernorm_bwd_check(const char *op, starpu_data_handle_t dY, starpu_data_handle_t X,
+                           starpu_data_handle_t w, starpu_data_handle_t mean,
+                           starpu_data_handle_t rstd, starpu_data_handle_t dX,
+                           starpu_data_handle_t dw, starpu_data_handle_t db, int *n, int *C);
 
 /* Unpacking a matrix buffer inside a codelet. */
 #define TG_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))

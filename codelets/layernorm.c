@@ -152,17 +152,24 @@ int tg_residual_layernorm_fwd_insert(starpu_data_handle_t A, starpu_data_handle_
                    opts);
 }
 
+int tg_layernorm_bwd_check(const char *op, starpu_data_handle_t dY, starpu_data_handle_t X,
+                           starpu_data_handle_t w, starpu_data_handle_t mean,
+                           starpu_data_handle_t rstd, starpu_data_handle_t dX,
+                           starpu_data_handle_t dw, starpu_data_handle_t db, int *n, int *C) {
+  TG_TRY(tg_ln_check(op, X, w, mean, rstd, n, C));
+  TG_TRY(tg_expect(dY, op, "dY", *n, *C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dX, op, "dX", *n, *C, TG_FLOAT_SLOT));
+  TG_TRY(tg_expect(dw, op, "dw", 1, *C, TG_FLOAT_SLOT));
+  return tg_expect(db, op, "db", 1, *C, TG_FLOAT_SLOT);
+}
+
 int tg_layernorm_bwd_insert(starpu_data_handle_t dY, starpu_data_handle_t X,
                             starpu_data_handle_t w, starpu_data_handle_t mean,
                             starpu_data_handle_t rstd, starpu_data_handle_t dX,
                             starpu_data_handle_t dw, starpu_data_handle_t db,
                             tg_accum accum, const tg_task_opts *opts) {
   int n, C;
-  TG_TRY(tg_ln_check("tg_layernorm_bwd", X, w, mean, rstd, &n, &C));
-  TG_TRY(tg_expect(dY, "tg_layernorm_bwd", "dY", n, C, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(dX, "tg_layernorm_bwd", "dX", n, C, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(dw, "tg_layernorm_bwd", "dw", 1, C, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(db, "tg_layernorm_bwd", "db", 1, C, TG_FLOAT_SLOT));
+  TG_TRY(tg_layernorm_bwd_check("tg_layernorm_bwd", dY, X, w, mean, rstd, dX, dw, db, &n, &C));
   size_t scratch = 1;
 #if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
   /* the CUDA kernel's, in the SimGrid build too (scratch_sizes.h) */

@@ -93,7 +93,7 @@ typedef struct tg_lb_view {
 
 static tg_lb_view tg_lb_view_of(void *buf, float **ws) {
   tg_lb_view v = {.p = TG_PTR(buf), .ld = TG_LD(buf), .lowp = 0, .buf = buf};
-  if (STARPU_MATRIX_GET_ELEMSIZE(buf) != 2) return v;
+  if (!tg_is16(buf)) return v;
   size_t n = (size_t)TG_ROWS(buf) * TG_COLS(buf);
   v.p = *ws;
   v.ld = TG_COLS(buf);
@@ -262,17 +262,18 @@ static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a
 
 TG_CODELET_ENTRIES(linear_bwd, tg_linear_bwd_cpu, tg_linear_bwd_cuda);
 
-/* The LayerNorm part's checks: shapes as tg_layernorm_bwd_insert's for
- * (rows, in), dR of the activations' element size */
-static int tg_lb_ln_check(const char *op, const tg_layernorm_bwd_part *ln, int rows, int in,
-                          size_t esize) {
-  TG_TRY(tg_expect(ln->x, op, "the LayerNorm's input", rows, in, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(ln->w, op, "the LayerNorm's weight", 1, in, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(ln->mean, op, "mean", rows, 1, sizeof(float)));
-  TG_TRY(tg_expect(ln->rstd, op, "rstd", rows, 1, sizeof(float)));
-  TG_TRY(tg_expect(ln->dres, op, "the residual gradient", rows, in, TG_FLOAT_SLOT));
-  TG_TRY(tg_expect(ln->dw, op, "the LayerNorm's dw", 1, in, sizeof(float)));
-  TG_TRY(tg_expect(ln->db, op, "the LayerNorm's db", 1, in, sizeof(float)));
+/* The LayerNorm part's checks: tg_layernorm_bwd_insert's shapes with dY =
+ * the linear part's dX (rows, in); the statistics and weight gradients f32
+ * (this task widens only dY, x, w and dR), x and dR of dZ's element type */
+static int tg_lb_ln_check(const char *op, const tg_layernorm_bwd_part *ln,
+                          starpu_data_handle_t dX, size_t esize) {
+  int n, C;
+  TG_TRY(tg_layernorm_bwd_check(op, dX, ln->x, ln->w, ln->mean, ln->rstd, ln->dres, ln->dw,
+                                ln->db, &n, &C));
+  starpu_data_handle_t f32[] = {ln->mean, ln->rstd, ln->dw, ln->db};
+  for (int i = 0; i < 4; i++)
+    if (starpu_matrix_get_elemsize(f32[i]) != sizeof(float))
+      return tg_fail(EINVAL, "%s: the LayerNorm's mean, rstd, dw and db must be f32", op);
   if (starpu_matrix_get_elemsize(ln->x) != esize || starpu_matrix_get_elemsize(ln->dres) != esize)
     return tg_fail(EINVAL, "%s: the LayerNorm's input and the residual gradient must have the "
                    "element type of dZ", op);
@@ -325,7 +326,7 @@ static int tg_lb_insert(const char *op, starpu_data_handle_t dZ, starpu_data_han
   for (int i = 0; i < 4; i++)
     if (starpu_matrix_get_elemsize(same[i]) != esize)
       return tg_fail(EINVAL, "%s: dZ, W, X, dX and Zprev must have one element type", op);
-  if (ln) TG_TRY(tg_lb_ln_check(op, ln, rows, in, esize));
+  if (ln) TG_TRY(tg_lb_ln_check(op, ln, dX, esize));
   tg_linear_bwd_args args = {.shape = 0, .act = (int)act, .lowp = TG_F32,
                              .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f, .ln = ln != NULL,
                              .ln_overwrite = ln && ln->accum == TG_OVERWRITE};

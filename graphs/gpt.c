@@ -60,6 +60,15 @@ tg_gpt_run_config tg_gpt_run_default(int B, int T) {
                                      .loss_scale_window = TG_LOSS_SCALE_WINDOW}};
 }
 
+/* Whether the classifier may run split (tg_gpt_classifier_split): one
+ * memory node, whose workers can run several micro-batches' classifiers at
+ * once, and whose gradients' sums add in place (TG_COMMUTE; reduce.c);
+ * known outside a step too.  One GPU also sums in place, but runs one task
+ * at a time: the fused form there. */
+static int tg_gpt_split_node(void) {
+  return starpu_memory_nodes_get_count() == 1 && !tg_deterministic();
+}
+
 size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run,
                             int nworkers) {
   size_t sizes[TG_GPT_NPARAMS];
@@ -75,8 +84,7 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
   int chunk = run->classifier_chunk < run->B * run->T ? run->classifier_chunk : run->B * run->T;
   /* the classifier's chunk of logits per worker, or, split (gradients added
    * in place, f32), every micro-batch's whole dlogits at once at worst */
-  int split = starpu_memory_nodes_get_count() == 1 && !tg_deterministic() &&
-              !tg_precision_lowp(run->amp.precision);
+  int split = tg_gpt_split_node() && !tg_precision_lowp(run->amp.precision);
   size_t dlogits = split ? rows * (size_t)cfg->padded_vocab_size * sizeof(float) : 0;
   if (run->linear_tiles > 1) { /* gpt_tiles.c: per micro-batch proj, 2 dln, 2 dfch (11 C),
                                 * and in f32 its dlogits, stats and dlnf, kept */
@@ -604,6 +612,9 @@ static void tg_gpt_out_release(tg_tensor *t, const tg_split *plan) {
  * update start sooner, and the 52B step on 8 simulated H100s was faster
  * without them (bench/results/2026-11-27-fusion.md).  Same bits either way. */
 #define TG_GPT_FUSE_SMALL(g) (!(g)->run.offload_optimizer)
+/* A linear layer's backward in one task (run.fused_backward), unless its
+ * input's gradient is tiled (a column plan dXc over 2 or more tiles) */
+#define TG_GPT_FUSED_BWD(g, dXc) ((g)->run.fused_backward > 0 && !((dXc) && NT(g) > 1))
 
 /* How micro-batch mb's next contribution to gradient (p, l) adds
  * (reduce.h, lazy sums): TG_OVERWRITE for the first one to its handle when
@@ -674,7 +685,7 @@ static int tg_gpt_linear_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw,
                              starpu_data_handle_t W, tg_activation act,
                              starpu_data_handle_t Zprev, tg_tensor *dX, tg_split *dXc,
                              const tg_task_opts *ow, const tg_task_opts *o) {
-  if (g->run.fused_backward > 0 && !(dXc && NT(g) > 1)) {
+  if (TG_GPT_FUSED_BWD(g, dXc)) {
     tg_accum mode;
     TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
     return tg_linear_bwd_insert(dZ, W, act, Zprev, X, dX->handle, G(g, pw, l),
@@ -890,7 +901,7 @@ static int tg_gpt_linear_ln_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param 
                                 tg_tensor *dX, tg_split *dXc, tg_tensor *dres,
                                 const tg_task_opts *ow, const tg_task_opts *o) {
   tg_accum lnmode;
-  if (g->run.fused_backward > 0 && !(dXc && NT(g) > 1)) {
+  if (TG_GPT_FUSED_BWD(g, dXc)) {
     tg_accum mode;
     TG_TRY(tg_gpt_pair_take(g, mb, pw, l, &mode));
     TG_TRY(tg_gpt_pair_take(g, mb, lw, l, &lnmode));
@@ -988,11 +999,7 @@ static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
  * task's chunk of logits is 51 MB per worker; there too the split cuts the
  * workers' idle time. */
 static int tg_gpt_classifier_split(const tg_gpt *g, int backward) {
-  /* one memory node, whose workers can run several micro-batches'
-   * classifiers at once, and whose gradients' sums add in place
-   * (TG_COMMUTE; reduce.c), known outside a step too; one GPU also sums in
-   * place, but runs one task at a time: the fused form there */
-  return backward && starpu_memory_nodes_get_count() == 1 && !tg_deterministic();
+  return backward && tg_gpt_split_node();
 }
 
 /* 1 when the classifier runs in vocabulary tiles (gpt_tiles.c): with the

@@ -78,29 +78,16 @@ int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode) {
   return tg_sum_zero_slot(s, slot);
 }
 
-/* The memory nodes of the CUDA workers, when every task that has a CUDA
- * version runs on them (tg_cuda_tasks_stay_on_gpus) and no emulated device
- * takes the others; 0 otherwise. */
-static int tg_sum_gpu_nodes(void) {
-  if (!tg_cuda_tasks_stay_on_gpus() || starpu_opencl_worker_get_count() > 0) return 0;
-  int ids[STARPU_NMAXWORKERS], nodes[STARPU_NMAXWORKERS], n = 0;
-  int k = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, STARPU_NMAXWORKERS);
-  for (int i = 0; i < k; i++) {
-    int node = (int)starpu_worker_get_memory_node((unsigned)ids[i]), seen = 0;
-    for (int j = 0; j < n; j++) seen |= nodes[j] == node;
-    if (!seen) nodes[n++] = node;
-  }
-  return n;
-}
-
 /* one memory node, or one GPU that every contribution runs on (the CPU
- * workers only take tasks without a CUDA version): contributions add in
- * place, no reduction buffers; several: STARPU_REDUX, each node reducing
- * its own workers'.  With one GPU and CPU workers, REDUX sent the partial
- * gradients to the host and back every step (GPT-2 124M bf16, 15 CPU
- * workers: bench/results/2026-11-27-fusion.md). */
+ * workers only take tasks without a CUDA version, and no other device
+ * exists: tg_dp_count_devices counts device memory nodes): contributions
+ * add in place, no reduction buffers; several: STARPU_REDUX, each node
+ * reducing its own workers'.  With one GPU and CPU workers, REDUX sent the
+ * partial gradients to the host and back every step (GPT-2 124M bf16, 15
+ * CPU workers: bench/results/2026-11-27-fusion.md). */
 int tg_sum_in_place(void) {
-  return starpu_memory_nodes_get_count() == 1 || tg_sum_gpu_nodes() == 1;
+  return starpu_memory_nodes_get_count() == 1 ||
+         (tg_cuda_tasks_stay_on_gpus() && tg_dp_count_devices() == 1);
 }
 
 size_t tg_sum_buffers(int nworkers) {

@@ -279,15 +279,14 @@ int tg_init(const tg_runtime_config *cfg) {
    * that eviction finds clean buffers to drop.  A training step that fits
    * on its devices rewrites its weights, optimizer state and gradients
    * there every step: those copies are stale before they are needed, and
-   * the tasks that next touch that data wait for the copies in flight.  On
-   * one simulated H100, GPT-2 124M in one micro-batch took 47 ms a step
-   * instead of 19 (bench/results/2026-11-27-clean-buffers.md).  So unless
-   * the user set them, or set a device memory limit (eviction expected),
-   * none are kept clean ahead of time; a program that then finds its step
-   * too large for the devices restarts with StarPU's values
-   * (tg_clean_buffers_disabled; the CLI's automatic fit does): for a model
-   * beyond device memory they are what eviction needs (52B on 8 simulated
-   * H100s: 22.3 s a step with them, 30.4 s without). */
+   * the tasks that next touch that data wait for the copies in flight
+   * (GPT-2 124M on one simulated H100: bench/results/2026-11-27-fusion.md,
+   * "StarPU's clean buffers").  So unless the user set them, or set a
+   * device memory limit (eviction expected), none are kept clean ahead of
+   * time; a program that then finds its step too large for the devices
+   * restarts with StarPU's values (tg_clean_buffers_disabled; the CLI's
+   * automatic fit does): for a model beyond device memory they are what
+   * eviction needs (the 52B step on 8 simulated H100s, same page). */
   TG_TRY(tg_clean_buffers_setup(device_limit));
 
   openblas_set_num_threads(1);
