@@ -13,7 +13,12 @@
 # ab (before and after a change in one lease: TG_BASE_BUNDLE names a second
 # bundle, of the code before; 124M and 350M, 10 steps each, interleaved
 # base / new for TG_AB_ROUNDS rounds, default 2, before the other parts;
-# TG_AB_SIDES="base new new-p4" adds the new code with STARPU_CUDA_PIPELINE=4).
+# TG_AB_SIDES="base new new-p4" adds the new code with STARPU_CUDA_PIPELINE=4,
+# and new-flash the new code with TG_FLASH_ARGS, default "--attention flash
+# --micro-batches 1", the shape of the one-GPU predictions, and new-cpus the
+# new code with TG_CPUS_ARGS, default "--ncpus 14": CPU workers beside the GPU).
+# TG_BENCH_ARGS: flags added to part bench's runs (calibrate, measure, trace).
+# TG_OPS_LIMIT: seconds for the op table (default 150).
 # In order, each under its own time limit, skipping what the SECONDS budget
 # (default 480) no longer allows, and going on after a failure:
 #   1. the machine: GPU, driver, CPU, distribution;
@@ -80,13 +85,13 @@ save_models() { tar -C "$home/.starpu" -cJf "$out/perfmodels.tar.xz" sampling 2>
 
 want ops && say "2: the CUDA op table"
 # one StarPU home for every run: the bus is calibrated once
-want ops && STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited 150 tg test_ops cuda
+want ops && STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited "${TG_OPS_LIMIT:-150}" tg test_ops cuda
 
 bench() { # bench SIZE ARGS...
   local m=$1; shift
   local shape="shape$m[@]"
   STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited "${LIMIT:-120}" \
-    tg taskgrad bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" "$@"
+    tg taskgrad bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" ${TG_BENCH_ARGS:-} "$@"
 }
 if want ab; then
   tbb=$(mktemp -d)
@@ -98,11 +103,14 @@ if want ab; then
         for side in ${TG_AB_SIDES:-base new}; do
           say "ab: round $round, ${m}M, $side"
           dir=$tb; [ $side = base ] && dir=$tbb
-          shape="shape$m[@]"
+          shape="shape$m[@]" extra=()
+          [ $side = new-flash ] && read -ra extra <<< "${TG_FLASH_ARGS:---attention flash --micro-batches 1}"
+          [ $side = new-cpus ] && read -ra extra <<< "${TG_CPUS_ARGS:---ncpus 14}"
           (export LD_LIBRARY_PATH="$dir/lib:$tb/lib$cudadirs"
            [ $side = new-p4 ] && export STARPU_CUDA_PIPELINE=4
-           STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited 90 "${runner[@]}" "$dir/bin/taskgrad" \
-             bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" --warmup 3 --steps 10 --quiet) |
+           lim=90; [ $side = new-cpus ] && lim=40 # were tasks to leave the GPU, a step takes seconds
+           STARPU_HOME=$home STARPU_HOSTNAME=h100x1 limited $lim "${runner[@]}" "$dir/bin/taskgrad" \
+             bench gpt "${!shape}" "${common[@]}" "${ncpus[@]}" "${extra[@]}" --warmup 3 --steps 10 --quiet) |
             grep -E "median step|tokens/s|GFLOP/s|attention|exit"
         done
       done

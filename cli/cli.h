@@ -39,8 +39,9 @@ void tg_cli_check_sched(const char *name);
   "  --sched NAME         scheduling policy: StarPU's or tg-critpath,\n"                \
   "                       tg-memaware (default: STARPU_SCHED or\n" \
   "                       StarPU's default, lws)\n"                            \
-  "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores;\n"   \
-  "                       0 only with devices)\n"                              \
+  "  --ncpus N            CPU workers (default: STARPU_NCPU or all cores,\n"   \
+  "                       at most 4 beside CUDA workers when no scheduler\n"   \
+  "                       is named; 0 only with devices)\n"                   \
   "  --ncuda N            CUDA workers (default: STARPU_NCUDA or all GPUs)\n"   \
   "  --calibrate          recalibrate the perfmodels (STARPU_CALIBRATE=1)\n"    \
   "  --no-priorities      give every task priority 0 (for comparisons)\n"      \

@@ -254,9 +254,10 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   if (o->cost == TG_SIM_COST_EXPECTED)
     printf("cost model: %ld estimates from calibrated history, %ld from the expected model "
            "(GEMMs at %.1f%% of peak times their wave quantization, memory at %.0f%% of the "
-           "bandwidth, other kernels at %.0f%% of the CUDA-core peak; predictions)\n",
+           "bandwidth, other kernels at %.0f%% of the CUDA-core peak, flash attention at "
+           "%.2f%% of the bf16 peak; predictions)\n",
            hist, roof, 100 * rf->gemm_fraction, 100 * rf->memory_fraction,
-           100 * rf->core_fraction);
+           100 * rf->core_fraction, 100 * rf->flash_fraction);
   else
     printf("cost model: %ld estimates from calibrated history, %ld from the peak roofline%s\n",
            hist, roof,

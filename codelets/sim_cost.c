@@ -55,7 +55,8 @@ int tg_sim_set_roofline(const tg_sim_roofline *r) {
         r->cpu_flops > 0 && r->cpu_bw > 0 && r->launch_us > 0))
     return tg_fail(EINVAL, "roofline: every rate and the launch cost must be positive");
   if (r->expected && !(tg_fraction_ok(r->gemm_fraction) && tg_fraction_ok(r->memory_fraction) &&
-                       tg_fraction_ok(r->core_fraction) && r->gemm_tile >= 1 && r->gpu_sms >= 1))
+                       tg_fraction_ok(r->core_fraction) && tg_fraction_ok(r->flash_fraction) &&
+                       r->gemm_tile >= 1 && r->gpu_sms >= 1))
     return tg_fail(EINVAL, "expected cost model: fractions must lie in (0, 1], the GEMM tile "
                            "and the SM count be >= 1");
   tg_roof = *r;
@@ -194,7 +195,11 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     bw = tg_roof.gpu_bw;
     bytes += tg_attention_scratch_traffic(task) + tg_lm_classifier_scratch_traffic(task);
     if (tg_roof.expected) {
-      peak *= gemm ? tg_roof.gemm_fraction * tg_wave_efficiency(task) : tg_roof.core_fraction;
+      /* the flash kernels (tc 1) at their own measured rate: far from a
+       * GEMM's (platforms/gen-h100.py) */
+      peak *= tc == 1 ? tg_roof.flash_fraction
+              : gemm  ? tg_roof.gemm_fraction * tg_wave_efficiency(task)
+                      : tg_roof.core_fraction;
       bw *= tg_roof.memory_fraction;
     }
   } else {

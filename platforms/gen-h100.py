@@ -38,6 +38,11 @@ import sys
 #      6144x17920x2816, CUDA 12.1.
 # [HOP] NVIDIA H100 Tensor Core GPU architecture whitepaper (2022): H100 SXM5
 #      has 132 SMs.
+# [H100-4] measured by us on one H100 SXM (bench/results/
+#      2026-11-27-h100-measured-2.md): GPT-2 124M bf16, T=1024, 8 sequences,
+#      `bench gpt --attention flash --stats`: the flash kernels ran 12 forward
+#      and 12 backward tasks a step in 24.3 + 39.2 ms, 0.54 TFLOP (their
+#      causal flops): 8.5 TFLOP/s.
 # [ASSUME] not from a source: our assumptions, stated as such wherever the
 #      results are shown.
 GPU_MEM_BYTES = 80 * 10**9            # [DS] 80 GB
@@ -68,6 +73,9 @@ EXPECTED_MEMORY = 0.90                # [ASSUME] a streaming kernel's share of t
                                       # datasheet rate
 EXPECTED_CORE = 0.50                  # [ASSUME] compute-bound CUDA-core kernels (our
                                       # f32 attention, softmax) against the FP32 peak
+EXPECTED_FLASH = 8.5e12 / GPU_BF16    # [H100-4] our flash attention kernels
+                                      # (attention_flash_lowp.cu, WMMA) forward and
+                                      # backward together, against the bf16 peak
 GEMM_TILE = 128                       # [ASSUME] output tile edge of cuBLAS's Hopper
                                       # bf16 kernels; tiles run in waves of SMS
 SMS = 132                             # [HOP]
@@ -155,6 +163,7 @@ def roofline():
         "expected_gemm_fraction %.6g" % EXPECTED_GEMM,
         "expected_memory_fraction %.6g" % EXPECTED_MEMORY,
         "expected_core_fraction %.6g" % EXPECTED_CORE,
+        "expected_flash_fraction %.6g" % EXPECTED_FLASH,
         "gemm_tile %d" % GEMM_TILE,
         "gpu_sms %d" % SMS,
     ]) + "\n"

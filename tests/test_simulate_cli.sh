@@ -38,6 +38,10 @@ echo "gpu_sms 132" >> "$work/plat/h100x1.roofline"
 sed -i 's/^expected_memory_fraction .*/expected_memory_fraction 1.5/' "$work/plat/h100x1.roofline"
 TG_PLATFORM_DIR="$work/plat" expect_fail "expected fraction above 1" \
   "an expected_\*_fraction above 1" simulate mlp --platform h100x1
+sed -i 's/^expected_memory_fraction .*/expected_memory_fraction 0.9/; s/^expected_flash_fraction .*/expected_flash_fraction 1.2/' \
+  "$work/plat/h100x1.roofline"
+TG_PLATFORM_DIR="$work/plat" expect_fail "flash fraction above 1" \
+  "an expected_\*_fraction above 1" simulate mlp --platform h100x1
 expect_fail "unknown cost model" "--cost: 'fast' is not peak, expected or both" \
   simulate mlp --platform h100x1 --cost fast
 expect_fail "expected model on a platform without it" "--cost expected: platforms/cpu2.roofline has no expected model" \

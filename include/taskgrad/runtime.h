@@ -31,7 +31,10 @@ typedef struct tg_runtime_config {
                           of any name, e.g. one of taskgrad's own
                           (sched.h: tg_sched_policy_find("tg-critpath"));
                           StarPU does not know their names */
-  int ncpus;           /* number of CPU workers */
+  int ncpus;           /* number of CPU workers; negative: STARPU_NCPU, or
+                          StarPU's default, but at most 4 beside CUDA
+                          workers when no scheduler is named (idle CPU
+                          workers slow the GPU's step: runtime.c) */
   int ncuda;           /* number of CUDA workers */
   int calibrate;       /* 1: force perfmodel calibration */
   int profiling;       /* 1: enable StarPU's task and worker profiling */

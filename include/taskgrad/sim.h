@@ -33,6 +33,8 @@ typedef struct tg_sim_roofline {
   double gemm_fraction;   /* GEMMs: of their peak, at the best shape */
   double memory_fraction; /* every GPU task: of gpu_bw */
   double core_fraction;   /* non-GEMM GPU tasks: of gpu_fp32 */
+  double flash_fraction;  /* the flash attention kernels (bf16 tensor cores):
+                             of gpu_bf16, as measured on a GPU */
   double gemm_tile;       /* edge of a GEMM's output tile (wave quantization) */
   double gpu_sms;         /* streaming multiprocessors: tiles per wave */
 } tg_sim_roofline;

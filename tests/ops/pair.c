@@ -6,6 +6,9 @@
  */
 #include "pair.h"
 
+#include <math.h>
+#include <stdio.h>
+
 int g_cpu_worker = -1, g_cuda_worker = -1;
 tg_rng g_pair_rng = {.s = 0x9E3779B97F4A7C15ULL};
 const int g_shapes[NSHAPES][2] = {{1, 1}, {7, 33}, {257, 7}, {33, 257}};
@@ -67,6 +70,34 @@ tg_task_opts on_worker(int worker) {
   return o;
 }
 
+/* On a failure, the elements that differ most (index, both values): where
+ * they sit (a row, a column tile, the tail) says more than the norm. */
+static void pair_print_worst(const float *cpu, const float *gpu, size_t n) {
+  enum { SHOW = 6 };
+  size_t worst[SHOW];
+  double dw[SHOW];
+  int nw = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (cpu[i] == gpu[i]) continue;
+    differ++;
+    double d = fabs((double)gpu[i] - (double)cpu[i]);
+    if (d != d) d = INFINITY; /* NaN on one side */
+    if (nw == SHOW && !(d > dw[SHOW - 1])) continue;
+    int k = nw < SHOW ? nw++ : SHOW - 1; /* insert, keeping dw descending */
+    for (; k > 0 && dw[k - 1] < d; k--) {
+      dw[k] = dw[k - 1];
+      worst[k] = worst[k - 1];
+    }
+    dw[k] = d;
+    worst[k] = i;
+  }
+  fprintf(stderr, "  %zu of %zu values differ; the largest differences:\n", differ, n);
+  for (int k = 0; k < nw; k++)
+    fprintf(stderr, "    [%zu] cpu %.9g, %s %.9g\n", worst[k], (double)cpu[worst[k]],
+            pair_second_name(), (double)gpu[worst[k]]);
+}
+
 void pair_compare(const char *what, const float *cpu, const float *gpu, size_t n, double tol) {
   if (pair_bitwise()) {
     size_t differ = 0;
@@ -87,6 +118,7 @@ void pair_compare(const char *what, const float *cpu, const float *gpu, size_t n
   }
   double err = tg_rel_err_f32(gpu, cpu, n);
   CHECK_REL(err, tol, what);
+  if (err > tol) pair_print_worst(cpu, gpu, n);
 }
 
 void run_pair(const char *what, submit_fn fn, const void *ctx, int nout, const outspec *spec,
