@@ -42,7 +42,8 @@ import sys
 #      2026-11-27-h100-measured-2.md): GPT-2 124M bf16, T=1024, 8 sequences,
 #      `bench gpt --attention flash --stats`: the flash kernels ran 12 forward
 #      and 12 backward tasks a step in 24.3 + 39.2 ms, 0.54 TFLOP (their
-#      causal flops): 8.5 TFLOP/s.
+#      causal flops): 8.5 TFLOP/s.  The kernels of commit 4c46fb0; their
+#      bank-conflict fixes since are not measured yet.
 # [ASSUME] not from a source: our assumptions, stated as such wherever the
 #      results are shown.
 GPU_MEM_BYTES = 80 * 10**9            # [DS] 80 GB

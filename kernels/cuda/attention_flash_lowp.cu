@@ -23,20 +23,33 @@
  *     per (64 queries, head, sequence) dQ += dS K over the key tiles up to
  *     the diagonal, with P = exp(scale S - lse) and dS = P (dP - D) in f32
  *     (dP = dO V^T), rounded to bf16 for the products.  Each output is
- *     accumulated in f32 in shared memory by one block and written once:
+ *     accumulated in f32 by one block, in registers (WMMA accumulator
+ *     fragments, which need no rescaling here), and written once:
  *     deterministic, no atomics.
  * Rounding points: P and dS in bf16 before their products (as the gemm
  * path and FlashAttention-2); the products sum in f32; each output is
  * rounded to bf16 once.  The score scale multiplies the f32 products.
- * WMMA fragments are used only through shared memory (their register
- * layout is unspecified), which tests/cuda_emu/include/mma.h emulates.
+ * Measured on an H100 at first (bench/results/2026-11-27-h100-measured-2.md)
+ * these kernels ran at 8.5 TFLOP/s, slower than the gemm path: the forward's
+ * softmax had each lane walk one row's columns, so that the 16 lanes of a
+ * column read and wrote words 256 bytes apart (one bank: 32-way conflicts),
+ * and every unpadded (64, 64) or (64, HS) tile put 8 rows of a fragment in
+ * the same banks, and the backward loaded and stored its accumulators from
+ * shared memory around every product.  Now the softmax walks a row at a
+ * time with the lanes across its columns, the tiles' rows are padded by 16
+ * bytes (kLdS, kLdP, Ld<HS>) and the backward keeps its accumulators in
+ * registers; not measured on a GPU since.
+ * WMMA fragments are read and written element by element only through
+ * shared memory (their register layout is unspecified; the forward's O,
+ * rescaled per row, lives there), which tests/cuda_emu/include/mma.h
+ * emulates.
  * Every fragment load and store is at a multiple of 32 bytes from the
  * dynamic shared buffer (tile offsets are multiples of 16 elements), which
  * starts at the window's base, the kernels having no static shared memory:
  * WMMA's 256-bit alignment.
  * Head sizes 16, 32, 64 and 128 (cudaErrorNotSupported otherwise: the
- * codelet then takes the gemm path).  Shared memory: up to 176 KiB
- * (hs 128, the dK / dV kernel), opted in.  Scratch: D, (b T, NH) floats
+ * codelet then takes the gemm path).  Shared memory: up to 120.5 KiB
+ * (hs 128, the backward; 88.5 KiB at hs 64, two blocks an SM), opted in.  Scratch: D, (b T, NH) floats
  * (tg_attn_flash_scratch_floats).  Never allocates or synchronises.
  */
 #include <mma.h>
@@ -55,6 +68,16 @@ using namespace nvcuda;
 typedef __nv_bfloat16 bf16_t;
 constexpr int kB = 64;        /* queries or keys per tile */
 constexpr int kThreads = 128; /* 4 warps, 16 rows each */
+/* Leading dimensions in shared memory, padded by 16 bytes a row: a WMMA
+ * fragment's rows then start in different banks (unpadded, 64 floats or
+ * 64 bf16 a row put 8 of its rows in the same banks); 16 rows stay a
+ * multiple of 32 bytes apart */
+constexpr int kLdS = kB + 4;               /* f32 (64, 64) scores: S, dP */
+constexpr int kLdP = kB + 8;               /* bf16 (64, 64): P, dS */
+template <int HS> struct Ld {
+  static constexpr int h = HS + 8;         /* bf16 (64, HS): Q, K, V, dO */
+  static constexpr int o = HS + 4;         /* f32 (64, HS) accumulators */
+};
 
 __device__ __forceinline__ uint16_t to_bf(float x) { return tg_lowp::to_low<true>(x); }
 
@@ -65,17 +88,17 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major> Frag
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
 /* rows [r0, r0 + 64) of one head of a (T, ld) bf16 matrix into a (64, HS)
- * tile, zero past T */
+ * tile (ld Ld<HS>::h), zero past T */
 template <int HS>
 __device__ void load_tile(uint16_t *dst, const uint16_t *src, size_t ld, int r0, int T) {
   for (int i = threadIdx.x; i < kB * HS; i += kThreads) {
     const int r = i / HS, c = i % HS;
-    dst[i] = r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : (uint16_t)0;
+    dst[r * Ld<HS>::h + c] = r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : (uint16_t)0;
   }
 }
 
-/* dst (16, 64) f32 at ldd = the warp's 16 rows of X (ldx = HS) times the
- * 64 rows of Y (HS wide) transposed: X Y^T */
+/* dst (16, 64) f32 (ld kLdS) = the warp's 16 rows of X times the 64 rows
+ * of Y transposed: X Y^T (X, Y: bf16 tiles, ld Ld<HS>::h) */
 template <int HS>
 __device__ void rows_times_t(float *dst, const uint16_t *X, const uint16_t *Y) {
   for (int j = 0; j < kB / 16; j++) {
@@ -84,43 +107,55 @@ __device__ void rows_times_t(float *dst, const uint16_t *X, const uint16_t *Y) {
     for (int k = 0; k < HS / 16; k++) {
       FragA a;
       FragBT bt;
-      wmma::load_matrix_sync(a, (const bf16_t *)X + k * 16, HS);
-      wmma::load_matrix_sync(bt, (const bf16_t *)Y + (size_t)j * 16 * HS + k * 16, HS);
+      wmma::load_matrix_sync(a, (const bf16_t *)X + k * 16, Ld<HS>::h);
+      wmma::load_matrix_sync(bt, (const bf16_t *)Y + (size_t)j * 16 * Ld<HS>::h + k * 16,
+                             Ld<HS>::h);
       wmma::mma_sync(acc, a, bt, acc);
     }
-    wmma::store_matrix_sync(dst + j * 16, acc, kB, wmma::mem_row_major);
+    wmma::store_matrix_sync(dst + j * 16, acc, kLdS, wmma::mem_row_major);
   }
 }
 
-/* acc (16, HS) f32 at lda = HS += A (16, 64) bf16 (ld 64; its transpose
- * when AT: A is then the (64, 16) column block at A, ld 64) times B (64,
- * HS) bf16 (ld HS) */
+/* acc[j], the (16, 16) f32 fragments of a warp's (16, HS) accumulator, in
+ * registers, += A (16, 64) bf16 (ld kLdP; its transpose when AT: A is then
+ * the (64, 16) column block at A, ld kLdP) times B (64, HS) bf16 (ld
+ * Ld<HS>::h).  The backward's accumulators need no rescaling: they stay in
+ * registers through its loop. */
 template <int HS, bool AT>
-__device__ void accumulate(float *acc_s, const uint16_t *A, const uint16_t *B) {
-  for (int j = 0; j < HS / 16; j++) {
-    FragC acc;
-    wmma::load_matrix_sync(acc, acc_s + j * 16, HS, wmma::mem_row_major);
+__device__ void accumulate_regs(FragC (&acc)[HS / 16], const uint16_t *A, const uint16_t *B) {
+  for (int j = 0; j < HS / 16; j++)
     for (int k = 0; k < kB / 16; k++) {
       FragB b;
-      wmma::load_matrix_sync(b, (const bf16_t *)B + (size_t)k * 16 * HS + j * 16, HS);
+      wmma::load_matrix_sync(b, (const bf16_t *)B + (size_t)k * 16 * Ld<HS>::h + j * 16,
+                             Ld<HS>::h);
       if (AT) {
         FragAT a;
-        wmma::load_matrix_sync(a, (const bf16_t *)A + (size_t)k * 16 * kB, kB);
-        wmma::mma_sync(acc, a, b, acc);
+        wmma::load_matrix_sync(a, (const bf16_t *)A + (size_t)k * 16 * kLdP, kLdP);
+        wmma::mma_sync(acc[j], a, b, acc[j]);
       } else {
         FragA a;
-        wmma::load_matrix_sync(a, (const bf16_t *)A + k * 16, kB);
-        wmma::mma_sync(acc, a, b, acc);
+        wmma::load_matrix_sync(a, (const bf16_t *)A + k * 16, kLdP);
+        wmma::mma_sync(acc[j], a, b, acc[j]);
       }
     }
-    wmma::store_matrix_sync(acc_s + j * 16, acc, HS, wmma::mem_row_major);
-  }
+}
+
+/* the same on an accumulator in shared memory (16 rows at acc_s, ld
+ * Ld<HS>::o): the forward's, which its softmax rescales row by row */
+template <int HS>
+__device__ void accumulate_smem(float *acc_s, const uint16_t *A, const uint16_t *B) {
+  FragC acc[HS / 16];
+  for (int j = 0; j < HS / 16; j++)
+    wmma::load_matrix_sync(acc[j], acc_s + j * 16, Ld<HS>::o, wmma::mem_row_major);
+  accumulate_regs<HS, false>(acc, A, B);
+  for (int j = 0; j < HS / 16; j++)
+    wmma::store_matrix_sync(acc_s + j * 16, acc[j], Ld<HS>::o, wmma::mem_row_major);
 }
 
 template <int HS> struct FwdSmem {
-  static constexpr size_t q = 0, k = q + 2 * kB * HS, v = k + 2 * kB * HS,
-                          s = v + 2 * kB * HS, p = s + 4 * kB * kB, o = p + 2 * kB * kB,
-                          m = o + 4 * kB * HS, l = m + 4 * kB, bytes = l + 4 * kB;
+  static constexpr size_t H = 2 * kB * Ld<HS>::h, O = 4 * kB * Ld<HS>::o; /* tile bytes */
+  static constexpr size_t q = 0, k = q + H, v = k + H, s = v + H, p = s + 4 * kB * kLdS,
+                          o = p + 2 * kB * kLdP, m = o + O, l = m + 4 * kB, bytes = l + 4 * kB;
 };
 
 template <int HS>
@@ -137,51 +172,53 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = warp * 16;
   const uint16_t *base = qkv + (size_t)s * T * ldq + (size_t)h * HS;
   load_tile<HS>(Qs, base, ldq, q0, T);
-  for (int i = threadIdx.x; i < kB * HS; i += kThreads) Os[i] = 0.0f;
+  for (int i = threadIdx.x; i < kB * Ld<HS>::o; i += kThreads) Os[i] = 0.0f;
   for (int i = threadIdx.x; i < kB; i += kThreads) {
     ms[i] = -INFINITY;
     ls[i] = 0.0f;
   }
   const int last = (min(q0 + kB, T) - 1) / kB; /* the diagonal key tile */
-  /* lane: row r0 + (lane & 15), columns [half * 32, half * 32 + 32) */
-  const int r = r0 + (lane & 15), half = lane >> 4, q = q0 + r;
   for (int kt = 0; kt <= last; kt++) {
     const int k0 = kt * kB;
     __syncthreads(); /* the previous tile's K, V are no longer read */
     load_tile<HS>(Ks, base + C, ldq, k0, T);
     load_tile<HS>(Vs, base + 2 * C, ldq, k0, T);
     __syncthreads();
-    rows_times_t<HS>(Ss + (size_t)r0 * kB, Qs + (size_t)r0 * HS, Ks);
+    rows_times_t<HS>(Ss + (size_t)r0 * kLdS, Qs + (size_t)r0 * Ld<HS>::h, Ks);
     __syncwarp();
-    const float *srow = Ss + (size_t)r * kB;
-    float mt = -INFINITY;
-    for (int c = half * 32; c < half * 32 + 32; c++)
-      if (k0 + c <= q && q < T) mt = fmaxf(mt, srow[c] * scale);
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
-    const float mo = ms[r], mn = fmaxf(mo, mt);
-    const float corr = mo == -INFINITY ? 0.0f : expf(mo - mn);
-    float sum = 0.0f;
-    for (int c = half * 32; c < half * 32 + 32; c++) {
-      const float p = k0 + c <= q && q < T ? expf(srow[c] * scale - mn) : 0.0f;
-      sum += p;
-      Ps[(size_t)r * kB + c] = to_bf(p);
+    /* the online softmax, a row at a time, the lanes across its columns
+     * (lane and lane + 32): consecutive words, no bank conflicts */
+    for (int i = 0; i < 16; i++) {
+      const int r = r0 + i, q = q0 + r;
+      const float *srow = Ss + (size_t)r * kLdS;
+      const bool ok0 = k0 + lane <= q && q < T, ok1 = k0 + lane + 32 <= q && q < T;
+      const float s0 = srow[lane] * scale, s1 = srow[lane + 32] * scale;
+      const float mt = tg_warp_max(fmaxf(ok0 ? s0 : -INFINITY, ok1 ? s1 : -INFINITY));
+      const float mo = ms[r], mn = fmaxf(mo, mt);
+      const float corr = mo == -INFINITY ? 0.0f : expf(mo - mn);
+      const float p0 = ok0 ? expf(s0 - mn) : 0.0f, p1 = ok1 ? expf(s1 - mn) : 0.0f;
+      Ps[(size_t)r * kLdP + lane] = to_bf(p0);
+      Ps[(size_t)r * kLdP + lane + 32] = to_bf(p1);
+      const float sum = tg_warp_sum(p0 + p1);
+      for (int c = lane; c < HS; c += 32) Os[(size_t)r * Ld<HS>::o + c] *= corr;
+      __syncwarp(); /* every lane has read ms[r] */
+      if (lane == 0) {
+        ms[r] = mn;
+        ls[r] = ls[r] * corr + sum;
+      }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-    for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) Os[(size_t)r * HS + c] *= corr;
     __syncwarp();
-    if (half == 0) {
-      ms[r] = mn;
-      ls[r] = ls[r] * corr + sum;
-    }
-    accumulate<HS, false>(Os + (size_t)r0 * HS, Ps + (size_t)r0 * kB, Vs);
+    accumulate_smem<HS>(Os + (size_t)r0 * Ld<HS>::o, Ps + (size_t)r0 * kLdP, Vs);
     __syncwarp();
   }
-  if (q < T) {
+  /* out = O / l, a row at a time: coalesced stores */
+  for (int i = 0; i < 16; i++) {
+    const int r = r0 + i, q = q0 + r;
+    if (q >= T) break; /* uniform over the warp */
     const float inv = 1.0f / ls[r];
     uint16_t *o = out + ((size_t)s * T + q) * ldo + (size_t)h * HS;
-    for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++)
-      o[c] = to_bf(Os[(size_t)r * HS + c] * inv);
-    if (half == 0) lse[((size_t)s * T + q) * NH + h] = ms[r] + logf(ls[r]);
+    for (int c = lane; c < HS; c += 32) o[c] = to_bf(Os[(size_t)r * Ld<HS>::o + c] * inv);
+    if (lane == 0) lse[((size_t)s * T + q) * NH + h] = ms[r] + logf(ls[r]);
   }
 }
 
@@ -193,20 +230,23 @@ __device__ void probs_grads(const float *Ss, const float *dPs, uint16_t *P16, ui
   const int lane = threadIdx.x & 31;
   for (int i = lane; i < 16 * kB; i += 32) {
     const int r = r0 + i / kB, c = i % kB, q = q0 + r, k = k0 + c;
-    const size_t e = (size_t)r * kB + c;
+    const size_t e = (size_t)r * kLdS + c, e16 = (size_t)r * kLdP + c;
     const bool ok = k <= q && q < T && k < T;
     const float p = ok ? expf(Ss[e] * scale - lse_s[r]) : 0.0f;
-    P16[e] = to_bf(p);
-    dS16[e] = to_bf(ok ? p * (dPs[e] - D_s[r]) : 0.0f);
+    P16[e16] = to_bf(p);
+    dS16[e16] = to_bf(ok ? p * (dPs[e] - D_s[r]) : 0.0f);
   }
 }
 
+/* The accumulators (a1, a2) live in registers through the loop and are
+ * stored over the K, V, Q and dO tiles once the last of these is read. */
 template <int HS> struct BwdSmem {
-  static constexpr size_t k = 0, v = k + 2 * kB * HS, q = v + 2 * kB * HS,
-                          d = q + 2 * kB * HS, s = d + 2 * kB * HS, dp = s + 4 * kB * kB,
-                          p = dp + 4 * kB * kB, ds = p + 2 * kB * kB, a1 = ds + 2 * kB * kB,
-                          a2 = a1 + 4 * kB * HS, lse = a2 + 4 * kB * HS, dd = lse + 4 * kB,
-                          bytes = dd + 4 * kB;
+  static constexpr size_t H = 2 * kB * Ld<HS>::h, O = 4 * kB * Ld<HS>::o; /* tile bytes */
+  static constexpr size_t k = 0, v = k + H, q = v + H, d = q + H, s = d + H,
+                          dp = s + 4 * kB * kLdS, p = dp + 4 * kB * kLdS, ds = p + 2 * kB * kLdP,
+                          lse = ds + 2 * kB * kLdP, dd = lse + 4 * kB, bytes = dd + 4 * kB,
+                          a1 = 0, a2 = O;
+  static_assert(2 * O <= 4 * H, "the accumulators fit over the four bf16 tiles");
 };
 
 /* the backward kernels' shared-memory tiles (acc1: dV or dQ, acc2: dK) */
@@ -231,8 +271,8 @@ template <int HS> struct BwdTiles {
   /* the warp's 16 query rows (tile row r0) of S = Q K^T and dP = dO V^T,
    * then their P and dS in bf16 */
   __device__ void probs(int r0, int q0, int k0, int T, float scale) {
-    rows_times_t<HS>(S + (size_t)r0 * kB, Q + (size_t)r0 * HS, K);
-    rows_times_t<HS>(dP + (size_t)r0 * kB, dO + (size_t)r0 * HS, V);
+    rows_times_t<HS>(S + (size_t)r0 * kLdS, Q + (size_t)r0 * Ld<HS>::h, K);
+    rows_times_t<HS>(dP + (size_t)r0 * kLdS, dO + (size_t)r0 * Ld<HS>::h, V);
     __syncwarp();
     probs_grads(S, dP, P16, dS16, lse, D, r0, q0, k0, T, scale);
   }
@@ -274,7 +314,11 @@ __global__ void __launch_bounds__(kThreads) flash_bwd(const BwdArgs a) {
   load_tile<HS>(DQ ? t.Q : t.K, base + (DQ ? 0 : C), a.ldq, x0, T);
   load_tile<HS>(DQ ? t.dO : t.V, DQ ? dob : base + 2 * C, DQ ? a.lddo : a.ldq, x0, T);
   if (DQ) load_rows(t.lse, t.D, a.lse, a.D, x0, T, a.NH, h, srow);
-  for (int i = threadIdx.x; i < kB * HS; i += kThreads) t.acc1[i] = t.acc2[i] = 0.0f;
+  FragC acc1[HS / 16], acc2[HS / 16]; /* the warp's 16 rows: dV or dQ, and dK */
+  for (int j = 0; j < HS / 16; j++) {
+    wmma::fill_fragment(acc1[j], 0.0f);
+    wmma::fill_fragment(acc2[j], 0.0f);
+  }
   const int first = DQ ? 0 : (int)blockIdx.x, end = DQ ? (int)blockIdx.x + 1 : (T + kB - 1) / kB;
   for (int y = first; y < end; y++) { /* the other tiles: keys (DQ) or queries */
     const int y0 = y * kB;
@@ -291,25 +335,33 @@ __global__ void __launch_bounds__(kThreads) flash_bwd(const BwdArgs a) {
     t.probs(r0, DQ ? x0 : y0, DQ ? y0 : x0, T, a.scale);
     if (DQ) {
       __syncwarp();
-      accumulate<HS, false>(t.acc1 + (size_t)r0 * HS, t.dS16 + (size_t)r0 * kB, t.K);
+      accumulate_regs<HS, false>(acc1, t.dS16 + (size_t)r0 * kLdP, t.K);
     } else {
       __syncthreads(); /* every query row's P and dS */
       /* the warp's 16 keys (columns r0.. of P and dS): dV, dK */
-      accumulate<HS, true>(t.acc1 + (size_t)r0 * HS, t.P16 + r0, t.dO);
-      accumulate<HS, true>(t.acc2 + (size_t)r0 * HS, t.dS16 + r0, t.Q);
+      accumulate_regs<HS, true>(acc1, t.P16 + r0, t.dO);
+      accumulate_regs<HS, true>(acc2, t.dS16 + r0, t.Q);
     }
+  }
+  __syncthreads(); /* the tiles under acc1 and acc2 are read */
+  for (int j = 0; j < HS / 16; j++) {
+    wmma::store_matrix_sync(t.acc1 + (size_t)r0 * Ld<HS>::o + j * 16, acc1[j], Ld<HS>::o,
+                            wmma::mem_row_major);
+    if (!DQ)
+      wmma::store_matrix_sync(t.acc2 + (size_t)r0 * Ld<HS>::o + j * 16, acc2[j], Ld<HS>::o,
+                              wmma::mem_row_major);
   }
   __syncthreads();
   uint16_t *g = a.dqkv + srow * a.ldg + hc;
   for (int i = threadIdx.x; i < kB * HS; i += kThreads) {
-    const int r = i / HS, c = i % HS;
+    const int r = i / HS, c = i % HS, e = r * Ld<HS>::o + c;
     if (x0 + r >= T) continue;
     uint16_t *row = g + (size_t)(x0 + r) * a.ldg;
     if (DQ) {
-      row[c] = to_bf(t.acc1[i] * a.scale);
+      row[c] = to_bf(t.acc1[e] * a.scale);
     } else {
-      row[C + c] = to_bf(t.acc2[i] * a.scale);
-      row[2 * C + c] = to_bf(t.acc1[i]);
+      row[C + c] = to_bf(t.acc2[e] * a.scale);
+      row[2 * C + c] = to_bf(t.acc1[e]);
     }
   }
 }
