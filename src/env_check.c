@@ -182,3 +182,9 @@ int tg_maxcpus_note(int ncores, int maxcpus, int requested, char *buf, size_t si
            ncores, maxcpus);
   return 1;
 }
+
+int tg_cpus_beside_gpus(int requested, int sched_named, int ncuda, int ngpus, long ncores) {
+  if (requested >= 0 || sched_named || ncuda == 0 || ngpus <= 0) return -1;
+  const int used = ncuda > 0 && ncuda < ngpus ? ncuda : ngpus;
+  return ncores - used > TG_CPUS_BESIDE_GPUS ? TG_CPUS_BESIDE_GPUS : -1;
+}

@@ -204,32 +204,25 @@ static void tg_watchdog_fired(void *arg) {
   _exit(2);
 }
 
-/* The CPU workers to start beside CUDA workers when nobody chose (no
- * ncpus, STARPU_NCPU(S) or scheduler): at most TG_CPUS_BESIDE_GPUS, or -1
- * for StarPU's default (every core but one per CUDA driver).  Tasks then
- * stay on the GPUs (tg_cuda_tasks_stay_on_gpus) and idle CPU workers only
+/* The CPU workers to start beside CUDA workers when nobody chose: at most
+ * TG_CPUS_BESIDE_GPUS (env_check.h), or -1 for StarPU's default.  With
+ * tasks kept on the GPUs (tg_cuda_tasks_stay_on_gpus) idle CPU workers only
  * poll: on a 16-core H100 machine, 15 of them beside one GPU made GPT-2
  * 124M's step three times slower, where 1, 2 or 4 cost nothing measurable
  * (bench/results/2026-11-27-h100-measured-2.md).  Four keep room for the
  * tasks that only CPUs run (the loader's, an optimizer kept on the host). */
-enum { TG_CPUS_BESIDE_GPUS = 4 };
-
-static int tg_cpus_beside_gpus(const tg_runtime_config *c, int sched_named) {
+static int tg_default_cpus(const tg_runtime_config *c, int sched_named) {
 #ifdef TG_HAVE_CUDA
-  if (c->ncpus >= 0 || sched_named || c->ncuda == 0) return -1;
-  if (getenv("STARPU_NCPU") || getenv("STARPU_NCPUS")) return -1;
+  const int env_cpus = getenv("STARPU_NCPU") || getenv("STARPU_NCPUS");
   const char *env_ncuda = getenv("STARPU_NCUDA");
-  const int wanted = c->ncuda > 0 ? c->ncuda : env_ncuda ? atoi(env_ncuda) : -1;
-  if (wanted == 0) return -1;
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess) { /* no driver or no GPU */
+  const int ncuda = c->ncuda >= 0 ? c->ncuda : env_ncuda ? atoi(env_ncuda) : -1;
+  if (c->ncpus >= 0 || env_cpus || sched_named || ncuda == 0) return -1;
+  int ngpus = 0;
+  if (cudaGetDeviceCount(&ngpus) != cudaSuccess) { /* no driver or no GPU */
     (void)cudaGetLastError();
     return -1;
   }
-  const int used = wanted > 0 && wanted < ndev ? wanted : ndev;
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (used <= 0 || cores < 0 || cores - used <= TG_CPUS_BESIDE_GPUS) return -1;
-  return TG_CPUS_BESIDE_GPUS;
+  return tg_cpus_beside_gpus(-1, 0, ncuda, ngpus, sysconf(_SC_NPROCESSORS_ONLN));
 #else
   (void)c;
   (void)sched_named;
@@ -300,8 +293,8 @@ int tg_init(const tg_runtime_config *cfg) {
     unsetenv("STARPU_SCHED");
   }
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
-  const int beside_gpus = tg_cpus_beside_gpus(&c, sched_named);
-  if (beside_gpus >= 0) conf.ncpus = beside_gpus;
+  const int default_cpus = tg_default_cpus(&c, sched_named);
+  if (default_cpus >= 0) conf.ncpus = default_cpus;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
 
