@@ -88,9 +88,18 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major> Frag
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
 /* rows [r0, r0 + 64) of one head of a (T, ld) bf16 matrix into a (64, HS)
- * tile (ld Ld<HS>::h), zero past T */
+ * tile (ld Ld<HS>::h), zero past T: eight values a load where the rows
+ * are 16-byte aligned (the tile's are: (HS + 8) * 2 bytes), one otherwise */
 template <int HS>
 __device__ void load_tile(uint16_t *dst, const uint16_t *src, size_t ld, int r0, int T) {
+  if ((((uintptr_t)src | (ld * sizeof *src)) & 15) == 0) { /* uniform over the block */
+    constexpr int kVec = 8, kPerRow = HS / kVec;
+    for (int i = threadIdx.x; i < kB * kPerRow; i += kThreads) {
+      const int r = i / kPerRow, c = (i % kPerRow) * kVec;
+      tg_copy16(dst + r * Ld<HS>::h + c, r0 + r < T ? src + (size_t)(r0 + r) * ld + c : NULL);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < kB * HS; i += kThreads) {
     const int r = i / HS, c = i % HS;
     dst[r * Ld<HS>::h + c] = r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : (uint16_t)0;

@@ -31,9 +31,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #define TG_CUDA_THREADS 256     /* threads per block of element-wise kernels */
 #define TG_CUDA_MAX_BLOCKS 8192 /* grid cap of grid-stride kernels */
 #define TG_FULL_MASK 0xffffffffu
+
+/* 16 bytes from src to dst (zeros when src is NULL), both 16-byte aligned:
+ * one 128-bit load and store on the GPU; memcpy on the CUDA emulator, which
+ * compiles this as host code (no vector types there) */
+__device__ __forceinline__ void tg_copy16(void *dst, const void *src) {
+#ifdef __CUDA_ARCH__
+  *(uint4 *)dst = src ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u);
+#else
+  if (src) memcpy(dst, src, 16);
+  else memset(dst, 0, 16);
+#endif
+}
 
 /* A cuBLAS call's status kept in *out for the caller, mapped to the launch
  * status the launchers return (cudaErrorUnknown on a failure). */

@@ -177,18 +177,19 @@ static float *widen_out16(const uint16_t *h, int rows, int cols, int ld) {
  * once: each probability rounded to bf16 (2^-9 relative at most) and the
  * output once more (2^-9), so normwise within 2^-8.  The gradients come
  * from dS or P rounded to bf16, then rounded once themselves: 2^-7. */
-static void attention_lowp_case(int b, int T, int C, int NH) {
+static void attention_lowp_case_pad(int b, int T, int C, int NH, int padq, int pado) {
   const int fwd = ops_row_is("attention_fwd");
-  const int n = b * T, chunk = 16, ldq = 3 * C + 1, ldo = C + 2;
+  const int n = b * T, chunk = 16, ldq = 3 * C + padq, ldo = C + pado;
   float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
-  uint16_t *Q16 = to16(TG_BF16, qkv, n, 3 * C, ldq, 1), *D16 = to16(TG_BF16, dout, n, C, ldo, 2);
+  uint16_t *Q16 = to16(TG_BF16, qkv, n, 3 * C, ldq, padq);
+  uint16_t *D16 = to16(TG_BF16, dout, n, C, ldo, pado);
   float *out = fmalloc((size_t)n * ldo), *lse = fmalloc((size_t)n * NH), *glse = fmalloc((size_t)n * NH);
   float *cpu_scratch = fmalloc(tg_attention_chunked_scratch_floats(T, C, NH, chunk));
   const size_t ns = tg_attn_gemm_lowp_scratch_floats(b, T, NH);
   float *gs = tg_const_mat(1, (int)ns, (int)ns, NAN, NAN);
   tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, cpu_scratch);
   float *nan_out = tg_const_mat(n, C, ldo, NAN, NAN);
-  uint16_t *O16 = to16(TG_BF16, nan_out, n, C, ldo, 2); /* NaN, padding 0xabcd */
+  uint16_t *O16 = to16(TG_BF16, nan_out, n, C, ldo, pado); /* NaN, padding 0xabcd */
   cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
   if (fwd) {
     const char *L = "tg_cuda_attention_gemm_fwd_lowp";
@@ -211,7 +212,7 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
     /* the flash kernels (attention_flash_lowp.cu), same rounding points */
     const char *F = "tg_cuda_attention_flash_fwd_lowp";
     if (tg_cuda_attention_flash_lowp_supported(C, NH)) {
-      uint16_t *F16 = to16(TG_BF16, nan_out, n, C, ldo, 2);
+      uint16_t *F16 = to16(TG_BF16, nan_out, n, C, ldo, pado);
       float *flse = tg_const_mat(n, NH, NH, NAN, NAN);
       ok(F, "", tg_cuda_attention_flash_fwd_lowp(b, T, C, NH, Q16, ldq, F16, ldo, flse, NULL));
       float *fg = widen_out16(F16, n, C, ldo);
@@ -233,9 +234,9 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
     free(a); free(w);
   } else {
     const char *L = "tg_cuda_attention_gemm_bwd_lowp";
-    uint16_t *OUT16 = to16(TG_BF16, out, n, C, ldo, 2); /* out as the forward stores it */
+    uint16_t *OUT16 = to16(TG_BF16, out, n, C, ldo, pado); /* out as the forward stores it */
     float *nan_dq = tg_const_mat(n, 3 * C, ldq, NAN, NAN), *dq = fmalloc((size_t)n * ldq);
-    uint16_t *DQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, 1);
+    uint16_t *DQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, padq);
     tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, dout, ldo, dq, ldq,
                                  cpu_scratch);
     ok(L, "", tg_cuda_attention_gemm_bwd_lowp(g_blas, b, T, C, NH, Q16, ldq, OUT16, ldo, lse,
@@ -246,7 +247,7 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
     free(got);
     const char *F = "tg_cuda_attention_flash_bwd_lowp";
     if (tg_cuda_attention_flash_lowp_supported(C, NH)) {
-      uint16_t *FQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, 1);
+      uint16_t *FQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, padq);
       float *fs = tg_const_mat(1, n * NH, n * NH, NAN, NAN); /* D */
       ok(F, "", tg_cuda_attention_flash_bwd_lowp(b, T, C, NH, Q16, ldq, OUT16, ldo, lse, D16, ldo,
                                                  FQ16, ldq, fs, NULL));
@@ -258,6 +259,13 @@ static void attention_lowp_case(int b, int T, int C, int NH) {
   }
   free(qkv); free(dout); free(Q16); free(D16); free(out); free(lse); free(glse);
   free(cpu_scratch); free(gs); free(nan_out); free(O16);
+}
+
+/* odd leading dimensions (one value a load), and rows 16-byte aligned
+ * (eight a load in the flash kernels' tiles) */
+static void attention_lowp_case(int b, int T, int C, int NH) {
+  attention_lowp_case_pad(b, T, C, NH, 1, 2);
+  if (C % 8 == 0) attention_lowp_case_pad(b, T, C, NH, 8, 8);
 }
 
 /* One attention shape through the four launchers.  The naive kernels run a
