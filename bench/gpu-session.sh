@@ -15,7 +15,8 @@
 # base / new for TG_AB_ROUNDS rounds, default 2, before the other parts;
 # TG_AB_SIDES="base new new-p4" adds the new code with STARPU_CUDA_PIPELINE=4,
 # and new-flash the new code with TG_FLASH_ARGS, default "--attention flash
-# --micro-batches 1", the shape of the one-GPU predictions, and new-cpus the
+# --micro-batches 1", the shape of the one-GPU predictions (base-flash: the
+# code before with them), and new-cpus the
 # new code with TG_CPUS_ARGS, default "--ncpus 14": CPU workers beside the GPU).
 # TG_BENCH_ARGS: flags added to part bench's runs (calibrate, measure, trace).
 # TG_OPS_LIMIT: seconds for the op table (default 150).
@@ -102,9 +103,9 @@ if want ab; then
       for m in 124 350; do
         for side in ${TG_AB_SIDES:-base new}; do
           say "ab: round $round, ${m}M, $side"
-          dir=$tb; [ $side = base ] && dir=$tbb
+          dir=$tb; [[ $side == base* ]] && dir=$tbb
           shape="shape$m[@]" extra=()
-          [ $side = new-flash ] && read -ra extra <<< "${TG_FLASH_ARGS:---attention flash --micro-batches 1}"
+          [[ $side == *-flash ]] && read -ra extra <<< "${TG_FLASH_ARGS:---attention flash --micro-batches 1}"
           [ $side = new-cpus ] && read -ra extra <<< "${TG_CPUS_ARGS:---ncpus 14}"
           (export LD_LIBRARY_PATH="$dir/lib:$tb/lib$cudadirs"
            [ $side = new-p4 ] && export STARPU_CUDA_PIPELINE=4
