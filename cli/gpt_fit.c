@@ -12,7 +12,6 @@
  * step (exit 2), as StarPU 1.3 could spin forever allocating.
  */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cli.h"
 #include "gpt_run_options.h"
@@ -86,8 +85,7 @@ static int tg_cli_gpt_choose(const tg_gpt_config *cfg, tg_gpt_run_config *run, i
       fprintf(stderr, "taskgrad: optimizer offloaded to the %d CPU workers%s "
               "(--offload-optimizer): a step holds about %.2f GB on a device with the "
               "optimizer there, %.2f GB without it%s\n", tg_ncpu_workers(),
-              starpu_cuda_worker_get_count() > 0 && tg_runtime_current()->ncpus < 0 &&
-                      !getenv("STARPU_NCPU") && !getenv("STARPU_NCPUS")
+              tg_cpu_workers_capped()
                   ? " (beside GPUs at most 4 by default; --ncpus N for more)" : "",
               dev * 1e-9, with * 1e-9, with > dev ? " (host-backed, so evictable, where the "
               "sharded optimizer's replicas and gradient slots stay on each device)" : "");

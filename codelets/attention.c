@@ -69,7 +69,6 @@ static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
  * runs the f32 kernels.  The CUDA functions and the simulator's cost model
  * both ask it; the values are also the factors on the flops the task
  * declares that the simulator charges (the gemm path runs the full T x T). */
-enum { TG_BF16_FLASH = 1, TG_BF16_GEMM = 2 };
 static int tg_attn_bf16_path(const tg_attn_args *a, int lowp, int C, int b,
                              size_t scratch_floats) {
   if (lowp != TG_BF16) return 0;

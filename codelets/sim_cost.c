@@ -195,9 +195,9 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     bw = tg_roof.gpu_bw;
     bytes += tg_attention_scratch_traffic(task) + tg_lm_classifier_scratch_traffic(task);
     if (tg_roof.expected) {
-      /* the flash kernels (tc 1) at their own measured rate: far from a
-       * GEMM's (platforms/gen-h100.py) */
-      peak *= tc == 1 ? tg_roof.flash_fraction
+      /* the flash kernels at their own measured rate: far from a GEMM's
+       * (platforms/gen-h100.py) */
+      peak *= tc == TG_BF16_FLASH ? tg_roof.flash_fraction
               : gemm  ? tg_roof.gemm_fraction * tg_wave_efficiency(task)
                       : tg_roof.core_fraction;
       bw *= tg_roof.memory_fraction;

@@ -39,6 +39,8 @@ static int tg_clean_off = 0;
 /* CUDA workers and no scheduler named: tasks with a CUDA version stay on
  * them (tg_cuda_tasks_stay_on_gpus) */
 static int tg_gpu_only = 0;
+/* tg_init chose the CPU workers beside CUDA workers (tg_cpu_workers_capped) */
+static int tg_cpus_capped = 0;
 static int tg_use_priorities = 1;
 static void (*tg_shutdown_fns[8])(void);
 static int tg_nshutdown_fns = 0;
@@ -215,14 +217,17 @@ static int tg_default_cpus(const tg_runtime_config *c, int sched_named) {
 #ifdef TG_HAVE_CUDA
   const int env_cpus = getenv("STARPU_NCPU") || getenv("STARPU_NCPUS");
   const char *env_ncuda = getenv("STARPU_NCUDA");
+  const int requested = c->ncpus >= 0 ? c->ncpus : env_cpus ? 1 : -1;
   const int ncuda = c->ncuda >= 0 ? c->ncuda : env_ncuda ? atoi(env_ncuda) : -1;
-  if (c->ncpus >= 0 || env_cpus || sched_named || ncuda == 0) return -1;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  /* the GPUs are counted (the CUDA driver started) only where they matter */
+  if (tg_cpus_beside_gpus(requested, sched_named, ncuda, 1, cores) < 0) return -1;
   int ngpus = 0;
   if (cudaGetDeviceCount(&ngpus) != cudaSuccess) { /* no driver or no GPU */
     (void)cudaGetLastError();
     return -1;
   }
-  return tg_cpus_beside_gpus(-1, 0, ncuda, ngpus, sysconf(_SC_NPROCESSORS_ONLN));
+  return tg_cpus_beside_gpus(requested, sched_named, ncuda, ngpus, cores);
 #else
   (void)c;
   (void)sched_named;
@@ -295,6 +300,7 @@ int tg_init(const tg_runtime_config *cfg) {
   if (c.ncpus >= 0) conf.ncpus = c.ncpus;
   const int default_cpus = tg_default_cpus(&c, sched_named);
   if (default_cpus >= 0) conf.ncpus = default_cpus;
+  tg_cpus_capped = default_cpus >= 0;
   if (c.ncuda >= 0) conf.ncuda = c.ncuda;
   if (c.calibrate >= 0) conf.calibrate = c.calibrate;
 
@@ -362,6 +368,8 @@ int tg_init(const tg_runtime_config *cfg) {
 int tg_clean_buffers_disabled(void) { return tg_clean_off; }
 
 int tg_cuda_tasks_stay_on_gpus(void) { return tg_gpu_only; }
+
+int tg_cpu_workers_capped(void) { return tg_cpus_capped; }
 
 void tg_shutdown(void) {
   if (!tg_started) return;

@@ -86,6 +86,11 @@ int tg_clean_buffers_disabled(void);
  * (bench/results/2026-11-27-fusion.md).  A named policy places tasks on
  * every worker, as its authors meant. */
 int tg_cuda_tasks_stay_on_gpus(void);
+/* 1 when the last tg_init chose the number of CPU workers itself, at most 4
+ * beside CUDA workers (nobody asked for a number or named a scheduler:
+ * idle CPU workers slowed an H100's step, src/runtime.c), so that a caller
+ * that wants more of them (an optimizer kept on the host) can say so. */
+int tg_cpu_workers_capped(void);
 
 /* The configuration of the last tg_init (its gaps filled from the
  * environment: emulated_devices, deterministic), for the layers above to

@@ -30,7 +30,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-
 #include <string.h>
 
 #define TG_CUDA_THREADS 256     /* threads per block of element-wise kernels */
