@@ -8,8 +8,10 @@
 # (e.g. "fp32 bf16"), interleaved the same way; default fp32.
 # The ceiling: with BUILD/bin/gemm_libs (from 2026-11-25 on), the best
 # 2-thread 2048^3 sgemm of any GEMM library (gemm_libs --ceiling: two
-# GEMMs, one per thread, or one threaded by the library), else bin/ceiling's
-# (OpenBLAS).
+# GEMMs, one per thread, or one threaded by the library) and of every
+# OpenBLAS kernel set the CPU can run (Haswell, SkylakeX, Cooperlake, each
+# set for its one probe; TG_CEILING_CORETYPES names others), else
+# bin/ceiling's (OpenBLAS).
 # SIZES: d4, 124m and/or 124m-b8t256 (default "d4 124m").  Each round runs the ceiling
 # probe (bin/ceiling of the first BUILD that has one, as an older build may
 # predate it: 2048^3 sgemm, 1 thread and all cores), then, for each size,
@@ -76,6 +78,19 @@ size_flags() {
 }
 for s in $sizes; do size_flags "$s" >/dev/null; done
 
+# OpenBLAS 0.3.21's kernel sets this CPU can run, beyond the one the
+# environment gives (TG_CEILING_CORETYPES overrides; "" for none)
+if [ -z "${TG_CEILING_CORETYPES+set}" ]; then
+  flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+  has() { [[ " $flags " == *" $1 "* ]]; }
+  coretypes=""
+  has avx2 && has fma && coretypes="Haswell"
+  has avx512f && has avx512bw && has avx512vl && has avx512dq && coretypes="$coretypes SkylakeX"
+  has avx512_bf16 && coretypes="$coretypes Cooperlake"
+else
+  coretypes=$TG_CEILING_CORETYPES
+fi
+
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export STARPU_SILENT=1
@@ -86,10 +101,17 @@ for r in $(seq "$rounds"); do
   all=$(awk '/^ceiling [0-9]+ threads:/ {print $4}' "$out/ceiling.txt")
   if [ -n "$libs_probe" ]; then # "ceiling LIB 1t | 2 GEMMs | threaded": the best 2-thread
     "$libs_probe" --ceiling >"$out/libs.txt"
-    all=$(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)$/ {
+    # OpenBLAS's other kernel sets, each for this one command (the issue's
+    # ceiling is the best of any library or OpenBLAS kernel set; the
+    # environment's own setting is the run above): named openblas-SET
+    for c in $coretypes; do
+      OPENBLAS_CORETYPE=$c "$libs_probe" --ceiling |
+        awk -v c="$c" '$1 == "ceiling" && $2 == "openblas" { $2 = "openblas-" c; print }' >>"$out/libs.txt"
+    done
+    all=$(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)/ {
                  for (i = 5; i <= NF; i += 2) if ($i + 0 > c) { c = $i + 0; l = $2 } }
                END {printf "%.1f", c}' "$out/libs.txt")
-    echo "round $r: ceiling $all GFLOP/s (best 2-thread sgemm of any library: $(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)$/ {printf "%s %s/%s ", $2, $5, $7}' "$out/libs.txt")); $(uptime | sed 's/.*load/load/')"
+    echo "round $r: ceiling $all GFLOP/s (best 2-thread sgemm of any library: $(awk '$1 == "ceiling" && $2 ~ /^(openblas|onednn|libxsmm)/ {printf "%s %s/%s ", $2, $5, $7}' "$out/libs.txt")); $(uptime | sed 's/.*load/load/')"
   else
     echo "round $r: ceiling $one GFLOP/s (1 thread), $all (all cores); $(uptime | sed 's/.*load/load/')"
   fi

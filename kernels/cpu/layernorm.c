@@ -174,6 +174,24 @@ void tg_cpu_layernorm_bwd(int n, int C,
   }
 }
 
+/* x[0..n) = the nearest values of type t (TG_BF16 or TG_F16), in blocks
+ * through the vectorised conversions: the bits of the scalar tg_f32_to_bf16
+ * and tg_bf16_to_f32 (precision.c), several times faster than one call per
+ * element. */
+static void round_in_place(tg_dtype t, int n, float *x) {
+  uint16_t low[256];
+  for (int j = 0; j < n; j += 256) {
+    size_t len = (size_t)(n - j < 256 ? n - j : 256);
+    if (t == TG_BF16) {
+      tg_f32_to_bf16_n(len, x + j, low);
+      tg_bf16_to_f32_n(len, low, x + j);
+    } else {
+      tg_f32_to_f16_n(len, x + j, low);
+      tg_f16_to_f32_n(len, low, x + j);
+    }
+  }
+}
+
 /* The residual add fused with the LayerNorm after it (see
  * tg_cpu_residual_layernorm_fwd in precision_kernels.h): row by row, so the
  * sum is still in cache when the LayerNorm reads it, through the same two
@@ -191,10 +209,7 @@ void tg_cpu_residual_layernorm_fwd(tg_dtype sum_type, int n, int C,
   for (int i = 0; i < n; i++) {
     float *y = Y + (size_t)i * ldy;
     tg_cpu_residual_fwd(1, C, A + (size_t)i * lda, lda, B + (size_t)i * ldb, ldb, y, ldy);
-    if (sum_type == TG_BF16)
-      for (int j = 0; j < C; j++) y[j] = tg_bf16_to_f32(tg_f32_to_bf16(y[j]));
-    else if (sum_type == TG_F16)
-      for (int j = 0; j < C; j++) y[j] = tg_f16_to_f32(tg_f32_to_f16(y[j]));
+    if (sum_type == TG_BF16 || sum_type == TG_F16) round_in_place(sum_type, C, y);
     tg_cpu_layernorm_fwd(1, C, y, ldy, w, b, Z + (size_t)i * ldz, ldz, mean + i, rstd + i);
   }
 }
