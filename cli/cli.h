@@ -19,6 +19,10 @@
 
 #define TG_EXIT_USAGE 2
 
+/* Set by the CLI when it re-executed itself with OPENBLAS_CORETYPE
+ * (main.c): the kernel set OpenBLAS had picked, for `taskgrad info`. */
+#define TG_BLAS_PICKED_ENV "TASKGRAD_OPENBLAS_PICKED"
+
 /* Prints "taskgrad: error: ..." and exits with status 2. */
 noreturn void tg_cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "taskgrad: error: <tg_last_error()>" and exits 2. */

@@ -68,7 +68,11 @@ static const char *yes_no(int v) { return v ? "yes" : "no"; }
 /* where OpenBLAS's kernel set came from */
 static void openblas_origin(char *out, size_t n) {
   const char *core = getenv("OPENBLAS_CORETYPE");
-  if (core && *core)
+  const char *picked = getenv(TG_BLAS_PICKED_ENV);
+  if (core && *core && picked && *picked)
+    snprintf(out, n, "from OPENBLAS_CORETYPE=%s, set by taskgrad: OpenBLAS had picked %s "
+             "for this CPU", core, picked);
+  else if (core && *core)
     snprintf(out, n, "from OPENBLAS_CORETYPE=%s", core);
   else
     snprintf(out, n, "chosen by OpenBLAS for this CPU");

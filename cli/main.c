@@ -54,10 +54,18 @@ static void tg_usage(FILE *f) {
  * variable is set in the new process). */
 static void tg_fix_blas_kernels(char **argv) {
   const char *core = tg_blas_better_coretype();
-  if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  if (!core) return;
+  /* what OpenBLAS had picked, for `taskgrad info` (the new process sees
+   * only the variable) */
+  if (setenv(TG_BLAS_PICKED_ENV, tg_blas_corename(), 1) != 0) return;
+  if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) {
+    unsetenv(TG_BLAS_PICKED_ENV);
+    return;
+  }
   execv("/proc/self/exe", argv);
   /* exec failed: carry on with the slow kernels */
   unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(TG_BLAS_PICKED_ENV);
 }
 
 int main(int argc, char **argv) {

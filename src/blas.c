@@ -17,6 +17,11 @@
 
 #include "taskgrad/runtime.h"
 
+const char *tg_blas_corename(void) {
+  const char *core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
 const char *tg_blas_better_coretype(void) {
   if (getenv("OPENBLAS_CORETYPE")) return NULL; /* the user decided */
 #if defined(__x86_64__) && defined(__GNUC__)

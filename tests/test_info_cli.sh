@@ -47,6 +47,10 @@ for f in avx2 fma avx512f avx512_bf16; do
   expect_line cpu "^  $f: $has$" "$f agrees with /proc/cpuinfo ($has)"
 done
 expect_line "gemm libraries" '^  openblas: OpenBLAS [0-9.]+ .*, kernels [A-Za-z0-9]+ \((from OPENBLAS_CORETYPE=.+|chosen by OpenBLAS for this CPU)\)$' "OpenBLAS version, kernels, origin"
+# a kernel set the user did not name is taskgrad's own correction, said so
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  expect_line "gemm libraries" '^  openblas: .*kernels [A-Za-z0-9]+ \((from OPENBLAS_CORETYPE=[A-Za-z0-9]+, set by taskgrad: OpenBLAS had picked [A-Za-z0-9]+ for this CPU|chosen by OpenBLAS for this CPU)\)$' "OpenBLAS origin without the user's variable"
+fi
 expect_line "gemm libraries" '^  onednn: oneDNN [0-9]+\.[0-9]+\.[0-9]+ .*max ISA [a-z0-9_]+$' "oneDNN version, ISA"
 expect_line "gemm libraries" '^  libxsmm: libxsmm [0-9.]+, JIT target [a-z0-9_]+' "libxsmm version, target"
 expect_line "gemm choice" '^  how: measured now, cached, .*/cache/taskgrad/gemm-choice.txt$' "auto measured and cached"

@@ -136,6 +136,8 @@ int tg_built_with_cuda(void);
  * OpenBLAS reads the variable only when it is loaded: set it, then re-execute
  * the program (the taskgrad CLI does this itself). */
 const char *tg_blas_better_coretype(void);
+/* The kernel set OpenBLAS runs (openblas_get_corename), e.g. "Prescott". */
+const char *tg_blas_corename(void);
 
 /* The CPU's model name ("model name" of /proc/cpuinfo; "unknown" without). */
 void tg_cpu_model_name(char *out, size_t n);
