@@ -35,6 +35,7 @@ typedef struct tg_trace_event {
   int worker;
   double start_us, end_us; /* StarPU clock (starpu_timing_now's) */
   double flops;
+  int buffers; /* the task's data buffers: StarPU's cost per task grows with them */
 } tg_trace_event;
 
 static pthread_mutex_t tg_trace_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -70,6 +71,7 @@ static void tg_trace_task_done(struct starpu_task *task) {
   e->start_us = tg_timespec_us(&pi->start_time);
   e->end_us = tg_timespec_us(&pi->end_time);
   e->flops = task->flops;
+  e->buffers = (int)STARPU_TASK_GET_NBUFFERS(task);
   pthread_mutex_unlock(&tg_trace_lock);
 }
 
@@ -168,7 +170,8 @@ static void tg_write_events(tg_out *o, double end_us) {
     tg_emit_str(o, e->codelet);
     tg_emit(o, "\",\"task\":\"");
     tg_emit_str(o, e->name[0] ? e->name : e->codelet);
-    tg_emit(o, "\",\"worker\":%d,\"flops\":%.0f}}", e->worker, e->flops);
+    tg_emit(o, "\",\"worker\":%d,\"flops\":%.0f,\"buffers\":%d}}", e->worker, e->flops,
+            e->buffers);
   }
 
   /* per-bus totals of the window: a counter per bus (0 at the start, the

@@ -77,6 +77,9 @@ int main(void) {
     CHECK(strstr(json, "\"name\":\"tg_fill L7.m3.fwd\"") != NULL,
           "the task name did not survive its buffer:\n%s", json);
     CHECK(strstr(json, "\"name\":\"tg_scale\"") != NULL, "unnamed task: codelet name only");
+    /* fill and scale each take the one tensor */
+    CHECK(count(json, "\"buffers\":1}") == 3, "%d events with \"buffers\":1, expected 3",
+          count(json, "\"buffers\":1}"));
     CHECK(strstr(json, "\"name\":\"tg_fill after.stats\"") != NULL, "task after stats");
     CHECK(strstr(json, "XXXX") == NULL && strstr(json, "YYYY") == NULL,
           "overwritten buffer leaked into the trace");
