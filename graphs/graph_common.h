@@ -25,12 +25,9 @@ typedef struct tg_gopts {
 static inline const tg_task_opts *tg_gvopt(tg_gopts *g, tg_dtype lowp, int rank,
                                            int nranks, const char *fmt, va_list ap) {
   vsnprintf(g->name, sizeof g->name, fmt, ap);
-  g->opts.priority = tg_priority(rank, nranks);
-  g->opts.worker = -1;
-  g->opts.name = g->name;
-  g->opts.lowp = lowp;
-  g->opts.cpu_only = 0;
-  g->opts.device_only = 0;
+  /* whole, so that a field added to tg_task_opts starts at zero */
+  g->opts = (tg_task_opts){.priority = tg_priority(rank, nranks), .worker = -1,
+                           .name = g->name, .lowp = lowp};
   return &g->opts;
 }
 
