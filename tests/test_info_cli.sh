@@ -165,4 +165,19 @@ if grep -q '^machine: .*, [0-9]* cores, .*OpenBLAS.*oneDNN.*libxsmm.*StarPU [0-9
 else
   bad "bench mlp header: $(head -3 "$work/b")"
 fi
+# ---- the process keeps its name ---------------------------------------------------
+# Where the CLI restarts itself for OpenBLAS's kernels (main.c), it must
+# exec its own path: through /proc/self/exe the new process was named "exe",
+# which ps, pgrep and top show (test_mpi_requeue looks its ranks up by name).
+"$tg" bench gpt --steps 100000 --quiet >/dev/null 2>&1 &
+pid=$!
+sleep 1
+comm=$(cat "/proc/$pid/comm" 2>/dev/null || echo "(gone)")
+kill "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+if [ "$comm" = taskgrad ]; then
+  ok "a running taskgrad is named taskgrad"
+else
+  bad "a running taskgrad is named '$comm', expected 'taskgrad'"
+fi
 finish test_info_cli
