@@ -89,7 +89,7 @@ int sched_run_child(char *const argv[], const char *home, int calibrate, int tim
     else unsetenv("STARPU_CALIBRATE");
     unsetenv("STARPU_SCHED");
     setenv("STARPU_SILENT", "1", 0);
-    execv(argv[0], argv);
+    tg_cli_exec_self(argv);
     fprintf(stderr, "taskgrad: error: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }

@@ -23,6 +23,11 @@
  * (main.c): the kernel set OpenBLAS had picked, for `taskgrad info`. */
 #define TG_BLAS_PICKED_ENV "TASKGRAD_OPENBLAS_PICKED"
 
+/* Replaces this process with this same program run with argv (the restarts
+ * and subprocesses of the CLI), keeping its name; returns only when the
+ * exec failed (errno set).  Async-signal-safe: usable after fork. */
+void tg_cli_exec_self(char *const argv[]);
+
 /* Prints "taskgrad: error: ..." and exits with status 2. */
 noreturn void tg_cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "taskgrad: error: <tg_last_error()>" and exits 2. */

@@ -62,15 +62,7 @@ static void tg_fix_blas_kernels(char **argv) {
     unsetenv(TG_BLAS_PICKED_ENV);
     return;
   }
-  /* the program's own path, not /proc/self/exe: the new process would be
-   * named "exe" (its comm, which ps, pgrep and top show) */
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) {
-    self[len] = 0;
-    execv(self, argv);
-  }
-  execv("/proc/self/exe", argv);
+  tg_cli_exec_self(argv);
   /* exec failed: carry on with the slow kernels */
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(TG_BLAS_PICKED_ENV);

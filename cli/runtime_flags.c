@@ -8,6 +8,7 @@
  * of those files calls the other back: the CLI's files depend one way
  * (scripts/check-file-cycles build cli).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,18 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
 
 char **tg_cli_argv;
 
+void tg_cli_exec_self(char *const argv[]) {
+  /* the program's own path, not /proc/self/exe: through it the new process
+   * would be named "exe" (its comm, which ps, pgrep and top show) */
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    self[len] = 0;
+    execv(self, argv);
+  }
+  execv("/proc/self/exe", argv);
+}
+
 void tg_cli_restart_with_clean_buffers(void) {
   if (!tg_cli_argv || tg_dist_launched()) return; /* under mpirun: carry on as is */
   fprintf(stderr, "taskgrad: the step evicts from device memory: restarting with StarPU's "
@@ -97,6 +110,6 @@ void tg_cli_restart_with_clean_buffers(void) {
       setenv("STARPU_TARGET_CLEAN_BUFFERS", "10", 1) != 0 ||
       unsetenv("TG_CLEAN_BUFFERS_OURS") != 0)
     tg_cli_die("restart: setenv failed");
-  execv("/proc/self/exe", tg_cli_argv);
-  tg_cli_die("restart: execv of /proc/self/exe failed");
+  tg_cli_exec_self(tg_cli_argv);
+  tg_cli_die("restart: cannot run this program again: %s", strerror(errno));
 }

@@ -279,7 +279,7 @@ static void run_child(char **argv, sim_row *row) {
     dup2(fd[1], 1);
     close(fd[0]);
     close(fd[1]);
-    execv("/proc/self/exe", argv);
+    tg_cli_exec_self(argv);
     _exit(127);
   }
   close(fd[1]);

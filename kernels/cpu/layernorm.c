@@ -175,20 +175,15 @@ void tg_cpu_layernorm_bwd(int n, int C,
 }
 
 /* x[0..n) = the nearest values of type t (TG_BF16 or TG_F16), in blocks
- * through the vectorised conversions: the bits of the scalar tg_f32_to_bf16
- * and tg_bf16_to_f32 (precision.c), several times faster than one call per
- * element. */
+ * through the vectorised row conversions (precision.c): the bits of the
+ * scalar tg_f32_to_bf16 and tg_bf16_to_f32, several times faster than one
+ * call per element. */
 static void round_in_place(tg_dtype t, int n, float *x) {
   uint16_t low[256];
   for (int j = 0; j < n; j += 256) {
-    size_t len = (size_t)(n - j < 256 ? n - j : 256);
-    if (t == TG_BF16) {
-      tg_f32_to_bf16_n(len, x + j, low);
-      tg_bf16_to_f32_n(len, low, x + j);
-    } else {
-      tg_f32_to_f16_n(len, x + j, low);
-      tg_f16_to_f32_n(len, low, x + j);
-    }
+    int len = n - j < 256 ? n - j : 256;
+    tg_cpu_to_lowp(t, 1, len, x + j, len, low, len);
+    tg_cpu_from_lowp(t, 1, len, low, len, x + j, len);
   }
 }
 
