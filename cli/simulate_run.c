@@ -123,6 +123,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   batch_create(&c.s, o->run.cfg.B * o->run.cfg.T, 1, TG_I32, o->run.cfg.nmicro); /* (B*T, 1) tokens, targets */
   timed_steps(o, gpt_step, &c, r, st);
   r->shard_devices = tg_gpt_shard_devices(&c.g);
+  r->scatter_devices = tg_gpt_scatter_devices(&c.g);
   r->linear_tiles = c.g.run.linear_tiles;
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
@@ -188,6 +189,9 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
          tg_precision_name(o->run.prec.precision), o->run.cfg.B, o->run.cfg.nmicro, o->steps, o->warmup);
   if (r->shard_devices)
     printf("data parallel: sharded over %d devices\n", r->shard_devices);
+  if (r->scatter_devices)
+    printf("gradients reduce-scattered over %d devices, a block each to the host\n",
+           r->scatter_devices);
   if (r->linear_tiles > 1)
     printf("linear layers in %d tiles (column tiles per layer and micro-batch)\n",
            r->linear_tiles);

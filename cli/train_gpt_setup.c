@@ -257,6 +257,10 @@ void gpt_open_loaders(gpt_session *s) {
     fprintf(stderr, "taskgrad: data parallel: sharded over %d devices (micro-batches pinned to "
             "devices, gradients reduce-scattered, AdamW per block on its owner, weights "
             "all-gathered)\n", tg_gpt_shard_devices(&s->g));
+  if (s->root && tg_gpt_scatter_devices(&s->g))
+    fprintf(stderr, "taskgrad: micro-batches pinned to %d devices, each layer's gradients "
+            "reduce-scattered over them (a block each to the host)\n",
+            tg_gpt_scatter_devices(&s->g));
   if (s->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
             R, o->run.cfg.B / R, o->run.cfg.nmicro / R);

@@ -160,6 +160,63 @@ static int tg_gpt_pin_micros(tg_gpt *g) {
   return 0;
 }
 
+/* Reduce-scatter of the pinned micro-batches' gradients (run.grad_scatter,
+ * reduce.h: tg_sum_begin_scatter).  The per-layer gradients only (the
+ * embeddings' and the final LayerNorm's stay one copy passed along): each
+ * parameter kind has TG_GPT_SCATTER_RING sets of device leaves, layer l
+ * using set l mod ring, so the backward goes layer by layer over the
+ * micro-batches (tg_gpt_micros) and each layer's sums are finished before
+ * the layer that reuses its leaves adds into them.  The target plans live
+ * with the gradients. */
+#define TG_GPT_SCATTER_RING 2
+typedef struct tg_gpt_scatter {
+  tg_scatter_leaves leaves[TG_GPT_NPARAMS][TG_GPT_SCATTER_RING];
+  tg_split plan[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
+} tg_gpt_scatter;
+
+/* run.grad_scatter: 0 (off), 1 (on), or a negative errno with a message
+ * where it does not apply */
+static int tg_gpt_scatter_wanted(const tg_gpt *g) {
+  if (g->run.grad_scatter <= 0) return 0;
+  if (!g->dp || g->shards)
+    return tg_fail(EINVAL, "GPT: the gradients' reduce-scatter (--grad-scatter) is for the "
+                   "offloaded optimizer with micro-batches pinned to 2 or more devices "
+                   "(--offload-optimizer, at least one micro-batch per device)");
+  if (tg_deterministic() && g->run.nmicro != g->dp->ndev)
+    return tg_fail(EINVAL, "GPT: in deterministic mode the gradients' reduce-scatter "
+                   "(--grad-scatter) needs one micro-batch per device (%d micro-batches, "
+                   "%d devices): its tree then has the bits of the deterministic sums",
+                   g->run.nmicro, g->dp->ndev);
+  return 1;
+}
+
+static int tg_gpt_scatter_create(tg_gpt *g) {
+  int want = tg_gpt_scatter_wanted(g);
+  if (want <= 0) return want;
+  tg_gpt_scatter *sc = calloc(1, sizeof *sc);
+  if (!sc) return tg_fail(ENOMEM, "GPT: out of memory");
+  g->scatter = sc;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
+    int rows, cols;
+    tg_gpt_param_shape(&g->cfg, (tg_gpt_param)p, &rows, &cols);
+    for (int k = 0; k < TG_GPT_SCATTER_RING; k++)
+      TG_TRY(tg_scatter_leaves_create(&sc->leaves[p][k], g->dp, rows, cols));
+  }
+  return 0;
+}
+
+static void tg_gpt_scatter_destroy(tg_gpt *g) {
+  tg_gpt_scatter *sc = g->scatter;
+  if (!sc) return;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    for (int l = 0; l < TG_GPT_MAX_LAYERS; l++) tg_split_free(&g->g[p][l], &sc->plan[p][l]);
+    for (int k = 0; k < TG_GPT_SCATTER_RING; k++) tg_scatter_leaves_destroy(&sc->leaves[p][k]);
+  }
+  free(sc);
+  g->scatter = NULL;
+}
+
 /* Per-layer parameter slices: index [p][l]; global ones use l = 0. */
 #define SLICE(p, l) (tg_gpt_param_per_layer(p) ? (l) : 0)
 /* The f32 weight micro-batch mb's tasks read: the master, or with sharding
@@ -261,6 +318,8 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
                    r->linear_tiles, c->channels);
   if (r->tile_owner != 0 && r->tile_owner != 1)
     return tg_fail(EINVAL, "GPT: tile_owner %d is not 0 or 1", r->tile_owner);
+  if (r->grad_scatter != 0 && r->grad_scatter != 1)
+    return tg_fail(EINVAL, "GPT: grad_scatter %d is not 0 (off) or 1 (on)", r->grad_scatter);
   if (r->fused_backward < -1 || r->fused_backward > 1)
     return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
                    r->fused_backward);
@@ -467,12 +526,14 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
   for (int i = 0; i < sets && rc == 0; i++)
     rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M, tg_gpt_tile_node(g, i % M));
   if (rc == 0 && g->run.linear_tiles > 1) rc = tg_gpt_tiles_create(g, ACT(g));
+  if (rc == 0) rc = tg_gpt_scatter_create(g);
   if (rc) tg_gpt_destroy(g);
   return rc;
 }
 
 void tg_gpt_destroy(tg_gpt *g) {
   tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
+  tg_gpt_scatter_destroy(g);
   for (int i = 0; g->shards && i < g->nshards; i++) tg_shard_destroy(&g->shards[i]);
   free(g->shards);
   free(g->shard_of);
@@ -516,6 +577,7 @@ typedef struct tg_gpt_micro {
   tg_gpt_layer_acts acts[TG_GPT_MAX_LAYERS];
   tg_tensor xL, lnf, meanf, rstdf, dlnf;
   tg_split *dlnf_c;               /* tiled classifier: dlnf is a tile buffer */
+  tg_tensor dres;                 /* (n, C) the backward's dL/dx, layer to layer */
   int dev;                        /* sharded: its device, else 0 */
   int last;                       /* the step's last micro-batch submitted */
   int worker;                     /* sharded: the worker its tasks run on, else -1 */
@@ -549,14 +611,19 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   /* offloaded, the optimizer partitions the gradients: no REDUX; with
    * micro-batches pinned to devices, one copy passed from device to device
    * (leaves when deterministic) */
+  int L = g->cfg.num_layers;
+  tg_gopts go;
+  int rank = tg_gpt_param_rank(g, p, l);
+  if (g->scatter && tg_gpt_param_per_layer(p))
+    return tg_sum_begin_scatter(GSUM(g, p, l), &g->g[p][l], &g->scatter->plan[p][l],
+                                &g->scatter->leaves[p][l % TG_GPT_SCATTER_RING], 1,
+                                tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.scatter",
+                                        tg_gpt_param_names[p], l));
   if (!g->shards)
     return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1,
                              !g->run.offload_optimizer ? TG_SUM_ANY
                              : g->dp                   ? TG_SUM_IN_PLACE
                                                        : TG_SUM_LEAVES);
-  int L = g->cfg.num_layers;
-  tg_gopts go;
-  int rank = tg_gpt_param_rank(g, p, l);
   tg_shard *sh = SHARD(g, p, l); /* the exchange is the bucket's */
   return tg_sum_begin_sharded(GSUM(g, p, l), sh, MEMBER(g, p, l), g->run.nmicro, 1,
                               g->run.grad_comm,
@@ -642,7 +709,7 @@ static int tg_gpt_pair_take(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param pw, 
    * place (pinned, offloaded), the others' would wait for the first's
    * overwrite; a zero fill lets them add in any order. */
   int ln = pw == TG_LN1W || pw == TG_LN2W || pw == TG_LNFW;
-  int can = !(ln && g->dp && !g->shards);
+  int can = !(ln && g->dp && !g->shards && !GSUM(g, pw, l)->scatter); /* leaves: any order */
   TG_TRY(tg_gpt_take(g, mb, pw, l, can, mode));
   TG_TRY(tg_gpt_take(g, mb, (tg_gpt_param)(pw + 1), l, can, &mb_mode));
   if (mb_mode != *mode)
@@ -918,63 +985,98 @@ static int tg_gpt_linear_ln_bwd(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_param 
                                  G(g, lw, l), G(g, (tg_gpt_param)(lw + 1), l), lnmode, o);
 }
 
-static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+/* The backward of micro-batch mb in three parts (tg_gpt_backward_micro, or
+ * layer by layer over the micro-batches: tg_gpt_micros): the final
+ * LayerNorm's, which starts mb->dres ... */
+static int tg_gpt_backward_head(tg_gpt *g, tg_gpt_micro *mb) {
   const tg_gpt_config *c = &g->cfg;
-  int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
+  int n = mb->n, C = c->channels, L = c->num_layers;
   tg_gopts go;
-  tg_tensor dres, tmp;
-  TG_TRY(TEMP(&dres, n, C));
-  TG_TRY(tg_fill_insert(dres.handle, 0.0f, BWD(L)));
+  tg_tensor *d = &mb->dres;
+  TG_TRY(TEMP(d, n, C));
+  TG_TRY(tg_fill_insert(d->handle, 0.0f, BWD(L)));
   tg_accum lnmode;
   TG_TRY(tg_gpt_pair_take(g, mb, TG_LNFW, 0, &lnmode));
   TG_TRY(tg_layernorm_bwd_insert(mb->dlnf.handle, mb->xL.handle, W(g, TG_LNFW, 0),
-                                 mb->meanf.handle, mb->rstdf.handle, dres.handle,
+                                 mb->meanf.handle, mb->rstdf.handle, d->handle,
                                  G(g, TG_LNFW, 0), G(g, TG_LNFB, 0), lnmode, BWD(L)));
   tg_tensor *fin[] = {&mb->xL, &mb->lnf, &mb->meanf, &mb->rstdf};
   for (size_t k = 0; k < sizeof fin / sizeof fin[0]; k++) tg_tensor_release(fin[k]);
   tg_gpt_out_release(&mb->dlnf, mb->dlnf_c);
-  for (int l = c->num_layers - 1; l >= 0; l--) {
-    tg_gpt_layer_acts *A = &mb->acts[l];
-    tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
-    if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
-      TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, 0, NULL, NULL,
-                              OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
-    /* MLP block: dres holds dL/d(x2 + fcproj) */
-    tg_split *tc, *dc;
-    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
-    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_FCPROJW, l, dres.handle, A->fchg.handle,
-                             WG(g, TG_FCPROJW, l), TG_ACT_GELU, A->fch.handle, &tmp, tc,
-                             WGRAD(l), BWD(l)));
-    tg_gpt_out_release(&A->fchg, A->fchg_c);
-    tg_gpt_out_release(&A->fch, A->fch_c);
-    tg_tensor dln;                                                   /* (n, C) */
-    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_FCW, TG_LN2W, l, tmp.handle, A->ln2.handle,
-                                A->x2.handle, A->mean2.handle, A->rstd2.handle, &dln, dc,
-                                &dres, WGRAD(l), BWD(l)));
-    tg_gpt_out_release(&tmp, tc);
-    tg_gpt_out_release(&dln, dc);
-    tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
-    for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
-    /* attention block: dres holds dL/d(x + attproj) */
-    TG_TRY(tg_gpt_linear_bwd(g, mb, TG_ATTPROJW, l, dres.handle, at->out.handle,
-                             WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL, &at->dout,
-                             N > 1 ? &at->dout_c : NULL, WGRAD(l), BWD(l)));
-    TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
-    TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
-    TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_QKVW, TG_LN1W, l, at->dqkv.handle, A->ln1.handle,
-                                A->x.handle, A->mean1.handle, A->rstd1.handle, &dln, dc,
-                                &dres, WGRAD(l), BWD(l)));
-    tg_gpt_out_release(&dln, dc);
-    tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
-    for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
-    TG_TRY(tg_gpt_exchange_layer(g, mb, l));
-  }
+  return 0;
+}
+
+/* ... block l's ... */
+static int tg_gpt_backward_layer(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
+  const tg_gpt_config *c = &g->cfg;
+  int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
+  tg_gopts go;
+  tg_tensor *dres = &mb->dres, tmp;
+  tg_gpt_layer_acts *A = &mb->acts[l];
+  tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
+  if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
+    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, 0, NULL, NULL,
+                            OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
+  /* MLP block: dres holds dL/d(x2 + fcproj) */
+  tg_split *tc, *dc;
+  TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
+  TG_TRY(tg_gpt_linear_bwd(g, mb, TG_FCPROJW, l, dres->handle, A->fchg.handle,
+                           WG(g, TG_FCPROJW, l), TG_ACT_GELU, A->fch.handle, &tmp, tc,
+                           WGRAD(l), BWD(l)));
+  tg_gpt_out_release(&A->fchg, A->fchg_c);
+  tg_gpt_out_release(&A->fch, A->fch_c);
+  tg_tensor dln;                                                   /* (n, C) */
+  TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
+  TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_FCW, TG_LN2W, l, tmp.handle, A->ln2.handle,
+                              A->x2.handle, A->mean2.handle, A->rstd2.handle, &dln, dc,
+                              dres, WGRAD(l), BWD(l)));
+  tg_gpt_out_release(&tmp, tc);
+  tg_gpt_out_release(&dln, dc);
+  tg_tensor *mlp[] = {&A->ln2, &A->mean2, &A->rstd2, &A->x2};
+  for (size_t k = 0; k < sizeof mlp / sizeof mlp[0]; k++) tg_tensor_release(mlp[k]);
+  /* attention block: dres holds dL/d(x + attproj) */
+  TG_TRY(tg_gpt_linear_bwd(g, mb, TG_ATTPROJW, l, dres->handle, at->out.handle,
+                           WG(g, TG_ATTPROJW, l), TG_ACT_NONE, NULL, &at->dout,
+                           N > 1 ? &at->dout_c : NULL, WGRAD(l), BWD(l)));
+  TG_TRY(tg_gpt_attn_bwd(g, at, S, BWD(l)));
+  TG_TRY(tg_gpt_out(g, mb, TG_TILE_DLN, l, &dln, &dc, n, C));
+  TG_TRY(tg_gpt_linear_ln_bwd(g, mb, TG_QKVW, TG_LN1W, l, at->dqkv.handle, A->ln1.handle,
+                              A->x.handle, A->mean1.handle, A->rstd1.handle, &dln, dc,
+                              dres, WGRAD(l), BWD(l)));
+  tg_gpt_out_release(&dln, dc);
+  tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
+  for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
+  return tg_gpt_exchange_layer(g, mb, l);
+}
+
+/* ... and the embeddings', which ends it */
+static int tg_gpt_backward_tail(tg_gpt *g, tg_gpt_micro *mb) {
   if (g->dwte_blocks > 1) { /* dwte is in row blocks: after the last classifier */
-    g->embed_dres[mb->micro] = dres;
+    g->embed_dres[mb->micro] = mb->dres;
     return 0;
   }
-  return tg_gpt_embed_bwd(g, mb, &dres);
+  return tg_gpt_embed_bwd(g, mb, &mb->dres);
+}
+
+static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
+  TG_TRY(tg_gpt_backward_head(g, mb));
+  for (int l = g->cfg.num_layers - 1; l >= 0; l--) TG_TRY(tg_gpt_backward_layer(g, mb, S, l));
+  return tg_gpt_backward_tail(g, mb);
+}
+
+/* The backward of every micro-batch, layer by layer: each layer's
+ * reduce-scattered sums finished before the layer below adds into the
+ * leaves they share (tg_gpt_scatter). */
+static int tg_gpt_backward_by_layer(tg_gpt *g, tg_gpt_micro **mbs, int M, int S) {
+  const tg_gpt_config *c = &g->cfg;
+  for (int k = 0; k < M; k++) TG_TRY(tg_gpt_backward_head(g, mbs[k]));
+  for (int l = c->num_layers - 1; l >= 0; l--) {
+    for (int k = 0; k < M; k++) TG_TRY(tg_gpt_backward_layer(g, mbs[k], S, l));
+    for (int p = 0; p < TG_GPT_NPARAMS; p++)
+      if (tg_gpt_param_per_layer((tg_gpt_param)p)) TG_TRY(tg_sum_finish(GSUM(g, p, l)));
+  }
+  for (int k = 0; k < M; k++) TG_TRY(tg_gpt_backward_tail(g, mbs[k]));
+  return 0;
 }
 
 static int tg_gpt_check_batch(const tg_gpt *g, const tg_batch *batch) {
@@ -1247,7 +1349,9 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     rc = tg_gpt_dlnf(g, mbs[k]);
     if (rc == 0) rc = tg_gpt_classifier(g, mbs[k], loss_sum, backward, scale);
   }
-  for (int k = 0; k < M && phased && rc == 0; k++) rc = tg_gpt_backward_micro(g, mbs[k], S);
+  if (phased && rc == 0 && g->scatter) rc = tg_gpt_backward_by_layer(g, mbs, M, S);
+  for (int k = 0; k < M && phased && !g->scatter && rc == 0; k++)
+    rc = tg_gpt_backward_micro(g, mbs[k], S);
   for (int k = 0; k < M; k++) {
     if (mbs[k] && rc) tg_gpt_release_forward(g, mbs[k]); /* after an error */
     free(mbs[k]);
@@ -1361,6 +1465,7 @@ static int tg_gpt_read(tg_gpt *g, int kind, float *dst) {
 }
 
 int tg_gpt_shard_devices(const tg_gpt *g) { return g->shards ? g->dp->ndev : 0; }
+int tg_gpt_scatter_devices(const tg_gpt *g) { return g->scatter ? g->dp->ndev : 0; }
 
 int tg_gpt_broadcast_params(tg_gpt *g) {
   if (tg_dist_size() == 1) return 0;

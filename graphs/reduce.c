@@ -44,11 +44,13 @@ static int tg_sum_start(tg_sum *s, tg_tensor *target, int persistent, int nmicro
 
 /* the handle index micro-batch `micro` adds into */
 static int tg_sum_slot(const tg_sum *s, int micro) {
+  if (s->scatter) return tg_dp_device(s->scatter->dp, micro);
   if (s->shard) return tg_dp_slot(s->shard->dp, micro);
   return s->leaves ? micro : 0;
 }
 
 static int tg_sum_nslots(const tg_sum *s) {
+  if (s->scatter) return s->scatter->dp->ndev;
   if (s->shard) return s->shard->dp->nslots;
   return s->leaves ? s->nmicro : 1;
 }
@@ -63,6 +65,7 @@ static int tg_sum_zero_slot(tg_sum *s, int slot) {
     const tg_dp *dp = s->shard->dp;
     o.worker = dp->worker[tg_dp_slot_device(dp, slot)];
   }
+  if (s->scatter) o.worker = s->scatter->dp->worker[slot];
   return tg_fill_insert(s->leaves ? s->leaves[slot].handle : s->target->handle, 0.0f, &o);
 }
 
@@ -110,6 +113,15 @@ int tg_sum_begin_lazy(tg_sum *s, tg_tensor *target, int nmicro, int allreduce,
   return tg_sum_start(s, target, 0, nmicro, allreduce, order, 1);
 }
 
+/* the name and priority of a sum's exchange tasks, the name copied */
+static void tg_sum_exchange_opts(tg_sum *s, const tg_task_opts *exchange) {
+  s->exchange = *exchange;
+  if (exchange->name) {
+    snprintf(s->exchange_name, sizeof s->exchange_name, "%s", exchange->name);
+    s->exchange.name = s->exchange_name;
+  }
+}
+
 int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int member, int nmicro, int allreduce,
                          tg_dtype comm, const tg_task_opts *exchange) {
   memset(s, 0, sizeof *s);
@@ -120,15 +132,87 @@ int tg_sum_begin_sharded(tg_sum *s, tg_shard *shard, int member, int nmicro, int
   s->shard = shard;
   s->comm = comm;
   s->leaves = tg_shard_member_slots(shard, member);
-  s->exchange = *exchange;
-  if (exchange->name) {
-    snprintf(s->exchange_name, sizeof s->exchange_name, "%s", exchange->name);
-    s->exchange.name = s->exchange_name;
-  }
+  tg_sum_exchange_opts(s, exchange);
   s->started = calloc((size_t)shard->dp->nslots, 1);
   if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
   tg_shard_open(shard);
   return 0;
+}
+
+int tg_scatter_leaves_create(tg_scatter_leaves *sl, const tg_dp *dp, int rows, int cols) {
+  memset(sl, 0, sizeof *sl);
+  sl->dp = dp;
+  sl->nb = dp->ndev < rows ? dp->ndev : rows;
+  for (int d = 0; d < dp->ndev; d++) {
+    TG_TRY(tg_tensor_alloc_on_node(&sl->leaf[d], rows, cols, TG_F32, dp->node[d]));
+    TG_TRY(tg_split_plan(&sl->leaf[d], sl->nb, &sl->blocks[d]));
+  }
+  return 0;
+}
+
+void tg_scatter_leaves_destroy(tg_scatter_leaves *sl) {
+  for (int d = 0; sl->dp && d < sl->dp->ndev; d++) {
+    tg_split_free(&sl->leaf[d], &sl->blocks[d]);
+    tg_tensor_free(&sl->leaf[d]);
+  }
+  memset(sl, 0, sizeof *sl);
+}
+
+int tg_sum_begin_scatter(tg_sum *s, tg_tensor *target, tg_split *target_blocks,
+                         tg_scatter_leaves *sl, int allreduce, const tg_task_opts *exchange) {
+  memset(s, 0, sizeof *s);
+  if (sl->leaf[0].rows != target->rows || sl->leaf[0].cols != target->cols)
+    return tg_fail(EINVAL, "reduce-scatter: leaves of (%d, %d) for a (%d, %d) gradient",
+                   sl->leaf[0].rows, sl->leaf[0].cols, target->rows, target->cols);
+  if (!target_blocks->n) TG_TRY(tg_split_plan(target, sl->nb, target_blocks));
+  if (target_blocks->n != sl->nb)
+    return tg_fail(EINVAL, "reduce-scatter: a plan of %d blocks for %d", target_blocks->n, sl->nb);
+  s->target = target;
+  s->target_blocks = target_blocks;
+  s->nmicro = sl->dp->nmicro;
+  s->allreduce = allreduce && tg_dist_size() > 1;
+  s->mode = TG_ACCUMULATE;
+  s->scatter = sl;
+  s->leaves = sl->leaf;
+  tg_sum_exchange_opts(s, exchange);
+  s->started = calloc((size_t)sl->dp->ndev, 1);
+  if (!s->started) return tg_fail(ENOMEM, "reduction: out of memory");
+  return 0;
+}
+
+/* the end of a sum over device slots (sharded, reduce-scatter): the slots
+ * no contribution reached zeroed, the sum marked finished */
+static int tg_sum_close_slots(tg_sum *s) {
+  int rc = 0;
+  for (int k = 0; k < tg_sum_nslots(s) && rc == 0; k++) rc = tg_sum_zero_slot(s, k);
+  free(s->started);
+  s->started = NULL;
+  s->finished = 1;
+  return rc;
+}
+
+/* The reduce-scatter (tg_sum_begin_scatter): the leaves' blocks readable
+ * on their devices, the target's writable, block j summed on device j mod
+ * devices, then both joined (the target's at its home, each block from its
+ * device; the leaves' where they are, moving nothing). */
+static int tg_sum_finish_scatter(tg_sum *s) {
+  int rc = tg_sum_close_slots(s);
+  TG_TRY(rc);
+  tg_scatter_leaves *sl = s->scatter;
+  int ndev = sl->dp->ndev;
+  for (int d = 0; d < ndev; d++) tg_split_readonly(&sl->leaf[d], &sl->blocks[d]);
+  tg_split_write(s->target, s->target_blocks);
+  for (int j = 0; j < sl->nb && rc == 0; j++) {
+    starpu_data_handle_t in[TG_DP_MAX_DEVICES];
+    for (int d = 0; d < ndev; d++) in[d] = sl->blocks[d].parts[j];
+    tg_task_opts o = s->exchange;
+    o.worker = sl->dp->worker[j % ndev];
+    rc = tg_sum_tree_insert(ndev, in, s->target_blocks->parts[j], &o);
+  }
+  tg_split_join(s->target, s->target_blocks);
+  for (int d = 0; d < ndev; d++) tg_split_join(&sl->leaf[d], &sl->blocks[d]);
+  if (rc == 0 && s->allreduce) rc = tg_dist_allreduce(s->target->handle);
+  return rc;
 }
 
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
@@ -138,11 +222,7 @@ starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro) {
 /* the sharded sum's end: the member's untouched slots zeroed; after the
  * bucket's last member, its exchange (shard.h) */
 static int tg_sum_finish_sharded(tg_sum *s) {
-  int rc = 0;
-  for (int k = 0; k < tg_sum_nslots(s) && rc == 0; k++) rc = tg_sum_zero_slot(s, k);
-  free(s->started);
-  s->started = NULL;
-  s->finished = 1;
+  int rc = tg_sum_close_slots(s);
   if (rc == 0) rc = tg_shard_member_done(s->shard, &s->exchange, s->allreduce, s->comm);
   return rc < 0 ? rc : 0;
 }
@@ -161,6 +241,7 @@ static int tg_sum_tree(tg_sum *s, int lo, int hi) {
 }
 
 int tg_sum_finish(tg_sum *s) {
+  if (s->scatter) return s->finished ? 0 : tg_sum_finish_scatter(s);
   if (s->shard) return s->finished ? 0 : tg_sum_finish_sharded(s);
   int rc = 0;
   /* lazy: a handle no contribution reached is still zeroed */

@@ -45,6 +45,7 @@
 
 #include "taskgrad/codelets.h"
 #include "taskgrad/tensor.h"
+#include "shard.h"
 
 #include <stddef.h>
 
@@ -65,7 +66,24 @@ typedef struct tg_sum {
   char exchange_name[48];
   int finished;           /* sharded: tg_sum_finish has run */
   tg_dtype comm;          /* sharded: type of the messages between ranks */
+  struct tg_scatter_leaves *scatter; /* reduce-scatter (tg_sum_begin_scatter):
+                                        the device leaves, borrowed */
+  tg_split *target_blocks;           /* reduce-scatter: the target's plan */
 } tg_sum;
+
+/* The leaves of a reduce-scatter sum: for each device of dp, one f32
+ * buffer of the gradient's shape homed on it (not evictable; its plan's
+ * switches then move nothing), with a plan of nb = min(devices, rows) row
+ * blocks.  A set serves one gradient at a time: the graph reuses it for
+ * another only after that one's tg_sum_finish is submitted. */
+typedef struct tg_scatter_leaves {
+  const tg_dp *dp;
+  int nb;
+  tg_tensor leaf[TG_DP_MAX_DEVICES];
+  tg_split blocks[TG_DP_MAX_DEVICES];
+} tg_scatter_leaves;
+int tg_scatter_leaves_create(tg_scatter_leaves *sl, const tg_dp *dp, int rows, int cols);
+void tg_scatter_leaves_destroy(tg_scatter_leaves *sl);
 
 /* After tg_init: 1 when the sums of tg_sum_begin add in place in any order
  * (TG_COMMUTE: every worker shares one memory node), 0 when they use
@@ -115,6 +133,24 @@ int tg_sum_take(tg_sum *s, int micro, int can_overwrite, tg_accum *mode);
  * `exchange` names the exchange's tasks and gives their priority. */
 int tg_sum_begin_sharded(tg_sum *s, struct tg_shard *shard, int member, int nmicro,
                          int allreduce, tg_dtype comm, const tg_task_opts *exchange);
+/* A lazy sum across the devices of micro-batches pinned to them (dp):
+ * micro-batch i adds into its device's leaf (the first contribution on each
+ * device overwrites it, the others add in submission order); tg_sum_finish
+ * then reduce-scatters: block j of the target, the sum of every leaf's
+ * block j in the midpoint tree of tg_sum_tree_insert (devices in order), is
+ * computed on device j mod devices, and joining the target's plan
+ * (target_blocks: nb row blocks, planned here on first use, freed by the
+ * caller before the target) brings each block to the target's home from
+ * its own device.  Against one copy passed from device to device
+ * (TG_SUM_IN_PLACE), each device sends and receives (devices - 1) / devices
+ * of a gradient over its own link, all at once, and the host receives a
+ * block from each device instead of the whole from one.  With one
+ * micro-batch per device, the bits of the deterministic leaves' tree.
+ * allreduce: then over the ranks, as tg_sum_begin.  `exchange` names the
+ * reduction's tasks and gives their priority. */
+int tg_sum_begin_scatter(tg_sum *s, tg_tensor *target, tg_split *target_blocks,
+                         tg_scatter_leaves *sl, int allreduce,
+                         const tg_task_opts *exchange);
 starpu_data_handle_t tg_sum_handle(const tg_sum *s, int micro);
 /* TG_COMMUTE, TG_REDUCE or TG_ACCUMULATE (leaves) */
 tg_accum tg_sum_mode(const tg_sum *s);

@@ -9,8 +9,12 @@
 # device of its own, the gradients summed in leaves) with recompute gives
 # the same bits again: the kernels are the CPU
 # ones everywhere, and deterministic mode fixes the order of every sum.
+# With --grad-scatter and one micro-batch per device the offloaded run
+# reduce-scatters each layer's gradients (a leaf per device, block j summed
+# on device j, the tree of the deterministic leaves): the same bits again.
 # Not deterministic, the offloaded run sums the gradients in place across
-# the devices (no leaves), within 1e-5 of the CPU run's losses.
+# the devices (no leaves), or with --grad-scatter reduce-scatters them; both
+# within 1e-5 of the CPU run's losses.
 # A GPT whose state is 4 times the devices' memory trains (see below).
 # SKIP (77) when no PoCL device can be started.
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
@@ -59,30 +63,47 @@ print(f"{opt} optimizer tasks on the CPUs, {dev} layer tasks on the devices, "
 PY
   ); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
   same_bits "cpu-$prec" "off-$prec" "$prec: optimizer offloaded to 2 CPUs, 2 devices, recompute"
+  recompute_run "offsc-$prec" --ncpus 2 --emulated-devices 2 "${common[@]}" --recompute \
+    --offload-optimizer --grad-scatter || continue
+  same_bits "cpu-$prec" "offsc-$prec" "$prec: the same, gradients reduce-scattered"
+  trees=$(awk '$1 == "tg_sum_tree" {print $2}' "$work/offsc-$prec.err")
+  if [ -n "$trees" ] && [ "$trees" -gt 0 ] &&
+     grep -q "gradients reduce-scattered over them" "$work/offsc-$prec.err"; then
+    ok "$prec: gradients reduce-scattered ($trees sum tasks, one per block)"
+  else bad "$prec: no reduce-scatter (${trees:-no} tg_sum_tree tasks)"; fi
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
   else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi
 done
-# Not deterministic, the offloaded run sums each gradient in place (one
-# copy passed from device to device, TG_COMMUTE) instead of in leaves: no
-# accumulate task per gradient, and the losses of the CPU run to 1e-5
-# (another order of the two micro-batches' sums)
-if timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
-     --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --stats --ncpus 2 --emulated-devices 2 \
-     --attention chunked --attn-splits 2 --recompute --offload-optimizer \
-     >"$work/inplace.out" 2>"$work/inplace.err"; then
-  losses "$work/inplace.out" >"$work/inplace.num"
-  acc=$(awk '$1 == "tg_accumulate" {print $2}' "$work/inplace.err")
-  if worst=$(losses_within "$work/cpu-fp32.num" "$work/inplace.num" 3 1e-5); then
-    ok "offloaded, not deterministic: losses within $worst of the CPU run"
+# Not deterministic: each gradient summed in place (one copy passed from
+# device to device, TG_COMMUTE) instead of in leaves: no accumulate task
+# per gradient; with --grad-scatter reduce-scattered (tg_sum_tree tasks);
+# the losses of the CPU run to 1e-5 either way (other orders of the two
+# micro-batches' sums)
+for mode in scatter inplace; do
+  flag=()
+  [ "$mode" = scatter ] && flag=(--grad-scatter)
+  if timeout 120 "$tg" train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 \
+       --seq 16 --micro-batches 2 --steps 3 --lr 1e-3 --stats --ncpus 2 --emulated-devices 2 \
+       --attention chunked --attn-splits 2 --recompute --offload-optimizer "${flag[@]}" \
+       >"$work/$mode.out" 2>"$work/$mode.err"; then
+    losses "$work/$mode.out" >"$work/$mode.num"
+    acc=$(awk '$1 == "tg_accumulate" {print $2}' "$work/$mode.err")
+    trees=$(awk '$1 == "tg_sum_tree" {print $2}' "$work/$mode.err")
+    if worst=$(losses_within "$work/cpu-fp32.num" "$work/$mode.num" 3 1e-5); then
+      ok "offloaded, not deterministic, $mode: losses within $worst of the CPU run"
+    else
+      bad "offloaded, not deterministic, $mode: losses $(paste "$work/cpu-fp32.num" "$work/$mode.num" | tr '\n' ';')"
+    fi
+    # the loss's sums only (the deterministic run adds 7 per step per gradient)
+    if [ -n "$acc" ] && [ "$acc" -le 6 ]; then ok "$mode: no leaves ($acc accumulate tasks)"
+    else bad "$mode: ${acc:-no} accumulate tasks: leaves?"; fi
+    if [ "$mode" = scatter ] && [ "${trees:-0}" -gt 0 ]; then ok "scatter: $trees sum tasks"
+    elif [ "$mode" = inplace ] && [ -z "$trees" ]; then ok "in place: no sum tasks"
+    else bad "$mode: ${trees:-no} tg_sum_tree tasks"; fi
   else
-    bad "offloaded, not deterministic: losses $(paste "$work/cpu-fp32.num" "$work/inplace.num" | tr '\n' ';')"
+    bad "offloaded, not deterministic, $mode: exit status $? ($(grep 'taskgrad: ' "$work/$mode.err" | head -2))"
   fi
-  # the loss's sums only (the deterministic run adds 7 per step per gradient)
-  if [ -n "$acc" ] && [ "$acc" -le 6 ]; then ok "gradients summed in place ($acc accumulate tasks)"
-  else bad "${acc:-no} accumulate tasks: leaves?"; fi
-else
-  bad "offloaded, not deterministic: exit status $? ($(grep 'taskgrad: ' "$work/inplace.err" | head -2))"
-fi
+done
 
 # A model 4 times the devices' memory: 3.29M parameters (L 4, C 256), whose
 # f32 weights, gradients and AdamW moments take 50.2 MiB, on 2 devices of 6
@@ -115,6 +136,13 @@ expect_fail "offload without devices" "no devices" train gpt --init-from "$work/
 expect_fail "offload with the sharded data parallelism" "do not go together yet" train gpt \
   --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 2 \
   --emulated-devices 2 --micro-batches 2 --offload-optimizer --data-parallel shard
+expect_fail "--grad-scatter without the offload" "offloaded optimizer with micro-batches pinned" \
+  train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 \
+  --ncpus 2 --emulated-devices 2 --micro-batches 2 --grad-scatter
+expect_fail "--grad-scatter, deterministic, 2 micro-batches a device" \
+  "needs one micro-batch per device" train gpt --init-from "$work/r.bin" \
+  --data "$work/tokens.bin" --batch 8 --seq 16 --steps 1 --ncpus 2 --emulated-devices 2 \
+  --micro-batches 4 --offload-optimizer --grad-scatter --deterministic
 expect_fail "offload without CPU workers" "CPU workers, and there are none" train gpt \
   --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 0 \
   --emulated-devices 1 --offload-optimizer

@@ -10,7 +10,9 @@
 #    and that run completes with every AdamW task on the CPU workers and at
 #    least the f32 gradients (4 bytes per parameter) sent to the host;
 #  - the model's host-backed state is checked against --host-memory (or
-#    the platform's host_mem_bytes): too small is refused (exit 2).
+#    the platform's host_mem_bytes): too small is refused (exit 2);
+#  - on 2 GPUs the offloaded gradients reach the host from both when
+#    reduce-scattered, from one when summed in place (see below).
 source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 if ! "$tg" --version | grep -q "SimGrid: yes"; then
   echo "SKIP: this taskgrad is not a SimGrid build (-DTG_SIMGRID=ON)"
@@ -124,6 +126,40 @@ if [ "$rc" -eq 2 ] && ! grep -q "$clean_msg" "$work/big2.err"; then
 else
   bad "clean buffers: with the user's value: status $rc, $(tail -2 "$work/big2.err")"
 fi
+
+# The offloaded optimizer on 2 simulated GPUs, a micro-batch each: with
+# --grad-scatter each GPU sends the host about half of the step's f32
+# gradients (its blocks of the reduce-scatter); by default the sums pass
+# from one GPU to the other and the host receives nearly all of it from
+# one.  (Tree sums placed on one device, or the target joined
+# through one, would fail the first.)
+two=(simulate gpt --platform h100x8 --gpus 2 --ncpus 2 --layers 4 --channels 256 --heads 4
+     --vocab 256 --max-seq 256 --seq 256 --batch 16 --micro-batches 2 --precision bf16
+     --warmup 1 --steps 1 --cost peak --offload-optimizer)
+to_host() { # FILE: MB per step from CUDA 0 and CUDA 1 to the host
+  for d in 0 1; do
+    awk -v l="CUDA $d -> NUMA 0:" 'index($0, "link " l) == 1 {print $7 + 0; f = 1} END {if (!f) print 0}' "$1"
+  done | tr '\n' ' '
+}
+for mode in scatter no; do
+  flag=()
+  [ "$mode" = scatter ] && flag=(--grad-scatter)
+  if ! timeout 120 "$tg" "${two[@]}" "${flag[@]}" >"$work/two-$mode.out" 2>"$work/two-$mode.err"; then
+    bad "2 GPUs, $mode: status $? $(tail -2 "$work/two-$mode.err")"
+    continue
+  fi
+  read -r a b <<<"$(to_host "$work/two-$mode.out")"
+  said=$(grep -c "gradients reduce-scattered over 2 devices" "$work/two-$mode.out")
+  if [ "$mode" = scatter ]; then
+    if [ "$said" -eq 1 ] && awk -v a="$a" -v b="$b" 'BEGIN {a += 0; b += 0; exit !(a > 0.4 * (a + b) && b > 0.4 * (a + b))}'; then
+      ok "2 GPUs, reduce-scattered: $a and $b MB to the host from each"
+    else bad "2 GPUs, reduce-scattered: $a and $b MB to the host ($said reports)"; fi
+  else
+    if [ "$said" -eq 0 ] && awk -v a="$a" -v b="$b" 'BEGIN {a += 0; b += 0; m = a < b ? a : b; exit !(a + b > 0 && m < 0.1 * (a + b))}'; then
+      ok "2 GPUs, in place: $a and $b MB to the host from each"
+    else bad "2 GPUs, in place: $a and $b MB to the host ($said reports)"; fi
+  fi
+done
 
 echo "simulate offload: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -105,6 +105,18 @@ typedef struct tg_gpt_run_config {
    * simulated H100: 2065 ms a step apart, 2319 fused).  The same bits
    * either way.  Resolved by tg_gpt_create */
   int fused_backward;
+  /* with the optimizer offloaded and the micro-batches pinned to 2 or more
+   * devices: 1 = each layer's gradients summed on the devices by a
+   * reduce-scatter (each device adds its micro-batches into a leaf of its
+   * own, block j of the sum is formed on device j and goes to the host from
+   * there: graphs/reduce.h, tg_sum_begin_scatter); 0 (default) = one copy
+   * of each gradient passed from device to device.  Simulated on 8 H100s
+   * it was 1.74x faster at 16 layers of C 8192 and 15% slower at 64
+   * (bench/results/2026-11-28-grad-scatter.md), hence off by default.  In
+   * deterministic mode it needs one micro-batch per device, and then has
+   * the bits of the deterministic sums.  tg_gpt_create fails where it does
+   * not apply. */
+  int grad_scatter;
 } tg_gpt_run_config;
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
@@ -157,6 +169,8 @@ typedef struct tg_gpt {
   struct tg_shard *shards;
   int nshards;
   int *shard_of;
+  /* internal: the reduce-scatter's leaves and plans (run.grad_scatter) */
+  struct tg_gpt_scatter *scatter;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats;
@@ -202,6 +216,9 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits);
 /* The devices a sharded model spreads over (run.data_parallel ==
  * TG_DP_SHARD after tg_gpt_create), or 0. */
 int tg_gpt_shard_devices(const tg_gpt *g);
+/* The devices whose micro-batches' gradients are reduce-scattered
+ * (run.grad_scatter), or 0. */
+int tg_gpt_scatter_devices(const tg_gpt *g);
 /* Under StarPU-MPI: every rank's parameters become rank 0's (block by
  * block when sharded), then the 16-bit copies and replicas follow.
  * Asynchronous; a no-op with one rank. */
