@@ -161,13 +161,16 @@ static int tg_gpt_pin_micros(tg_gpt *g) {
 }
 
 /* Reduce-scatter of the pinned micro-batches' gradients (run.grad_scatter,
- * reduce.h: tg_sum_begin_scatter).  The per-layer gradients only (the
- * embeddings' and the final LayerNorm's stay one copy passed along): each
- * parameter kind has TG_GPT_SCATTER_RING sets of device leaves, layer l
- * using set l mod ring, so the backward goes layer by layer over the
- * micro-batches (tg_gpt_micros) and each layer's sums are finished before
- * the layer that reuses its leaves adds into them.  The target plans live
- * with the gradients. */
+ * reduce.h: tg_sum_begin_scatter).  Each per-layer parameter kind has
+ * TG_GPT_SCATTER_RING sets of device leaves, layer l using set l mod ring,
+ * so the backward goes layer by layer over the micro-batches
+ * (tg_gpt_micros) and each layer's sums are finished before the layer that
+ * reuses its leaves adds into them.  The embeddings and the final LayerNorm
+ * have one set each, summed at the end of the step: with dwte passed from
+ * device to device instead, the devices' classifiers ran one after the
+ * other, and the first layer's reduce-scatter waited for the last of them
+ * (bench/results/2026-11-28-grad-scatter.md).  The target plans live with
+ * the gradients. */
 #define TG_GPT_SCATTER_RING 2
 typedef struct tg_gpt_scatter {
   tg_scatter_leaves leaves[TG_GPT_NPARAMS][TG_GPT_SCATTER_RING];
@@ -197,10 +200,9 @@ static int tg_gpt_scatter_create(tg_gpt *g) {
   if (!sc) return tg_fail(ENOMEM, "GPT: out of memory");
   g->scatter = sc;
   for (int p = 0; p < TG_GPT_NPARAMS; p++) {
-    if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
-    int rows, cols;
+    int rows, cols, sets = tg_gpt_param_per_layer((tg_gpt_param)p) ? TG_GPT_SCATTER_RING : 1;
     tg_gpt_param_shape(&g->cfg, (tg_gpt_param)p, &rows, &cols);
-    for (int k = 0; k < TG_GPT_SCATTER_RING; k++)
+    for (int k = 0; k < sets; k++)
       TG_TRY(tg_scatter_leaves_create(&sc->leaves[p][k], g->dp, rows, cols));
   }
   return 0;
@@ -614,10 +616,10 @@ static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   int L = g->cfg.num_layers;
   tg_gopts go;
   int rank = tg_gpt_param_rank(g, p, l);
-  if (g->scatter && tg_gpt_param_per_layer(p))
+  if (g->scatter)
     return tg_sum_begin_scatter(GSUM(g, p, l), &g->g[p][l], &g->scatter->plan[p][l],
                                 &g->scatter->leaves[p][l % TG_GPT_SCATTER_RING], 1,
-                                tg_gopt(&go, rank, TG_GPT_RANKS(L), "%s.L%d.scatter",
+                                tg_gopt(&go, TG_GPT_RANKS(L) - 1, TG_GPT_RANKS(L), "%s.L%d.scatter",
                                         tg_gpt_param_names[p], l));
   if (!g->shards)
     return tg_sum_begin_lazy(GSUM(g, p, l), &g->g[p][l], g->run.nmicro, 1,

@@ -111,8 +111,9 @@ typedef struct tg_gpt_run_config {
    * own, block j of the sum is formed on device j and goes to the host from
    * there: graphs/reduce.h, tg_sum_begin_scatter); 0 (default) = one copy
    * of each gradient passed from device to device.  Simulated on 8 H100s
-   * it was 1.74x faster at 16 layers of C 8192 and 15% slower at 64
-   * (bench/results/2026-11-28-grad-scatter.md), hence off by default.  In
+   * with C 8192 it was 1.96x faster at 16 layers and 1.69x at 64, but
+   * slower on small offloaded models (bench/results/2026-11-28-grad-scatter.md);
+   * off by default until a rule for when to use it is measured.  In
    * deterministic mode it needs one micro-batch per device, and then has
    * the bits of the deterministic sums.  tg_gpt_create fails where it does
    * not apply. */
