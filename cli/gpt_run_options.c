@@ -88,8 +88,8 @@ static const run_option options[] = {
     {"--no-fused-backward", NULL, K_FLAG, F(cfg.fused_backward), -1, 0, -1, GPT,
      "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,
-     "with the optimizer offloaded and micro-batches\npinned to 2 or more devices: reduce-scatter each\n"
-     "layer's gradients over the devices (a leaf per\ndevice, block j summed on device j and sent to\n"
+     "with the optimizer offloaded and micro-batches\npinned to 2 or more devices: reduce-scatter the\n"
+     "gradients over the devices (a leaf per device,\nblock j summed on device j and sent to\n"
      "the host from there; default: one copy of each\ngradient passed from device to device)"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,
      F(classifier_chunk_given), GPT,

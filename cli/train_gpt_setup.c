@@ -258,7 +258,7 @@ void gpt_open_loaders(gpt_session *s) {
             "devices, gradients reduce-scattered, AdamW per block on its owner, weights "
             "all-gathered)\n", tg_gpt_shard_devices(&s->g));
   if (s->root && tg_gpt_scatter_devices(&s->g))
-    fprintf(stderr, "taskgrad: micro-batches pinned to %d devices, each layer's gradients "
+    fprintf(stderr, "taskgrad: micro-batches pinned to %d devices, the gradients "
             "reduce-scattered over them (a block each to the host)\n",
             tg_gpt_scatter_devices(&s->g));
   if (s->root && R > 1)

@@ -611,8 +611,8 @@ static void tg_gpt_micro_place(const tg_gpt *g, tg_gpt_micro *mb) {
 /* Starts the step's sum of gradient (p, l): sharded, or lazy (reduce.h). */
 static int tg_gpt_sum_begin(tg_gpt *g, tg_gpt_param p, int l) {
   /* offloaded, the optimizer partitions the gradients: no REDUX; with
-   * micro-batches pinned to devices, one copy passed from device to device
-   * (leaves when deterministic) */
+   * micro-batches pinned to devices, reduce-scattered (run.grad_scatter) or
+   * one copy passed from device to device (leaves when deterministic) */
   int L = g->cfg.num_layers;
   tg_gopts go;
   int rank = tg_gpt_param_rank(g, p, l);

@@ -64,7 +64,7 @@ typedef struct tg_sum {
                              a member's views of its slots, borrowed */
   tg_task_opts exchange;  /* sharded: priority and name of the exchange */
   char exchange_name[48];
-  int finished;           /* sharded: tg_sum_finish has run */
+  int finished;           /* sharded, reduce-scatter: tg_sum_finish has run */
   tg_dtype comm;          /* sharded: type of the messages between ranks */
   struct tg_scatter_leaves *scatter; /* reduce-scatter (tg_sum_begin_scatter):
                                         the device leaves, borrowed */

@@ -10,7 +10,7 @@
 # the same bits again: the kernels are the CPU
 # ones everywhere, and deterministic mode fixes the order of every sum.
 # With --grad-scatter and one micro-batch per device the offloaded run
-# reduce-scatters each layer's gradients (a leaf per device, block j summed
+# reduce-scatters the gradients (a leaf per device, block j summed
 # on device j, the tree of the deterministic leaves): the same bits again.
 # Not deterministic, the offloaded run sums the gradients in place across
 # the devices (no leaves), or with --grad-scatter reduce-scatters them; both
@@ -68,7 +68,7 @@ PY
   same_bits "cpu-$prec" "offsc-$prec" "$prec: the same, gradients reduce-scattered"
   trees=$(awk '$1 == "tg_sum_tree" {print $2}' "$work/offsc-$prec.err")
   if [ -n "$trees" ] && [ "$trees" -gt 0 ] &&
-     grep -q "gradients reduce-scattered over them" "$work/offsc-$prec.err"; then
+     grep -q "the gradients reduce-scattered over them" "$work/offsc-$prec.err"; then
     ok "$prec: gradients reduce-scattered ($trees sum tasks, one per block)"
   else bad "$prec: no reduce-scatter (${trees:-no} tg_sum_tree tasks)"; fi
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"

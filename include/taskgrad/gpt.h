@@ -106,7 +106,7 @@ typedef struct tg_gpt_run_config {
    * either way.  Resolved by tg_gpt_create */
   int fused_backward;
   /* with the optimizer offloaded and the micro-batches pinned to 2 or more
-   * devices: 1 = each layer's gradients summed on the devices by a
+   * devices: 1 = the gradients summed on the devices by a
    * reduce-scatter (each device adds its micro-batches into a leaf of its
    * own, block j of the sum is formed on device j and goes to the host from
    * there: graphs/reduce.h, tg_sum_begin_scatter); 0 (default) = one copy
