@@ -90,7 +90,10 @@ static const run_option options[] = {
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,
      "with the optimizer offloaded and micro-batches\npinned to 2 or more devices: reduce-scatter the\n"
      "gradients over the devices (a leaf per device,\nblock j summed on device j and sent to\n"
-     "the host from there; default: one copy of each\ngradient passed from device to device)"},
+     "the host from there) instead of passing one copy\nfrom device to device (default: on from 80 MiB\n"
+     "of f32 gradients per layer: C >= 1322)"},
+    {"--no-grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), TG_CLI_FORCED_OFF, 0, -1, GPT,
+     "one copy of each gradient passed from device to\ndevice, whatever the model's size"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,
      F(classifier_chunk_given), GPT,
      "positions whose logits a classifier task holds at\nonce, a (chunk, V) block per worker (default %d;\n"

@@ -177,15 +177,32 @@ typedef struct tg_gpt_scatter {
   tg_split plan[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
 } tg_gpt_scatter;
 
-/* run.grad_scatter: 0 (off), 1 (on), or a negative errno with a message
- * where it does not apply */
+/* The bytes of one layer's f32 gradients */
+static size_t tg_gpt_layer_grad_bytes(const tg_gpt_config *c) {
+  size_t bytes = 0;
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
+    int rows, cols;
+    tg_gpt_param_shape(c, (tg_gpt_param)p, &rows, &cols);
+    bytes += (size_t)rows * cols * sizeof(float);
+  }
+  return bytes;
+}
+
+/* run.grad_scatter: 1 (on), 0 (off), or a negative errno with a message
+ * where it was asked for and does not apply; the default (0) by the
+ * layer's gradient bytes where it applies */
 static int tg_gpt_scatter_wanted(const tg_gpt *g) {
-  if (g->run.grad_scatter <= 0) return 0;
-  if (!g->dp || g->shards)
+  if (g->run.grad_scatter < 0) return 0;
+  int applies = g->dp && !g->shards;
+  int exact = !tg_deterministic() || (applies && g->run.nmicro == g->dp->ndev);
+  if (g->run.grad_scatter == 0)
+    return applies && exact && tg_gpt_layer_grad_bytes(&g->cfg) >= TG_GPT_SCATTER_AUTO_BYTES;
+  if (!applies)
     return tg_fail(EINVAL, "GPT: the gradients' reduce-scatter (--grad-scatter) is for the "
                    "offloaded optimizer with micro-batches pinned to 2 or more devices "
                    "(--offload-optimizer, at least one micro-batch per device)");
-  if (tg_deterministic() && g->run.nmicro != g->dp->ndev)
+  if (!exact)
     return tg_fail(EINVAL, "GPT: in deterministic mode the gradients' reduce-scatter "
                    "(--grad-scatter) needs one micro-batch per device (%d micro-batches, "
                    "%d devices): its tree then has the bits of the deterministic sums",
@@ -320,8 +337,9 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
                    r->linear_tiles, c->channels);
   if (r->tile_owner != 0 && r->tile_owner != 1)
     return tg_fail(EINVAL, "GPT: tile_owner %d is not 0 or 1", r->tile_owner);
-  if (r->grad_scatter != 0 && r->grad_scatter != 1)
-    return tg_fail(EINVAL, "GPT: grad_scatter %d is not 0 (off) or 1 (on)", r->grad_scatter);
+  if (r->grad_scatter < -1 || r->grad_scatter > 1)
+    return tg_fail(EINVAL, "GPT: grad_scatter %d is not -1 (off), 0 (by the gradients' size) "
+                   "or 1 (on)", r->grad_scatter);
   if (r->fused_backward < -1 || r->fused_backward > 1)
     return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
                    r->fused_backward);

@@ -12,7 +12,8 @@
 #  - the model's host-backed state is checked against --host-memory (or
 #    the platform's host_mem_bytes): too small is refused (exit 2);
 #  - on 2 GPUs the offloaded gradients reach the host from both when
-#    reduce-scattered, from one when summed in place (see below).
+#    reduce-scattered, from one when summed in place (see below), and the
+#    reduce-scatter's default follows the size of a layer's gradients.
 source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 if ! "$tg" --version | grep -q "SimGrid: yes"; then
   echo "SKIP: this taskgrad is not a SimGrid build (-DTG_SIMGRID=ON)"
@@ -159,6 +160,23 @@ for mode in scatter no; do
       ok "2 GPUs, in place: $a and $b MB to the host from each"
     else bad "2 GPUs, in place: $a and $b MB to the host ($said reports)"; fi
   fi
+done
+
+# The default by the gradients' size (TG_GPT_SCATTER_AUTO_BYTES, 80 MiB of
+# f32 gradients per layer: 48 C^2 + 52 C floats, C >= 1322): one layer of
+# C 1344 is reduce-scattered unless --no-grad-scatter says otherwise; C
+# 1280 is not.  (A rule that ignored the size, or the flag, fails one.)
+auto=(simulate gpt --platform h100x8 --gpus 2 --ncpus 2 --layers 1 --heads 8 --vocab 256
+      --max-seq 64 --seq 64 --batch 2 --micro-batches 2 --precision bf16 --warmup 1
+      --steps 1 --cost peak --offload-optimizer)
+for c in "1344:1" "1344 --no-grad-scatter:0" "1280:0"; do
+  read -r -a extra <<<"${c%%:*}"
+  want=${c##*:}
+  if timeout 120 "$tg" "${auto[@]}" --channels "${extra[@]}" >"$work/auto.out" 2>"$work/auto.err"; then
+    said=$(grep -c "gradients reduce-scattered over 2 devices" "$work/auto.out")
+    if [ "$said" -eq "$want" ]; then ok "C ${extra[*]}: reduce-scattered $want (by default)"
+    else bad "C ${extra[*]}: reduce-scattered $said, expected $want"; fi
+  else bad "C ${extra[*]}: status $? $(tail -2 "$work/auto.err")"; fi
 done
 
 echo "simulate offload: $pass passed, $fail failed"

@@ -106,19 +106,25 @@ typedef struct tg_gpt_run_config {
    * either way.  Resolved by tg_gpt_create */
   int fused_backward;
   /* with the optimizer offloaded and the micro-batches pinned to 2 or more
-   * devices: 1 = the gradients summed on the devices by a
-   * reduce-scatter (each device adds its micro-batches into a leaf of its
-   * own, block j of the sum is formed on device j and goes to the host from
-   * there: graphs/reduce.h, tg_sum_begin_scatter); 0 (default) = one copy
-   * of each gradient passed from device to device.  Simulated on 8 H100s
-   * with C 8192 it was 1.96x faster at 16 layers and 1.69x at 64, but
-   * slower on small offloaded models (bench/results/2026-11-28-grad-scatter.md);
-   * off by default until a rule for when to use it is measured.  In
-   * deterministic mode it needs one micro-batch per device, and then has
-   * the bits of the deterministic sums.  tg_gpt_create fails where it does
-   * not apply. */
+   * devices: the gradients summed on the devices by a reduce-scatter (each
+   * device adds its micro-batches into a leaf of its own, block j of the
+   * sum is formed on device j and goes to the host from there:
+   * graphs/reduce.h, tg_sum_begin_scatter) instead of one copy of each
+   * gradient passed from device to device.  1 = on, -1 = off, 0 (default)
+   * = on where it applies and one layer's f32 gradients take at least
+   * TG_GPT_SCATTER_AUTO_BYTES: simulated on 8 H100s it made steps of 113 MB
+   * of gradients a layer and more 1.14-1.96x faster, and steps of 28-50 MB
+   * from 9% slower to 6% faster, depending on the CPU workers
+   * (bench/results/2026-11-28-grad-scatter.md).  In deterministic mode it
+   * needs one micro-batch per device, and then has the bits of the
+   * deterministic sums (the default stays off otherwise).  tg_gpt_create
+   * fails where 1 does not apply. */
   int grad_scatter;
 } tg_gpt_run_config;
+
+/* run.grad_scatter's default turns the reduce-scatter on from this many
+ * bytes of f32 gradients per layer (above). */
+#define TG_GPT_SCATTER_AUTO_BYTES ((size_t)80 << 20)
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
 tg_gpt_run_config tg_gpt_run_default(int B, int T);
