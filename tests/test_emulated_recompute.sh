@@ -147,5 +147,23 @@ expect_fail "offload without CPU workers" "CPU workers, and there are none" trai
   --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 --ncpus 0 \
   --emulated-devices 1 --offload-optimizer
 
+# The reduce-scatter's default (TG_GPT_SCATTER_AUTO_BYTES: on from 80 MiB
+# of f32 gradients per layer) never refuses: deterministic, a layer of C
+# 1344 is reduce-scattered with one micro-batch per device, and with two a
+# device it runs with the gradients summed as before (--grad-scatter would
+# be refused there, above).
+"$tg" init gpt --layers 1 --channels 1344 --heads 8 --max-seq 32 --vocab 64 --seed 5 \
+  --out "$work/wide.bin" >/dev/null || bad "init gpt (C 1344)"
+for m in 2:1 4:0; do
+  if timeout 120 "$tg" train gpt --init-from "$work/wide.bin" --data "$work/tokens.bin" \
+       --batch 4 --seq 16 --micro-batches "${m%%:*}" --steps 1 --ncpus 2 --emulated-devices 2 \
+       --offload-optimizer --deterministic >"$work/wide.out" 2>"$work/wide.err"; then
+    said=$(grep -c "reduce-scattered" "$work/wide.err")
+    if [ "$said" -eq "${m##*:}" ]; then
+      ok "C 1344, deterministic, ${m%%:*} micro-batches on 2 devices: reduce-scattered $said"
+    else bad "C 1344, ${m%%:*} micro-batches: reduce-scattered $said, expected ${m##*:}"; fi
+  else bad "C 1344, ${m%%:*} micro-batches: status $? ($(grep 'taskgrad: ' "$work/wide.err" | head -2))"; fi
+done
+
 echo "emulated recompute: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -174,7 +174,7 @@ for c in "1344:1" "1344 --no-grad-scatter:0" "1280:0"; do
   want=${c##*:}
   if timeout 120 "$tg" "${auto[@]}" --channels "${extra[@]}" >"$work/auto.out" 2>"$work/auto.err"; then
     said=$(grep -c "gradients reduce-scattered over 2 devices" "$work/auto.out")
-    if [ "$said" -eq "$want" ]; then ok "C ${extra[*]}: reduce-scattered $want (by default)"
+    if [ "$said" -eq "$want" ]; then ok "C ${extra[*]}: reduce-scattered $want"
     else bad "C ${extra[*]}: reduce-scattered $said, expected $want"; fi
   else bad "C ${extra[*]}: status $? $(tail -2 "$work/auto.err")"; fi
 done
