@@ -213,7 +213,7 @@ static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
          r->nparams, B, T, r->micro, tg_cli_attention_name(r->run.attention),
          r->run.chunk, r->g.run.attn_splits, r->g.run.linear_tiles, r->run.recompute ? ", recompute" : "",
-         r->run.offload_optimizer ? (tg_gpt_scatter_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered" : ", optimizer offloaded") : "", cls, tg_precision_name(r->ro.prec.precision),
+         r->run.offload_optimizer ? (tg_gpt_relay_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered, weights relayed" : tg_gpt_scatter_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered" : ", optimizer offloaded") : "", cls, tg_precision_name(r->ro.prec.precision),
          tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);
   printf("taskgrad median step ms: %.1f (min %.1f, max %.1f)\n", med, ms[0], ms[steps - 1]);

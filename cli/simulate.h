@@ -42,6 +42,7 @@ typedef struct tg_sim_result {
   double mem_peak[TG_SIM_MAX_NODES]; /* bytes in use per memory node */
   int shard_devices;  /* GPT: devices of sharded data parallelism, or 0 */
   int scatter_devices; /* GPT: devices whose gradients are reduce-scattered, or 0 */
+  int relay_devices;   /* GPT: devices whose weights are relayed, or 0 */
   int linear_tiles;   /* GPT: tasks per linear layer (graphs/gpt_tiles.c) */
   double host_bytes;  /* GPT: host-backed bytes (state, buffers), an estimate */
 } tg_sim_result;

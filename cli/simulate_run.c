@@ -124,6 +124,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   timed_steps(o, gpt_step, &c, r, st);
   r->shard_devices = tg_gpt_shard_devices(&c.g);
   r->scatter_devices = tg_gpt_scatter_devices(&c.g);
+  r->relay_devices = tg_gpt_relay_devices(&c.g);
   r->linear_tiles = c.g.run.linear_tiles;
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
@@ -192,6 +193,9 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   if (r->scatter_devices)
     printf("gradients reduce-scattered over %d devices, a block each to the host\n",
            r->scatter_devices);
+  if (r->relay_devices)
+    printf("weights relayed: each device reads 1/%d of a layer's from the host, the rest from "
+           "the other devices\n", r->relay_devices);
   if (r->linear_tiles > 1)
     printf("linear layers in %d tiles (column tiles per layer and micro-batch)\n",
            r->linear_tiles);

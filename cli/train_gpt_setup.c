@@ -261,6 +261,9 @@ void gpt_open_loaders(gpt_session *s) {
     fprintf(stderr, "taskgrad: micro-batches pinned to %d devices, the gradients "
             "reduce-scattered over them (a block each to the host)\n",
             tg_gpt_scatter_devices(&s->g));
+  if (s->root && tg_gpt_relay_devices(&s->g))
+    fprintf(stderr, "taskgrad: each device's weights relayed: 1/%d read from the host, the rest "
+            "from the other devices, a layer ahead\n", tg_gpt_relay_devices(&s->g));
   if (s->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
             R, o->run.cfg.B / R, o->run.cfg.nmicro / R);

@@ -20,6 +20,10 @@
  *   starpu_matrix_filter_vertical_block), each checked at submission.
  * - cl_arg: the shape key (n, and the element size for the gather: the
  *   matrix footprint holds only the sizes) and n.
+ * - The gather may read one more buffer after its inputs, a gate
+ *   (tg_gather_rows_after_insert): only so that StarPU starts it, and so
+ *   moves its inputs, once the gate's last writer is done.  The kernels
+ *   never touch it (they read n from cl_arg).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -105,9 +109,11 @@ static int tg_exchange_check(const char *op, int n, const starpu_data_handle_t *
   return 0;
 }
 
+/* out (W), in[0 .. n-1] (R), then the gate (R) when there is one; the
+ * callers keep n + (gate != NULL) <= TG_EXCHANGE_MAX */
 static int tg_exchange_submit(struct starpu_codelet *cl, int n, const starpu_data_handle_t *in,
-                              starpu_data_handle_t out, uint32_t shape, double flops,
-                              const tg_task_opts *opts) {
+                              starpu_data_handle_t out, starpu_data_handle_t gate,
+                              uint32_t shape, double flops, const tg_task_opts *opts) {
   starpu_data_handle_t h[TG_EXCHANGE_MAX + 1];
   enum starpu_data_access_mode md[TG_EXCHANGE_MAX + 1];
   h[0] = out;
@@ -116,8 +122,13 @@ static int tg_exchange_submit(struct starpu_codelet *cl, int n, const starpu_dat
     h[1 + i] = in[i];
     md[1 + i] = STARPU_R;
   }
+  int nb = n + 1;
+  if (gate) {
+    h[nb] = gate;
+    md[nb++] = STARPU_R;
+  }
   tg_exchange_args args = {.shape = shape, .n = n};
-  return tg_submit_native(cl, n + 1, h, md, &args, sizeof args, flops, opts);
+  return tg_submit_native(cl, nb, h, md, &args, sizeof args, flops, opts);
 }
 
 int tg_sum_tree_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
@@ -133,15 +144,21 @@ int tg_sum_tree_insert(int n, const starpu_data_handle_t *in, starpu_data_handle
     TG_TRY(tg_expect(in[i], op, what, rows, cols, sizeof(float)));
   }
   int key[1] = {n};
-  return tg_exchange_submit(&tg_sum_tree_cl, n, in, out, tg_hash_ints(key, 1),
+  return tg_exchange_submit(&tg_sum_tree_cl, n, in, out, NULL, tg_hash_ints(key, 1),
                             (double)(n - 1) * rows * cols, opts);
 }
 
-int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
-                          const tg_task_opts *opts) {
+int tg_gather_rows_after_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                                starpu_data_handle_t gate, const tg_task_opts *opts) {
   static const char op[] = "tg_gather_rows";
   int rows, cols;
+  if (gate && n >= TG_EXCHANGE_MAX)
+    return tg_fail(EINVAL, "%s: %d inputs and a gate, expected at most %d buffers in all", op, n,
+                   TG_EXCHANGE_MAX);
   TG_TRY(tg_exchange_check(op, n, in, out));
+  for (int i = 0; gate && i < n; i++)
+    if (gate == in[i] || gate == out)
+      return tg_fail(EINVAL, "%s: the gate is one of the task's own buffers", op);
   TG_TRY(tg_shape(out, "tg_gather_rows: out", &rows, &cols)); /* 4 or 2 bytes */
   size_t es = starpu_matrix_get_elemsize(out);
   for (int j = 0; j < n; j++) {
@@ -153,5 +170,11 @@ int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_han
   }
   int key[2] = {n, (int)es};
   /* no flops: the roofline of a simulation costs it by its bytes */
-  return tg_exchange_submit(&tg_gather_rows_cl, n, in, out, tg_hash_ints(key, 2), 0.0, opts);
+  return tg_exchange_submit(&tg_gather_rows_cl, n, in, out, gate, tg_hash_ints(key, 2), 0.0,
+                            opts);
+}
+
+int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                          const tg_task_opts *opts) {
+  return tg_gather_rows_after_insert(n, in, out, NULL, opts);
 }

@@ -41,6 +41,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,21 @@ static size_t tg_gpt_layer_grad_bytes(const tg_gpt_config *c) {
   return bytes;
 }
 
+/* The bytes of one layer's weights as its GEMMs read them (the compute
+ * type's): what the weight relay moves per layer and device */
+static size_t tg_gpt_layer_relay_bytes(const tg_gpt *g) {
+  tg_dtype lowp = tg_precision_lowp(g->run.amp.precision);
+  size_t es = lowp ? 2 : sizeof(float);
+  static const tg_gpt_param gemm[] = {TG_QKVW, TG_ATTPROJW, TG_FCW, TG_FCPROJW};
+  size_t bytes = 0;
+  for (size_t k = 0; k < sizeof gemm / sizeof gemm[0]; k++) {
+    int rows, cols;
+    tg_gpt_param_shape(&g->cfg, gemm[k], &rows, &cols);
+    bytes += (size_t)rows * cols * es;
+  }
+  return bytes;
+}
+
 /* run.grad_scatter: 1 (on), 0 (off), or a negative errno with a message
  * where it was asked for and does not apply; the default (0) by the
  * layer's gradient bytes where it applies */
@@ -207,6 +223,19 @@ static int tg_gpt_scatter_wanted(const tg_gpt *g) {
                    "(--grad-scatter) needs one micro-batch per device (%d micro-batches, "
                    "%d devices): its tree then has the bits of the deterministic sums",
                    g->run.nmicro, g->dp->ndev);
+  return 1;
+}
+
+/* run.weight_relay: 1 (on), 0 (off), or a negative errno with a message
+ * where it was asked for and does not apply; the default (0) wherever the
+ * gradients are reduce-scattered */
+static int tg_gpt_relay_wanted(const tg_gpt *g) {
+  if (g->run.weight_relay < 0) return 0;
+  if (g->run.weight_relay == 0) return g->scatter && tg_gpt_layer_relay_bytes(g) >= TG_GPT_RELAY_AUTO_BYTES;
+  if (!g->scatter)
+    return tg_fail(EINVAL, "GPT: the weight relay (--weight-relay) runs with the gradients' "
+                   "reduce-scatter (--grad-scatter: the optimizer offloaded, micro-batches "
+                   "pinned to 2 or more devices)");
   return 1;
 }
 
@@ -340,6 +369,9 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->grad_scatter < -1 || r->grad_scatter > 1)
     return tg_fail(EINVAL, "GPT: grad_scatter %d is not -1 (off), 0 (by the gradients' size) "
                    "or 1 (on)", r->grad_scatter);
+  if (r->weight_relay < -1 || r->weight_relay > 1)
+    return tg_fail(EINVAL, "GPT: weight_relay %d is not -1 (off), 0 (with the reduce-scatter) "
+                   "or 1 (on)", r->weight_relay);
   if (r->fused_backward < -1 || r->fused_backward > 1)
     return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
                    r->fused_backward);
@@ -547,12 +579,15 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
     rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M, tg_gpt_tile_node(g, i % M));
   if (rc == 0 && g->run.linear_tiles > 1) rc = tg_gpt_tiles_create(g, ACT(g));
   if (rc == 0) rc = tg_gpt_scatter_create(g);
+  if (rc == 0) rc = tg_gpt_relay_wanted(g);
+  if (rc > 0) rc = tg_gpt_relay_create(g);
   if (rc) tg_gpt_destroy(g);
   return rc;
 }
 
 void tg_gpt_destroy(tg_gpt *g) {
   tg_optim_destroy(&g->optim); /* its block plans go before the tensors they split */
+  tg_gpt_relay_destroy(g);
   tg_gpt_scatter_destroy(g);
   for (int i = 0; g->shards && i < g->nshards; i++) tg_shard_destroy(&g->shards[i]);
   free(g->shards);
@@ -608,6 +643,8 @@ typedef struct tg_gpt_micro {
 static starpu_data_handle_t tg_gpt_weight(const tg_gpt *g, tg_gpt_param p, int l,
                                           const tg_gpt_micro *mb, int f32) {
   if (g->shards) return tg_shard_weight(SHARD(g, p, l), MEMBER(g, p, l), mb->dev, f32);
+  starpu_data_handle_t relayed = f32 ? NULL : tg_gpt_relay_weight(g, p, l, mb->dev);
+  if (relayed) return relayed;
   if (!f32 && g->wl[p][0].handle) return g->wl[p][SLICE(p, l)].handle;
   return g->w[p][SLICE(p, l)].handle;
 }
@@ -1084,6 +1121,53 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   return tg_gpt_backward_tail(g, mb);
 }
 
+/* The relay's gates (gpt_relay.c): per device, the tensor at byte offset
+ * `field` of its first micro-batch of mbs (a tg_tensor); 0 when none is
+ * registered yet. */
+static int tg_gpt_relay_gates(const tg_gpt *g, tg_gpt_micro **mbs, int M, size_t field,
+                              starpu_data_handle_t *gate) {
+  int N = g->dp->ndev, found = 0;
+  for (int d = 0; d < N; d++) gate[d] = NULL;
+  for (int k = M - 1; k >= 0; k--) { /* the first one last: it stays */
+    const tg_tensor *t = (const tg_tensor *)((const char *)mbs[k] + field);
+    gate[mbs[k]->dev] = t->handle;
+  }
+  for (int d = 0; d < N; d++) found += gate[d] != NULL;
+  return found == N;
+}
+
+/* The relay before the forward of layer l: at the first layer, the shards
+ * of layers 0 and 1 and the replicas of layer 0 at once; then, once each
+ * device's input of layer l is there, the replicas of layer l + 1 and the
+ * shards of layer l + 2, which the compute of layer l hides.  Each layer's
+ * shards and (but the last layer's) replicas are dropped after its forward:
+ * kept, the shards of 64 layers of C 8192 (13 GB a device) filled the
+ * devices, and StarPU wrote them back to the host to make room. */
+static int tg_gpt_relay_forward(tg_gpt *g, tg_gpt_micro **mbs, int M, int l) {
+  if (!g->relay) return 0;
+  starpu_data_handle_t gate[TG_DP_MAX_DEVICES];
+  int gated = tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, xL), gate);
+  if (l == 0) {
+    TG_TRY(tg_gpt_relay_stage(g, 0, NULL));
+    TG_TRY(tg_gpt_relay_stage(g, 1, NULL));
+    TG_TRY(tg_gpt_relay_gather(g, 0, NULL));
+  }
+  TG_TRY(tg_gpt_relay_gather(g, l + 1, gated ? gate : NULL));
+  return tg_gpt_relay_stage(g, l + 2, gated ? gate : NULL);
+}
+
+/* The same before the backward of layer l, descending, once the gradient
+ * entering layer l is there: the replicas of layer l - 1 and the shards of
+ * layer l - 2 (the last layer's replicas are the forward's). */
+static int tg_gpt_relay_backward(tg_gpt *g, tg_gpt_micro **mbs, int M, int l) {
+  if (!g->relay) return 0;
+  starpu_data_handle_t gate[TG_DP_MAX_DEVICES];
+  int gated = tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, dres), gate);
+  if (l == g->cfg.num_layers - 1) TG_TRY(tg_gpt_relay_stage(g, l - 1, NULL));
+  TG_TRY(tg_gpt_relay_gather(g, l - 1, gated ? gate : NULL));
+  return tg_gpt_relay_stage(g, l - 2, gated ? gate : NULL);
+}
+
 /* The backward of every micro-batch, layer by layer: each layer's
  * reduce-scattered sums finished before the layer below adds into the
  * leaves they share (tg_gpt_scatter). */
@@ -1091,7 +1175,11 @@ static int tg_gpt_backward_by_layer(tg_gpt *g, tg_gpt_micro **mbs, int M, int S)
   const tg_gpt_config *c = &g->cfg;
   for (int k = 0; k < M; k++) TG_TRY(tg_gpt_backward_head(g, mbs[k]));
   for (int l = c->num_layers - 1; l >= 0; l--) {
+    /* the relay: layer l - 1's weights once the gradient entering layer l
+     * is there (the last layer's stay from the forward) */
+    TG_TRY(tg_gpt_relay_backward(g, mbs, M, l));
     for (int k = 0; k < M; k++) TG_TRY(tg_gpt_backward_layer(g, mbs[k], S, l));
+    tg_gpt_relay_drop(g, l, 1, 1);
     for (int p = 0; p < TG_GPT_NPARAMS; p++)
       if (tg_gpt_param_per_layer((tg_gpt_param)p)) TG_TRY(tg_sum_finish(GSUM(g, p, l)));
   }
@@ -1363,8 +1451,11 @@ static int tg_gpt_micros(tg_gpt *g, tg_sum *loss_sum, const tg_batch *batch, int
     free(mb);
     mbs[k] = NULL;
   }
-  for (int l = 0; l < L && phased; l++)
+  for (int l = 0; l < L && phased && rc == 0; l++) {
+    rc = tg_gpt_relay_forward(g, mbs, M, l);
     for (int k = 0; k < M && rc == 0; k++) rc = tg_gpt_forward_layers(g, mbs[k], S, l, l + 1);
+    tg_gpt_relay_drop(g, l, l < L - 1, 1); /* the last layer's copies: for its backward */
+  }
   for (int k = 0; k < M && phased && rc == 0; k++) {
     rc = tg_gpt_dlnf(g, mbs[k]);
     if (rc == 0) rc = tg_gpt_classifier(g, mbs[k], loss_sum, backward, scale);
@@ -1486,6 +1577,7 @@ static int tg_gpt_read(tg_gpt *g, int kind, float *dst) {
 
 int tg_gpt_shard_devices(const tg_gpt *g) { return g->shards ? g->dp->ndev : 0; }
 int tg_gpt_scatter_devices(const tg_gpt *g) { return g->scatter ? g->dp->ndev : 0; }
+int tg_gpt_relay_devices(const tg_gpt *g) { return g->relay ? g->dp->ndev : 0; }
 
 int tg_gpt_broadcast_params(tg_gpt *g) {
   if (tg_dist_size() == 1) return 0;

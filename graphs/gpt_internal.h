@@ -65,4 +65,21 @@ int tg_gpt_linear_bwd_data(const tg_gpt *g, starpu_data_handle_t dZ, starpu_data
 const tg_task_opts *tg_gpt_tile_opts(const tg_gpt *g, int j, const tg_task_opts *o,
                                      tg_task_opts *buf);
 
+/* ---- the weight relay (gpt_relay.c) ---- */
+typedef struct tg_gpt_relay tg_gpt_relay;
+/* Plans the relay over g->dp's devices (g->relay). */
+int tg_gpt_relay_create(tg_gpt *g);
+void tg_gpt_relay_destroy(tg_gpt *g);
+/* Device dev's copy of GEMM weight (p, l) while one is gathered, or NULL
+ * (no relay, or not a relayed weight: read wl). */
+starpu_data_handle_t tg_gpt_relay_weight(const tg_gpt *g, tg_gpt_param p, int l, int dev);
+/* Layer l's shards, block j onto device j after gate[j]'s writer (gate NULL
+ * or gate[j] NULL: at once); a layer outside [0, L) is nothing. */
+int tg_gpt_relay_stage(tg_gpt *g, int l, const starpu_data_handle_t *gate);
+/* Layer l's replicas, device d's after gate[d]'s writer; one still there
+ * is kept. */
+int tg_gpt_relay_gather(tg_gpt *g, int l, const starpu_data_handle_t *gate);
+/* Releases layer l's replicas and (or) its shards. */
+void tg_gpt_relay_drop(tg_gpt *g, int l, int replicas, int shards);
+
 #endif

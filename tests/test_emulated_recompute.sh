@@ -11,7 +11,9 @@
 # ones everywhere, and deterministic mode fixes the order of every sum.
 # With --grad-scatter and one micro-batch per device the offloaded run
 # reduce-scatters the gradients (a leaf per device, block j summed
-# on device j, the tree of the deterministic leaves): the same bits again.
+# on device j, the tree of the deterministic leaves) and relays the weights
+# (half of each from the host per device, the other half from the other
+# device): the same bits again, and the bits of --no-weight-relay.
 # Not deterministic, the offloaded run sums the gradients in place across
 # the devices (no leaves), or with --grad-scatter reduce-scatters them; both
 # within 1e-5 of the CPU run's losses.
@@ -64,13 +66,26 @@ PY
   ); then ok "$prec: $placed"; else bad "$prec: placement: $placed"; fi
   same_bits "cpu-$prec" "off-$prec" "$prec: optimizer offloaded to 2 CPUs, 2 devices, recompute"
   recompute_run "offsc-$prec" --ncpus 2 --emulated-devices 2 "${common[@]}" --recompute \
-    --offload-optimizer --grad-scatter || continue
+    --offload-optimizer --grad-scatter --weight-relay || continue
   same_bits "cpu-$prec" "offsc-$prec" "$prec: the same, gradients reduce-scattered"
   trees=$(awk '$1 == "tg_sum_tree" {print $2}' "$work/offsc-$prec.err")
   if [ -n "$trees" ] && [ "$trees" -gt 0 ] &&
      grep -q "the gradients reduce-scattered over them" "$work/offsc-$prec.err"; then
     ok "$prec: gradients reduce-scattered ($trees sum tasks, one per block)"
   else bad "$prec: no reduce-scatter (${trees:-no} tg_sum_tree tasks)"; fi
+  # the weight relay comes with it (graphs/gpt_relay.c): the stages and
+  # gathers are tg_gather_rows tasks, which no other part of this run has
+  gathers=$(awk '$1 == "tg_gather_rows" {print $2}' "$work/offsc-$prec.err")
+  if [ -n "$gathers" ] && [ "$gathers" -gt 0 ] &&
+     grep -q "weights relayed" "$work/offsc-$prec.err"; then
+    ok "$prec: weights relayed ($gathers stage and gather tasks)"
+  else bad "$prec: no weight relay (${gathers:-no} tg_gather_rows tasks)"; fi
+  recompute_run "offnr-$prec" --ncpus 2 --emulated-devices 2 "${common[@]}" --recompute \
+    --offload-optimizer --grad-scatter --no-weight-relay || continue
+  same_bits "offsc-$prec" "offnr-$prec" "$prec: reduce-scattered, with the relay against without"
+  if [ -z "$(awk '$1 == "tg_gather_rows" {print $2}' "$work/offnr-$prec.err")" ]; then
+    ok "$prec: --no-weight-relay: no tg_gather_rows task"
+  else bad "$prec: --no-weight-relay still gathers"; fi
   if grep -q "optimizer on the CPU workers" "$work/off-$prec.err"; then ok "the header says so"
   else bad "the header does not name the offload: $(grep 'taskgrad: GPT' "$work/off-$prec.err")"; fi
 done
@@ -129,6 +144,16 @@ if big_run bigcpu --ncpus 2 && STARPU_LIMIT_OPENCL_MEM=6 big_run bigdev --ncpus 
   ev=$(sed -nE 's/^evictions: +([0-9]+) device buffers.*/\1/p' "$work/bigdev.err")
   if [ -n "$ev" ] && [ "$ev" -gt 0 ]; then ok "$ev device buffers evicted to make room"
   else bad "no evictions reported ('$ev'): did the limit apply?"; fi
+  # the same model with the gradients reduce-scattered and the weights
+  # relayed (shards and copies that evict like the rest), under 10 MiB a
+  # device (2.5x): the reduce-scatter's leaves live on the devices, and at
+  # 8 MiB StarPU 1.3 stalled allocating, relay or not
+  if STARPU_LIMIT_OPENCL_MEM=10 big_run bigrelay --ncpus 2 --emulated-devices 2 \
+       --micro-batches 2 --grad-scatter --weight-relay; then
+    same_bits bigcpu bigrelay "2.5x the devices' memory, gradients reduce-scattered, weights relayed"
+    grep -q "weights relayed" "$work/bigrelay.err" && ok "bigrelay: the header says so" ||
+      bad "bigrelay: no relay: $(grep 'taskgrad: ' "$work/bigrelay.err" | head -3)"
+  fi
 fi
 # refused without devices, with one message
 expect_fail "offload without devices" "no devices" train gpt --init-from "$work/r.bin" \
@@ -139,6 +164,10 @@ expect_fail "offload with the sharded data parallelism" "do not go together yet"
 expect_fail "--grad-scatter without the offload" "offloaded optimizer with micro-batches pinned" \
   train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 \
   --ncpus 2 --emulated-devices 2 --micro-batches 2 --grad-scatter
+expect_fail "--weight-relay without the reduce-scatter" "runs with the gradients' reduce-scatter" \
+  train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --batch 4 --seq 16 --steps 1 \
+  --ncpus 2 --emulated-devices 2 --micro-batches 2 --offload-optimizer --no-grad-scatter \
+  --weight-relay
 expect_fail "--grad-scatter, deterministic, 2 micro-batches a device" \
   "needs one micro-batch per device" train gpt --init-from "$work/r.bin" \
   --data "$work/tokens.bin" --batch 8 --seq 16 --steps 1 --ncpus 2 --emulated-devices 2 \

@@ -162,20 +162,25 @@ for mode in scatter no; do
   fi
 done
 
-# The default by the gradients' size (TG_GPT_SCATTER_AUTO_BYTES, 80 MiB of
-# f32 gradients per layer: 48 C^2 + 52 C floats, C >= 1322): one layer of
-# C 1344 is reduce-scattered unless --no-grad-scatter says otherwise; C
-# 1280 is not.  (A rule that ignored the size, or the flag, fails one.)
+# The defaults by size.  The reduce-scatter's (TG_GPT_SCATTER_AUTO_BYTES, 80
+# MiB of f32 gradients per layer: 48 C^2 + 52 C floats, C >= 1322): one
+# layer of C 1344 is reduce-scattered unless --no-grad-scatter says
+# otherwise; C 1280 is not.  The weight relay's (TG_GPT_RELAY_AUTO_BYTES,
+# 128 MiB of a layer's bf16 GEMM weights: 12 C^2 halves, C >= 2365): C 2432
+# is relayed unless --no-weight-relay says otherwise, C 2304 and C 1344 are
+# not.  (A rule that ignored a size, or a flag, fails one.)
 auto=(simulate gpt --platform h100x8 --gpus 2 --ncpus 2 --layers 1 --heads 8 --vocab 256
       --max-seq 64 --seq 64 --batch 2 --micro-batches 2 --precision bf16 --warmup 1
       --steps 1 --cost peak --offload-optimizer)
-for c in "1344:1" "1344 --no-grad-scatter:0" "1280:0"; do
+for c in "1344:1:0" "1344 --no-grad-scatter:0:0" "1280:0:0" "2432:1:1" \
+         "2432 --no-weight-relay:1:0" "2304:1:0"; do
   read -r -a extra <<<"${c%%:*}"
-  want=${c##*:}
+  want=${c#*:}
   if timeout 120 "$tg" "${auto[@]}" --channels "${extra[@]}" >"$work/auto.out" 2>"$work/auto.err"; then
     said=$(grep -c "gradients reduce-scattered over 2 devices" "$work/auto.out")
-    if [ "$said" -eq "$want" ]; then ok "C ${extra[*]}: reduce-scattered $want"
-    else bad "C ${extra[*]}: reduce-scattered $said, expected $want"; fi
+    said=$said:$(grep -c "^weights relayed" "$work/auto.out")
+    if [ "$said" = "$want" ]; then ok "C ${extra[*]}: reduce-scattered:relayed $want"
+    else bad "C ${extra[*]}: reduce-scattered:relayed $said, expected $want"; fi
   else bad "C ${extra[*]}: status $? $(tail -2 "$work/auto.err")"; fi
 done
 

@@ -327,6 +327,12 @@ int tg_sum_tree_insert(int n, const starpu_data_handle_t *in, starpu_data_handle
  * parameter's updated blocks into one device's replica.  out is written. */
 int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
                           const tg_task_opts *opts);
+/* The same, started only once the last task that wrote `gate` is done: the
+ * task reads gate (any handle but its own buffers; n <= TG_EXCHANGE_MAX - 1)
+ * and nothing else of it.  A graph uses it to move a copy of a weight into
+ * a device a few layers before it is read, and not sooner. */
+int tg_gather_rows_after_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                                starpu_data_handle_t gate, const tg_task_opts *opts);
 
 /* The codelets themselves, for applications that build tasks by hand or set
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the

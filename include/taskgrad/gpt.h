@@ -120,11 +120,29 @@ typedef struct tg_gpt_run_config {
    * deterministic sums (the default stays off otherwise).  tg_gpt_create
    * fails where 1 does not apply. */
   int grad_scatter;
+  /* with the reduce-scatter (grad_scatter on): each device's copy of a
+   * layer's 16-bit GEMM weights built from 1/N of it read from the host by
+   * each device and the rest from the other devices, a layer ahead of its
+   * use, and dropped between the forward and the backward
+   * (graphs/gpt_relay.c) instead of every device reading every weight from
+   * the host when the layer's first task is ready.  1 = on, -1 = off, 0
+   * (default) = where the reduce-scatter is on and one layer's GEMM weights
+   * take at least TG_GPT_RELAY_AUTO_BYTES: simulated on 8 H100s the 52B
+   * step (1.6 GB a layer) went from 12.85 to 4.86 s and 4 layers of C 4096
+   * (403 MB) 1.10x faster, while at C 1344-2048 (43-101 MB) steps went
+   * from 8% slower to 1% faster (bench/results/2026-11-28-weight-relay.md).
+   * The same bits either way.  tg_gpt_create fails where 1 does not
+   * apply. */
+  int weight_relay;
 } tg_gpt_run_config;
 
 /* run.grad_scatter's default turns the reduce-scatter on from this many
  * bytes of f32 gradients per layer (above). */
 #define TG_GPT_SCATTER_AUTO_BYTES ((size_t)80 << 20)
+/* run.weight_relay's default relays the weights from this many bytes of
+ * one layer's GEMM weights in the compute type (12 C^2 elements: 16-bit
+ * C >= 2365, f32 C >= 1673). */
+#define TG_GPT_RELAY_AUTO_BYTES ((size_t)128 << 20)
 
 /* Defaults for a batch shape: 1 micro-batch, chunked attention, chunk 64. */
 tg_gpt_run_config tg_gpt_run_default(int B, int T);
@@ -178,6 +196,8 @@ typedef struct tg_gpt {
   int *shard_of;
   /* internal: the reduce-scatter's leaves and plans (run.grad_scatter) */
   struct tg_gpt_scatter *scatter;
+  /* internal: the weight relay's shards and replicas (run.weight_relay) */
+  struct tg_gpt_relay *relay;
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats;
@@ -226,6 +246,8 @@ int tg_gpt_shard_devices(const tg_gpt *g);
 /* The devices whose micro-batches' gradients are reduce-scattered
  * (run.grad_scatter), or 0. */
 int tg_gpt_scatter_devices(const tg_gpt *g);
+/* The devices whose 16-bit weights are relayed (run.weight_relay), or 0. */
+int tg_gpt_relay_devices(const tg_gpt *g);
 /* Under StarPU-MPI: every rank's parameters become rank 0's (block by
  * block when sharded), then the 16-bit copies and replicas follow.
  * Asynchronous; a no-op with one rank. */

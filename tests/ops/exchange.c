@@ -250,6 +250,19 @@ static void pair_sum_tree_case(int n, int rows, int cols, int layout) {
   }
 }
 
+/* tg_gather_rows_after_insert with a gate that a task wrote just before
+ * (row gather_rows_after: the same cases, and the gate must not change
+ * the bytes) */
+static tg_tensor g_gate;
+static int gather_after_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
+                               const tg_task_opts *o) {
+  if (!g_gate.handle) {
+    new_tensor(&g_gate, 3, 2, NULL);
+    if (tg_fill_insert(g_gate.handle, 1.0f, NULL) != 0) die("tg_fill_insert");
+  }
+  return tg_gather_rows_after_insert(n, in, out, g_gate.handle, o);
+}
+
 /* one gather case: out (rows, cols) of dtype dt from n blocks in the layout
  * (LAYOUT_BLOCKS: the blocks of one (rows, cols) matrix, which the gather
  * copies back whole) */
@@ -276,7 +289,8 @@ static void pair_gather_case(int n, int rows, int cols, int layout, tg_dtype dt)
     free(b);
   }
   xctx c = {.n = n, .rows = rows, .cols = cols, .layout = layout, .t = t,
-            .insert = tg_gather_rows_insert};
+            .insert = ops_row_is("gather_rows_after") ? gather_after_insert
+                                                        : tg_gather_rows_insert};
   char what[160];
   snprintf(what, sizeof what, "gather_rows n=%d %dx%d %s on %s", n, rows, cols,
            tg_dtype_name(dt), layout_name(layout));
@@ -354,6 +368,16 @@ static void refusals(void) {
                   op, "a bf16 block into an f32 output");
     CHECK_REFUSED(tg_gather_rows_insert(1, (starpu_data_handle_t[]){a.handle}, o16.handle, NULL),
                   op, "an f32 block into a bf16 output");
+    if (ops_row_is("gather_rows_after")) {
+      CHECK_REFUSED(tg_gather_rows_after_insert(2, (starpu_data_handle_t[]){big.handle, b.handle},
+                                                o.handle, b.handle, NULL),
+                    op, "the gate among the inputs");
+      CHECK_REFUSED(tg_gather_rows_after_insert(1, (starpu_data_handle_t[]){a.handle}, o.handle,
+                                                o.handle, NULL),
+                    op, "the gate is the output");
+      CHECK_REFUSED(tg_gather_rows_after_insert(TG_EXCHANGE_MAX, many, o.handle, b.handle, NULL),
+                    op, "n = TG_EXCHANGE_MAX and a gate");
+    }
   }
   tg_tensor *all[] = {&a, &b, &c, &o, &h16, &o16, &big};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tg_tensor_free(all[i]);
@@ -380,6 +404,7 @@ static void pair_exchange(void) {
     }
   }
   if (ops_current_backend() == OPS_CPU) refusals();
+  tg_tensor_free(&g_gate);
 }
 
 #ifdef OPS_EMU
@@ -471,6 +496,13 @@ static const ops_row rows[] = {
      .doc = "row blocks (`tg_split_start`) stacked into one matrix, f32 or 16-bit bytes",
      .buffers = "out (W), in[0 .. n-1] (R)",
      .covers = "tg_gather_rows_cl tg_gather_rows_insert tg_cuda_gather_rows",
+     .kernels = "tg_cpu_gather_rows",
+     EXCHANGE_CASES},
+    {.name = "gather_rows_after",
+     .doc = "gather_rows started once a gate's last writer is done (the gate is read, "
+            "never touched: the same bytes)",
+     .buffers = "out (W), in[0 .. n-1] (R), gate (R)",
+     .covers = "tg_gather_rows_after_insert",
      .kernels = "tg_cpu_gather_rows",
      EXCHANGE_CASES},
 };
