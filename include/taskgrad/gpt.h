@@ -128,7 +128,7 @@ typedef struct tg_gpt_run_config {
    * the host when the layer's first task is ready.  1 = on, -1 = off, 0
    * (default) = where the reduce-scatter is on and one layer's GEMM weights
    * take at least TG_GPT_RELAY_AUTO_BYTES: simulated on 8 H100s the 52B
-   * step (1.6 GB a layer) went from 12.85 to 4.86 s and 4 layers of C 4096
+   * step (1.6 GB a layer) went from 12.71 to 4.86 s and 4 layers of C 4096
    * (403 MB) 1.10x faster, while at C 1344-2048 (43-101 MB) steps went
    * from 8% slower to 1% faster (bench/results/2026-11-28-weight-relay.md).
    * The same bits either way.  tg_gpt_create fails where 1 does not
