@@ -96,8 +96,8 @@ static const run_option options[] = {
      "one copy of each gradient passed from device to\ndevice, whatever the model's size"},
     {"--weight-relay", NULL, K_FLAG, F(cfg.weight_relay), 1, 0, -1, GPT,
      "with the gradients reduce-scattered: each device\nreads 1/N of a layer's GEMM weights from the\n"
-     "host and the rest from the other devices, a\nlayer ahead of its use (default: on wherever\n"
-     "the gradients are reduce-scattered)"},
+     "host and the rest from the other devices, a\nlayer ahead of its use (default: on from 128 MiB\n"
+     "of a layer's GEMM weights: bf16 C >= 2365)"},
     {"--no-weight-relay", NULL, K_FLAG, F(cfg.weight_relay), TG_CLI_FORCED_OFF, 0, -1, GPT,
      "every device reads every weight from the host"},
     {"--classifier-chunk", "N", K_INT, F(cfg.classifier_chunk), 1, 1 << 20,

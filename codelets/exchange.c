@@ -156,8 +156,8 @@ int tg_gather_rows_after_insert(int n, const starpu_data_handle_t *in, starpu_da
     return tg_fail(EINVAL, "%s: %d inputs and a gate, expected at most %d buffers in all", op, n,
                    TG_EXCHANGE_MAX);
   TG_TRY(tg_exchange_check(op, n, in, out));
-  for (int i = 0; gate && i < n; i++)
-    if (gate == in[i] || gate == out)
+  for (int i = -1; gate && i < n; i++)
+    if (gate == (i < 0 ? out : in[i]))
       return tg_fail(EINVAL, "%s: the gate is one of the task's own buffers", op);
   TG_TRY(tg_shape(out, "tg_gather_rows: out", &rows, &cols)); /* 4 or 2 bytes */
   size_t es = starpu_matrix_get_elemsize(out);

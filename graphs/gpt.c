@@ -178,28 +178,22 @@ typedef struct tg_gpt_scatter {
   tg_split plan[TG_GPT_NPARAMS][TG_GPT_MAX_LAYERS];
 } tg_gpt_scatter;
 
-/* The bytes of one layer's f32 gradients */
-static size_t tg_gpt_layer_grad_bytes(const tg_gpt_config *c) {
+/* GEMM weights get 16-bit copies (the embeddings' wpe and the LayerNorm and
+ * bias vectors are read by f32 code only) */
+static int tg_gpt_gemm_weight(tg_gpt_param p) {
+  return p == TG_WTE || p == TG_QKVW || p == TG_ATTPROJW || p == TG_FCW || p == TG_FCPROJW;
+}
+
+/* The bytes of one layer's tensors at es bytes an element: every one
+ * (the f32 gradients the reduce-scatter sums), or the GEMM weights only
+ * (what the weight relay moves per layer and device) */
+static size_t tg_gpt_layer_bytes(const tg_gpt_config *c, int gemm_only, size_t es) {
   size_t bytes = 0;
   for (int p = 0; p < TG_GPT_NPARAMS; p++) {
     if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
+    if (gemm_only && !tg_gpt_gemm_weight((tg_gpt_param)p)) continue;
     int rows, cols;
     tg_gpt_param_shape(c, (tg_gpt_param)p, &rows, &cols);
-    bytes += (size_t)rows * cols * sizeof(float);
-  }
-  return bytes;
-}
-
-/* The bytes of one layer's weights as its GEMMs read them (the compute
- * type's): what the weight relay moves per layer and device */
-static size_t tg_gpt_layer_relay_bytes(const tg_gpt *g) {
-  tg_dtype lowp = tg_precision_lowp(g->run.amp.precision);
-  size_t es = lowp ? 2 : sizeof(float);
-  static const tg_gpt_param gemm[] = {TG_QKVW, TG_ATTPROJW, TG_FCW, TG_FCPROJW};
-  size_t bytes = 0;
-  for (size_t k = 0; k < sizeof gemm / sizeof gemm[0]; k++) {
-    int rows, cols;
-    tg_gpt_param_shape(&g->cfg, gemm[k], &rows, &cols);
     bytes += (size_t)rows * cols * es;
   }
   return bytes;
@@ -213,7 +207,7 @@ static int tg_gpt_scatter_wanted(const tg_gpt *g) {
   int applies = g->dp && !g->shards;
   int exact = !tg_deterministic() || (applies && g->run.nmicro == g->dp->ndev);
   if (g->run.grad_scatter == 0)
-    return applies && exact && tg_gpt_layer_grad_bytes(&g->cfg) >= TG_GPT_SCATTER_AUTO_BYTES;
+    return applies && exact && tg_gpt_layer_bytes(&g->cfg, 0, sizeof(float)) >= TG_GPT_SCATTER_AUTO_BYTES;
   if (!applies)
     return tg_fail(EINVAL, "GPT: the gradients' reduce-scatter (--grad-scatter) is for the "
                    "offloaded optimizer with micro-batches pinned to 2 or more devices "
@@ -227,11 +221,14 @@ static int tg_gpt_scatter_wanted(const tg_gpt *g) {
 }
 
 /* run.weight_relay: 1 (on), 0 (off), or a negative errno with a message
- * where it was asked for and does not apply; the default (0) wherever the
- * gradients are reduce-scattered */
+ * where it was asked for and does not apply; the default (0) where the
+ * gradients are reduce-scattered and a layer's GEMM weights, in the type
+ * the GEMMs read, take TG_GPT_RELAY_AUTO_BYTES or more */
 static int tg_gpt_relay_wanted(const tg_gpt *g) {
   if (g->run.weight_relay < 0) return 0;
-  if (g->run.weight_relay == 0) return g->scatter && tg_gpt_layer_relay_bytes(g) >= TG_GPT_RELAY_AUTO_BYTES;
+  size_t es = tg_precision_lowp(g->run.amp.precision) ? 2 : sizeof(float);
+  if (g->run.weight_relay == 0)
+    return g->scatter && tg_gpt_layer_bytes(&g->cfg, 1, es) >= TG_GPT_RELAY_AUTO_BYTES;
   if (!g->scatter)
     return tg_fail(EINVAL, "GPT: the weight relay (--weight-relay) runs with the gradients' "
                    "reduce-scatter (--grad-scatter: the optimizer offloaded, micro-batches "
@@ -284,12 +281,6 @@ static void tg_gpt_scatter_destroy(tg_gpt *g) {
  * weight a GEMM reads (its 16-bit copy when there is one). */
 #define ACT(g) tg_precision_lowp((g)->run.amp.precision)
 #define WG(g, p, l) tg_gpt_weight((g), (p), (l), mb, 0)
-
-/* GEMM weights get 16-bit copies (the embeddings' wpe and the LayerNorm and
- * bias vectors are read by f32 code only) */
-static int tg_gpt_gemm_weight(tg_gpt_param p) {
-  return p == TG_WTE || p == TG_QKVW || p == TG_ATTPROJW || p == TG_FCW || p == TG_FCPROJW;
-}
 
 static int tg_gpt_slices(tg_gpt_param p, const tg_gpt_config *c) {
   return tg_gpt_param_per_layer(p) ? c->num_layers : 1;
@@ -370,7 +361,7 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: grad_scatter %d is not -1 (off), 0 (by the gradients' size) "
                    "or 1 (on)", r->grad_scatter);
   if (r->weight_relay < -1 || r->weight_relay > 1)
-    return tg_fail(EINVAL, "GPT: weight_relay %d is not -1 (off), 0 (with the reduce-scatter) "
+    return tg_fail(EINVAL, "GPT: weight_relay %d is not -1 (off), 0 (by the weights' size) "
                    "or 1 (on)", r->weight_relay);
   if (r->fused_backward < -1 || r->fused_backward > 1)
     return tg_fail(EINVAL, "GPT: fused_backward %d is not -1 (off), 0 (auto) or 1 (on)",
@@ -1121,19 +1112,16 @@ static int tg_gpt_backward_micro(tg_gpt *g, tg_gpt_micro *mb, int S) {
   return tg_gpt_backward_tail(g, mb);
 }
 
-/* The relay's gates (gpt_relay.c): per device, the tensor at byte offset
- * `field` of its first micro-batch of mbs (a tg_tensor); 0 when none is
- * registered yet. */
-static int tg_gpt_relay_gates(const tg_gpt *g, tg_gpt_micro **mbs, int M, size_t field,
-                              starpu_data_handle_t *gate) {
-  int N = g->dp->ndev, found = 0;
-  for (int d = 0; d < N; d++) gate[d] = NULL;
+/* The relay's gates (gpt_relay.c): per device, the handle of the tensor at
+ * byte offset `field` of its first micro-batch of mbs (a tg_tensor), NULL
+ * (not gated) before that tensor is registered. */
+static void tg_gpt_relay_gates(const tg_gpt *g, tg_gpt_micro **mbs, int M, size_t field,
+                               starpu_data_handle_t *gate) {
+  for (int d = 0; d < g->dp->ndev; d++) gate[d] = NULL;
   for (int k = M - 1; k >= 0; k--) { /* the first one last: it stays */
     const tg_tensor *t = (const tg_tensor *)((const char *)mbs[k] + field);
     gate[mbs[k]->dev] = t->handle;
   }
-  for (int d = 0; d < N; d++) found += gate[d] != NULL;
-  return found == N;
 }
 
 /* The relay before the forward of layer l: at the first layer, the shards
@@ -1146,26 +1134,29 @@ static int tg_gpt_relay_gates(const tg_gpt *g, tg_gpt_micro **mbs, int M, size_t
 static int tg_gpt_relay_forward(tg_gpt *g, tg_gpt_micro **mbs, int M, int l) {
   if (!g->relay) return 0;
   starpu_data_handle_t gate[TG_DP_MAX_DEVICES];
-  int gated = tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, xL), gate);
+  tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, xL), gate); /* none at layer 0 */
   if (l == 0) {
     TG_TRY(tg_gpt_relay_stage(g, 0, NULL));
     TG_TRY(tg_gpt_relay_stage(g, 1, NULL));
     TG_TRY(tg_gpt_relay_gather(g, 0, NULL));
   }
-  TG_TRY(tg_gpt_relay_gather(g, l + 1, gated ? gate : NULL));
-  return tg_gpt_relay_stage(g, l + 2, gated ? gate : NULL);
+  TG_TRY(tg_gpt_relay_gather(g, l + 1, gate));
+  return tg_gpt_relay_stage(g, l + 2, gate);
 }
 
 /* The same before the backward of layer l, descending, once the gradient
  * entering layer l is there: the replicas of layer l - 1 and the shards of
- * layer l - 2 (the last layer's replicas are the forward's). */
+ * layer l - 2 (the last layer's replicas are the forward's).  dres is
+ * updated in place, so layer l's first write of it waits for these copies
+ * to finish reading it; they are ready long before (the MLP's backward and
+ * the recompute come first). */
 static int tg_gpt_relay_backward(tg_gpt *g, tg_gpt_micro **mbs, int M, int l) {
   if (!g->relay) return 0;
   starpu_data_handle_t gate[TG_DP_MAX_DEVICES];
-  int gated = tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, dres), gate);
+  tg_gpt_relay_gates(g, mbs, M, offsetof(tg_gpt_micro, dres), gate);
   if (l == g->cfg.num_layers - 1) TG_TRY(tg_gpt_relay_stage(g, l - 1, NULL));
-  TG_TRY(tg_gpt_relay_gather(g, l - 1, gated ? gate : NULL));
-  return tg_gpt_relay_stage(g, l - 2, gated ? gate : NULL);
+  TG_TRY(tg_gpt_relay_gather(g, l - 1, gate));
+  return tg_gpt_relay_stage(g, l - 2, gate);
 }
 
 /* The backward of every micro-batch, layer by layer: each layer's

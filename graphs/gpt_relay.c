@@ -36,8 +36,8 @@
  * run under the compute of layer l rather than all at once at the step's
  * start; the backward's gathers of layer l - 1 and stages of layer l - 2
  * wait for the residual gradient that enters layer l (gpt.c:
- * tg_gpt_relay_forward, tg_gpt_relay_backward).  The copies move bytes: the step's
- * results are bitwise those without the relay.
+ * tg_gpt_relay_forward, tg_gpt_relay_backward).  The copies move bytes:
+ * the step's results are bitwise those without the relay.
  *
  * The plan on wl is joined after its stage tasks, before the optimizer's
  * own row blocks write wl at the step's end (StarPU 1.3 allows one
@@ -89,9 +89,7 @@ int tg_gpt_relay_create(tg_gpt *g) {
   if (!r->plan || !r->shard || !r->rep)
     return tg_fail(ENOMEM, "GPT: out of memory for the weight relay");
   for (int q = 0; q < NRELAY; q++)
-    for (int l = 0; l < L; l++) {
-      TG_TRY(tg_split_plan(tg_relay_source(g, q, l), N, &r->plan[q * L + l]));
-    }
+    for (int l = 0; l < L; l++) TG_TRY(tg_split_plan(tg_relay_source(g, q, l), N, &r->plan[q * L + l]));
   return 0;
 }
 
@@ -119,14 +117,13 @@ starpu_data_handle_t tg_gpt_relay_weight(const tg_gpt *g, tg_gpt_param p, int l,
   return r->rep[(q * r->L + l) * r->ndev + dev].handle;
 }
 
-/* options of a relay task on device d: its worker, at priority 0 so that
- * StarPU 1.3 puts it at the back of the worker's own queue, behind the
- * layer's tasks (a pinned task of priority > 0 goes to the front, and the
- * worker would wait for its transfers) */
+/* options of a relay task on device d: its worker, at priority 0 (no
+ * ranks) so that StarPU 1.3 puts it at the back of the worker's own
+ * queue, behind the layer's ready tasks (a pinned task of priority > 0
+ * goes to the front) */
 static const tg_task_opts *tg_relay_opts(const tg_gpt *g, tg_gopts *go, int d, const char *what,
                                          int q, int l) {
   tg_gopt(go, 0, 0, "%s.L%d.%s", tg_gpt_param_names[tg_relay_params[q]], l, what);
-  go->opts.priority = 0;
   go->opts.worker = g->dp->worker[d];
   go->opts.device_only = 1;
   return &go->opts;

@@ -121,7 +121,7 @@ typedef struct tg_gpt_run_config {
    * fails where 1 does not apply. */
   int grad_scatter;
   /* with the reduce-scatter (grad_scatter on): each device's copy of a
-   * layer's 16-bit GEMM weights built from 1/N of it read from the host by
+   * layer's GEMM weights (16-bit in mixed precision) built from 1/N of it read from the host by
    * each device and the rest from the other devices, a layer ahead of its
    * use, and dropped between the forward and the backward
    * (graphs/gpt_relay.c) instead of every device reading every weight from
