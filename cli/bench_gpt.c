@@ -209,10 +209,11 @@ static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
     snprintf(cls, sizeof cls, "in %d vocabulary tiles, dwte in %d block(s)",
              tg_gpt_classifier_tiles(&r->g), tg_gpt_classifier_blocks(&r->g) ? tg_gpt_classifier_blocks(&r->g) : 1);
   printf("bench gpt: L=%d C=%d NH=%d V=%d Vp=%d, %zu parameters, B=%d T=%d, %d micro-batches, "
-         "%s attention (chunk %d, %d tasks), linear layers in %d tile(s)%s%s, classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
+         "%s attention (chunk %d, %d tasks), linear layers in %d tile(s)%s%s%s, classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
          r->nparams, B, T, r->micro, tg_cli_attention_name(r->run.attention),
-         r->run.chunk, r->g.run.attn_splits, r->g.run.linear_tiles, r->run.recompute ? ", recompute" : "",
+         r->run.chunk, r->g.run.attn_splits, r->g.run.linear_tiles, r->g.run.fused_blocks > 0 ? ", blocks fused" : "",
+         r->run.recompute ? ", recompute" : "",
          r->run.offload_optimizer ? (tg_gpt_relay_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered, weights relayed" : tg_gpt_scatter_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered" : ", optimizer offloaded") : "", cls, tg_precision_name(r->ro.prec.precision),
          tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),
          starpu_sched_ctx_get_sched_policy(0)->policy_name);

@@ -87,6 +87,12 @@ static const run_option options[] = {
      "the optimizer on the devices)"},
     {"--no-fused-backward", NULL, K_FLAG, F(cfg.fused_backward), -1, 0, -1, GPT,
      "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
+    {"--fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), 1, 0, -1, GPT,
+     "each transformer block's forward as one task and\nits backward as one (the same kernels in the\n"
+     "same order; default: with CUDA workers, untiled\nlayers, the optimizer on the devices and no\n"
+     "--recompute); needs --tiles 1 and --attn-splits 1"},
+    {"--no-fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), -1, 0, -1, GPT,
+     "a task per operation of each block"},
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,
      "with the optimizer offloaded and micro-batches\npinned to 2 or more devices: reduce-scatter the\n"
      "gradients over the devices (a leaf per device,\nblock j summed on device j and sent to\n"

@@ -126,6 +126,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   r->scatter_devices = tg_gpt_scatter_devices(&c.g);
   r->relay_devices = tg_gpt_relay_devices(&c.g);
   r->linear_tiles = c.g.run.linear_tiles;
+  r->fused_blocks = c.g.run.fused_blocks > 0;
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
   if (run.recompute)
@@ -196,6 +197,9 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   if (r->relay_devices)
     printf("weights relayed: each device reads 1/%d of a layer's from the host, the rest from "
            "the other devices\n", r->relay_devices);
+  if (r->fused_blocks)
+    printf("blocks fused: each block's forward one task, its backward one (--no-fused-blocks: "
+           "a task per operation)\n");
   if (r->linear_tiles > 1)
     printf("linear layers in %d tiles (column tiles per layer and micro-batch)\n",
            r->linear_tiles);

@@ -48,6 +48,9 @@ void tg_sim_cuda_body(void *buffers[], void *cl_arg);
  * task's footprint, otherwise a roofline on the task's flops and bytes. */
 double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
                    struct starpu_perfmodel_arch *arch, unsigned nimpl);
+/* The calibrated history's mean for the task (counted as a hit), or -1 */
+double tg_sim_history(struct starpu_perfmodel *hist, struct starpu_task *task,
+                      struct starpu_perfmodel_arch *arch, unsigned nimpl);
 #define TG_PERFMODEL(op, fp)                                                \
   static struct starpu_perfmodel tg_##op##_hist = {                         \
       .type = STARPU_HISTORY_BASED, .symbol = "taskgrad_" #op, .footprint = fp}; \
@@ -214,6 +217,20 @@ int tg_submit_native(struct starpu_codelet *cl, int nbuf,
                      const starpu_data_handle_t *handles,
                      const enum starpu_data_access_mode *modes, const void *args,
                      size_t argsize, double flops, const tg_task_opts *opts);
+
+/* Submits a task tg_submit built (its hooks run first); on failure the
+ * task is destroyed and the error set. */
+int tg_task_submit_built(struct starpu_task *task);
+/* Task fusion (codelets/fuse.c, tg_fuse_begin): whether a group is open on
+ * this thread, and the group's taking of a built task, which it submits at
+ * the group's end, alone or as a part of one fused task. */
+int tg_fusing(void);
+int tg_fuse_take(struct starpu_task *task);
+/* The running task as a codelet function sees it: the part a fused task is
+ * running, else starpu_task_get_current().  Codelet functions read their
+ * buffers' modes and count from it. */
+struct starpu_task *tg_task_current(void);
+void tg_task_current_set(struct starpu_task *part);
 
 /* The adapter's side of submission (codelets/lowp_adapter.c): workspace
  * bytes for f32 copies of h's 2-byte matrices (0: none; -EINVAL when one is

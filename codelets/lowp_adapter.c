@@ -120,7 +120,7 @@ typedef void (*tg_lowp_convert_fn)(tg_dtype lowp, const struct starpu_matrix_int
  * workspace: buffers[nbuf] becomes a vector of that many floats. */
 static void tg_lowp_run(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
                         tg_lowp_convert_fn convert, void *ctx, unsigned keep) {
-  struct starpu_task *task = starpu_task_get_current();
+  struct starpu_task *task = tg_task_current();
   int nbuf = 0;
   tg_dtype lowp = (tg_dtype)tg_lowp_of_task(task, &nbuf);
   if (!lowp) {
@@ -179,7 +179,7 @@ void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
 
 void tg_lowp_cpu_keep(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
                       unsigned keep) {
-  struct starpu_task *task = starpu_task_get_current();
+  struct starpu_task *task = tg_task_current();
   int nbuf = 0;
   if (tg_lowp_of_task(task, &nbuf) != TG_BF16 || !tg_cpu_gemm_bf16_native()) keep = 0;
   /* all of them or none: the function gets its 16-bit operands together */
@@ -208,7 +208,7 @@ void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
 void tg_lowp_cuda_native(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
                          tg_lowp_native_fn native) {
   int nbuf = 0;
-  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(starpu_task_get_current(), &nbuf);
+  tg_dtype lowp = (tg_dtype)tg_lowp_of_task(tg_task_current(), &nbuf);
   if (lowp && native(buffers, cl_arg, lowp, TG_VPTR(buffers[nbuf])) == 0) return;
   tg_lowp_cuda(buffers, cl_arg, fn);
 }

@@ -115,7 +115,7 @@ void tg_opencl_call(void *buffers[], void *cl_arg, void (*cpu_fn)(void *[], void
   const struct starpu_task *task = NULL;
   unsigned n = (unsigned)cl->nbuffers;
   if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
-    task = starpu_task_get_current();
+    task = tg_task_current();
     if (!task) TG_FATAL("OpenCL adapter: %s outside a task", cl->name);
     n = STARPU_TASK_GET_NBUFFERS(task);
   }

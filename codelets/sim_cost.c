@@ -168,13 +168,17 @@ static double tg_history_us(struct starpu_perfmodel *hist, struct starpu_task *t
   return -1;
 }
 
+double tg_sim_history(struct starpu_perfmodel *hist, struct starpu_task *task,
+                      struct starpu_perfmodel_arch *arch, unsigned nimpl) {
+  double us = tg_history_us(hist, task, arch, nimpl);
+  if (us > 0) atomic_fetch_add(&tg_hits, 1);
+  return us;
+}
+
 double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
                    struct starpu_perfmodel_arch *arch, unsigned nimpl) {
-  double us = tg_history_us(hist, task, arch, nimpl);
-  if (us > 0) {
-    atomic_fetch_add(&tg_hits, 1);
-    return us;
-  }
+  double us = tg_sim_history(hist, task, arch, nimpl);
+  if (us > 0) return us;
   atomic_fetch_add(&tg_misses, 1);
   double flops = task->flops > 0 ? task->flops : 0, bytes = tg_tile_task_bytes(task);
   if (bytes < 0) bytes = tg_task_bytes(task);

@@ -371,6 +371,17 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->fused_backward == 0)
     r->fused_backward =
         tg_ncuda_workers() > 0 && r->linear_tiles < 2 && !r->offload_optimizer ? 1 : -1;
+  if (r->fused_blocks < -1 || r->fused_blocks > 1)
+    return tg_fail(EINVAL, "GPT: fused_blocks %d is not -1 (off), 0 (auto) or 1 (on)",
+                   r->fused_blocks);
+  int blocks_fuse = r->linear_tiles < 2 && r->attn_splits == 1 && !r->recompute;
+  if (r->fused_blocks > 0 && !blocks_fuse)
+    return tg_fail(EINVAL, "GPT: fused blocks need untiled linear layers (--tiles 1), one "
+                   "attention task per micro-batch (--attn-splits 1) and no --recompute");
+  /* auto: where a GPU runs each block as one chain (gpt.h) */
+  if (r->fused_blocks == 0)
+    r->fused_blocks =
+        tg_ncuda_workers() > 0 && blocks_fuse && !r->offload_optimizer ? 1 : -1;
   if (r->tile_owner && r->linear_tiles < 2)
     return tg_fail(EINVAL, "GPT: the owner placement of tiles needs 2 or more tiles (--tiles)");
   if (r->tile_owner && starpu_cuda_worker_get_count() + tg_nopencl_workers() == 0)
@@ -854,9 +865,20 @@ static int tg_gpt_residual_ln(const tg_gpt *g, int n, tg_tensor a, tg_tensor b, 
  * block's ln1 or the final one), in the same task; x_out NULL (recompute)
  * stops after the MLP's hidden activation, the last thing the backward
  * reads. */
-static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
-                            int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
-                            const tg_task_opts *o) {
+/* run.fused_blocks: the tasks between the two calls as one (codelets.h,
+ * tg_fuse_begin); the group is dropped when its body failed */
+static int tg_gpt_fuse_begin(const tg_gpt *g) {
+  return g->run.fused_blocks > 0 ? tg_fuse_begin() : 0;
+}
+static int tg_gpt_fuse_end(const tg_gpt *g, int rc) {
+  if (g->run.fused_blocks <= 0) return rc;
+  int end = tg_fuse_end(rc == 0);
+  return rc ? rc : end;
+}
+
+static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
+                                  int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
+                                  const tg_task_opts *o) {
   int n = mb->n, C = g->cfg.channels;
   tg_gpt_layer_acts *A = &mb->acts[l];
   tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
@@ -910,6 +932,13 @@ static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor
   tg_gpt_block_drop(mb, l);
   tg_split_join(&at->qkv, &at->qkv_s);
   return 0;
+}
+
+static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
+                            int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
+                            const tg_task_opts *o) {
+  TG_TRY(tg_gpt_fuse_begin(g));
+  return tg_gpt_fuse_end(g, tg_gpt_block_fwd_tasks(g, mb, S, l, x, ln1_done, x_out, next, o));
 }
 
 /* Layers [first, end) of micro-batch mb's forward: the embedding before
@@ -1055,16 +1084,27 @@ static int tg_gpt_backward_head(tg_gpt *g, tg_gpt_micro *mb) {
 }
 
 /* ... block l's ... */
+static int tg_gpt_backward_block(tg_gpt *g, tg_gpt_micro *mb, int S, int l);
 static int tg_gpt_backward_layer(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
+  int L = g->cfg.num_layers;
+  tg_gopts go;
+  tg_gpt_layer_acts *A = &mb->acts[l];
+  if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
+    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, 0, NULL, NULL,
+                            OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
+  TG_TRY(tg_gpt_fuse_begin(g));
+  TG_TRY(tg_gpt_fuse_end(g, tg_gpt_backward_block(g, mb, S, l)));
+  return tg_gpt_exchange_layer(g, mb, l);
+}
+
+/* ... (its tasks) ... */
+static int tg_gpt_backward_block(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
   const tg_gpt_config *c = &g->cfg;
   int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
   tg_gopts go;
   tg_tensor *dres = &mb->dres, tmp;
   tg_gpt_layer_acts *A = &mb->acts[l];
   tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
-  if (g->run.recompute && l < L - 1) /* at the backward's priority: it waits for it */
-    TG_TRY(tg_gpt_block_fwd(g, mb, S, l, A->x, 0, NULL, NULL,
-                            OPT(L + l, TG_GPT_RANKS(L), "L%d.m%d.recompute", l, mb->micro)));
   /* MLP block: dres holds dL/d(x2 + fcproj) */
   tg_split *tc, *dc;
   TG_TRY(tg_gpt_out(g, mb, TG_TILE_DFCH, l, &tmp, &tc, n, 4 * C)); /* dL/dfch */
@@ -1094,7 +1134,7 @@ static int tg_gpt_backward_layer(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
   tg_gpt_out_release(&dln, dc);
   tg_tensor *att[] = {&A->ln1, &A->mean1, &A->rstd1, &A->x};
   for (size_t k = 0; k < sizeof att / sizeof att[0]; k++) tg_tensor_release(att[k]);
-  return tg_gpt_exchange_layer(g, mb, l);
+  return 0;
 }
 
 /* ... and the embeddings', which ends it */

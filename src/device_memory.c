@@ -143,6 +143,16 @@ void tg_device_memory_forget(starpu_data_handle_t h) {
   pthread_mutex_unlock(&tg_dm_lock);
 }
 
+int tg_device_memory_room(long long bytes) {
+  pthread_mutex_lock(&tg_dm_lock);
+  if (!tg_dm_ready) tg_dm_scan();
+  long long big = bytes > tg_dm_task_max ? bytes : tg_dm_task_max;
+  if (tg_dm_redux_max > big) big = tg_dm_redux_max;
+  int room = tg_dm_budget < 0 || tg_dm_redux_sum + 2 * big <= tg_dm_budget;
+  pthread_mutex_unlock(&tg_dm_lock);
+  return room;
+}
+
 static double tg_mib(long long b) { return (double)b / (1 << 20); }
 
 int tg_device_memory_check(const char *op, int nbuf, const starpu_data_handle_t *h,

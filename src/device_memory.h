@@ -13,6 +13,10 @@
 int tg_device_memory_check(const char *op, int nbuf, const starpu_data_handle_t *h,
                            const enum starpu_data_access_mode *modes);
 
+/* Whether a task of `bytes` would pass tg_device_memory_check now, without
+ * recording it (task fusion asks before it makes one task of several). */
+int tg_device_memory_room(long long bytes);
+
 /* Forgets h (called before it is unregistered): the REDUX set holds live
  * handles only, so a program that creates and frees reduction targets
  * is not refused for contributions that no longer exist. */

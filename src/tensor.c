@@ -10,6 +10,7 @@
  * it lives in the parallel layer (parallel/reduction.c).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <starpu.h>
@@ -110,8 +111,37 @@ int tg_tensor_alloc_on_node(tg_tensor *t, int rows, int cols, tg_dtype dtype, un
   return 0;
 }
 
+/* the handles tg_tensor_release recorded while held (tensor.h) */
+static __thread int tg_release_held;
+static __thread starpu_data_handle_t *tg_held;
+static __thread int tg_nheld, tg_held_cap;
+
+void tg_tensor_release_hold(void) { tg_release_held = 1; }
+
+void tg_tensor_release_flush(void) {
+  for (int i = 0; i < tg_nheld; i++) {
+    tg_device_memory_forget(tg_held[i]);
+    starpu_data_unregister_submit(tg_held[i]);
+  }
+  free(tg_held);
+  tg_held = NULL;
+  tg_nheld = tg_held_cap = tg_release_held = 0;
+}
+
 void tg_tensor_release(tg_tensor *t) {
   if (!t->handle) return;
+  if (tg_release_held && !t->host && !t->device) {
+    if (tg_nheld == tg_held_cap) {
+      int cap = tg_held_cap ? 2 * tg_held_cap : 32;
+      starpu_data_handle_t *grown = realloc(tg_held, cap * sizeof *grown);
+      if (!grown) TG_FATAL("out of memory for held releases");
+      tg_held = grown;
+      tg_held_cap = cap;
+    }
+    tg_held[tg_nheld++] = t->handle;
+    memset(t, 0, sizeof *t);
+    return;
+  }
   if (t->host || t->device) {
     /* StarPU 1.3 has no completion callback for an asynchronous
      * unregistration, so a host buffer is freed synchronously; host tensors

@@ -9,6 +9,8 @@
 #    $work/TAG.err; 1 on failure;
 #  - same_bits A B WHAT: runs A and B printed the same losses and saved the
 #    same parameter bytes;
+#  - fused TAG0 TAG1: run TAG1 ran its blocks fused (--fused-blocks) and
+#    TAG0 did not (the counts of the 3-layer fixture's runs above);
 #  - recomputed TAG0 TAG1 L: run TAG1 submitted (2L-1)/L times the attention
 #    forwards of run TAG0 (L layers, all but the last recomputed), so that
 #    recompute really ran.
@@ -51,5 +53,19 @@ recomputed() {
     ok "$2: $b attention forwards against $a without recompute"
   else
     bad "$2: ${b:-no} attention forwards against ${a:-no} without recompute, expected $(( ${a:-0} * (2 * $3 - 1) / $3 ))"
+  fi
+}
+
+# fused TAG0 TAG1: run TAG1 ran 2 fused tasks per layer (3), micro-batch (2)
+# and step (3) and no separate linear or attention task; TAG0 none
+fused() {
+  local f0 f1 sep
+  f0=$(awk '$1 == "tg_fused" {print $2}' "$work/$1.err")
+  f1=$(awk '$1 == "tg_fused" {print $2}' "$work/$2.err")
+  sep=$(awk '$1 ~ /^tg_(linear|attention)/ {n += $2} END {print n + 0}' "$work/$2.err")
+  if [ -z "$f0" ] && [ "$f1" = 36 ] && [ "$sep" = 0 ]; then
+    ok "$2: 36 fused tasks, no separate linear or attention task ($1: none fused)"
+  else
+    bad "$2: ${f1:-no} fused tasks and $sep separate linear or attention tasks, expected 36 and 0 ($1: ${f0:-none} fused)"
   fi
 }

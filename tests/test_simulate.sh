@@ -7,6 +7,9 @@
 #  - the trace is JSON in simulated time with events on the CUDA workers;
 #  - a --gpus 1,2 sweep writes its CSV and chart.
 #  - a 64-core CPU node with calibrated histories runs on 8 and 64 workers;
+#  - on one GPU the blocks are fused by default (the header says so): a
+#    block's 12 tasks become 2, and the step is not slower than
+#    with --no-fused-blocks (a fused task costs its parts' sum);
 #  - --cost both prints the expected model's step (longer than the peak
 #    roofline's) after the report, and --cost expected times one run with it.
 # These check the simulation's plumbing, not the roofline's figures.
@@ -71,6 +74,21 @@ if run "$work/gpu1" "${gpt[@]}" --platform h100x4 --gpus 1 --ncpus 3 --precision
     ok "1 GPU + 3 CPU workers, default scheduler: all $all tasks on the GPU"
   else
     bad "1 GPU + 3 CPU workers, default scheduler: '$line'"
+  fi
+  if run "$work/gpu1-nofuse" "${gpt[@]}" --platform h100x4 --gpus 1 --ncpus 3 --precision bf16 \
+       --micro-batches 2 --steps 2 --cost peak --no-fused-blocks; then
+    t1=$(echo "$line" | awk '{print $8}')
+    t0=$(grep '^tasks on simulated CUDA workers: ' "$work/gpu1-nofuse" | awk '{print $8}')
+    ms1=$(value "simulated step ms" "$work/gpu1") ms0=$(value "simulated step ms" "$work/gpu1-nofuse")
+    # counted over the 2 timed steps: 2 layers x 2 micro-batches x 2 steps x
+    # (12 - 2) tasks fewer, and the gradients' zero fills inside the blocks
+    if grep -q '^blocks fused' "$work/gpu1" && ! grep -q '^blocks fused' "$work/gpu1-nofuse" &&
+       [ -n "$t0" ] && [ -n "$t1" ] && [ $((t0 - t1)) -ge 80 ] &&
+       awk -v a="$ms1" -v b="$ms0" 'BEGIN { exit !(a > 0 && a <= b) }'; then
+      ok "1 GPU: blocks fused by default, $t1 tasks against $t0, $ms1 ms against $ms0"
+    else
+      bad "1 GPU: fused blocks: $t1 tasks against $t0 ($((t0 - t1)) fewer, expected 80 or more), $ms1 ms against $ms0, header '$(grep '^blocks' "$work/gpu1")'"
+    fi
   fi
   if grep -q '^link ' "$work/gpu1"; then
     bad "1 GPU + 3 CPU workers: traffic with the host during the step: $(grep '^link ' "$work/gpu1" | tr '\n' ' ')"

@@ -334,6 +334,24 @@ int tg_gather_rows_insert(int n, const starpu_data_handle_t *in, starpu_data_han
 int tg_gather_rows_after_insert(int n, const starpu_data_handle_t *in, starpu_data_handle_t out,
                                 starpu_data_handle_t gate, const tg_task_opts *opts);
 
+/* Task fusion (codelets/fuse.c): between tg_fuse_begin() and
+ * tg_fuse_end(1), the tasks that this thread's insert wrappers submit are
+ * gathered, and tg_fuse_end submits them as one task of tg_fused_cl that
+ * runs their functions in order on the same worker (the same kernels, so
+ * the same bits), over the union of their buffers.  It saves the runtime's
+ * cost per task and per buffer where one worker runs them one after the
+ * other anyway (a GPU's chain), and costs the overlap between them.  A task
+ * with a REDUX buffer, pinned elsewhere than the group, or with
+ * no worker kind in common, ends the group so far and goes alone; a group
+ * of one task goes as it is.  Temporaries released inside the group
+ * (tg_tensor_release) are unregistered after its submission.  Nothing else
+ * that submits (partition plans, unregistering a handle with
+ * starpu_data_unregister_submit yourself) may happen inside.
+ * tg_fuse_end(0) drops the gathered tasks (after an error).  Groups do not
+ * nest; they are per thread. */
+int tg_fuse_begin(void);
+int tg_fuse_end(int submit);
+
 /* The codelets themselves, for applications that build tasks by hand or set
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the
  * REDUX merge). */
@@ -347,7 +365,7 @@ extern struct starpu_codelet tg_gemm_cl, tg_linear_fwd_cl, tg_linear_bwd_data_cl
     tg_scale_cl, tg_embedding_fwd_cl, tg_embedding_bwd_cl, tg_layernorm_fwd_cl,
     tg_layernorm_bwd_cl, tg_residual_layernorm_fwd_cl, tg_residual_cl, tg_attention_fwd_cl,
     tg_attention_bwd_cl, tg_lm_classifier_cl, tg_lm_classifier_dwte_cl,
-    tg_sum_tree_cl, tg_gather_rows_cl;
+    tg_sum_tree_cl, tg_gather_rows_cl, tg_fused_cl;
 #if TG_STARPU_AT_LEAST(1, 4)
 /* StarPU 1.4's REDUX merge: tg_accumulate with RW|COMMUTE on dst */
 extern struct starpu_codelet tg_accumulate_redux_cl;

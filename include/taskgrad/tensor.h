@@ -50,6 +50,14 @@ int tg_tensor_temp(tg_tensor *t, int rows, int cols, tg_dtype dtype);
  * frees the data once every task submitted on it has run, with no wait here.
  * A host tensor is freed synchronously (tg_tensor_free).  t is emptied. */
 void tg_tensor_release(tg_tensor *t);
+/* Held releases: between tg_tensor_release_hold() and
+ * tg_tensor_release_flush(), tg_tensor_release() of a temporary only
+ * records its handle, and the flush unregisters the recorded ones in order.
+ * Task fusion (tg_fuse_begin, codelets.h) submits its tasks at the end of a
+ * group, so a temporary released inside one must outlive that submission.
+ * Per thread; holds do not nest. */
+void tg_tensor_release_hold(void);
+void tg_tensor_release_flush(void);
 /* Synchronous end of life: waits for the tasks on t, then frees. */
 void tg_tensor_free(tg_tensor *t);
 

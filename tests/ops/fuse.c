@@ -1,0 +1,115 @@
+/*
+ * Row fused (codelets/fuse.c): tasks gathered between tg_fuse_begin and
+ * tg_fuse_end and submitted as one task of tg_fused_cl.
+ *  cpu, cuda, device  a chain of four tasks on a temporary released inside
+ *            the group (T = A + B; T *= 0.5; Y = T + A; Y *= -2: a buffer
+ *            written first, one read and written, the hold on releases)
+ *            fused, on the pair engine's two workers; on the CPU workers
+ *            also against the same four tasks unfused, bit for bit (the
+ *            parts' functions are the unfused tasks' own);
+ *  cpu       a group of one task, and a group dropped by tg_fuse_end(0),
+ *            which must leave its output as it was; the errors of
+ *            unbalanced calls.
+ * 33 x 257: remainder tiles in every element-wise kernel.
+ */
+
+#include "pair.h"
+
+enum { FUSE_N = 33, FUSE_C = 257 };
+
+/* the chain, fused when fuse is set */
+static int fuse_chain(const gctx *c, const tg_task_opts *o, tg_tensor *out, int fuse) {
+  tg_tensor t; /* (n, C) */
+  if (tg_tensor_temp(&t, FUSE_N, FUSE_C, TG_F32)) return -1;
+  if (fuse && tg_fuse_begin()) return -1;
+  int rc = tg_residual_insert(c->h[0], c->h[1], t.handle, o);
+  if (!rc) rc = tg_scale_insert(t.handle, 0.5f, o);
+  if (!rc) rc = tg_residual_insert(t.handle, c->h[0], out[0].handle, o);
+  tg_tensor_release(&t); /* held until the group is submitted */
+  if (!rc) rc = tg_scale_insert(out[0].handle, -2.0f, o);
+  if (fuse) {
+    int end = tg_fuse_end(rc == 0);
+    if (!rc) rc = end;
+  }
+  return rc;
+}
+
+static int fused(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  return fuse_chain(v, o, out, 1);
+}
+static int unfused(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  return fuse_chain(v, o, out, 0);
+}
+
+/* a group of one task, submitted as it is */
+static int fused_single(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const gctx *c = v;
+  if (tg_fuse_begin()) return -1;
+  int rc = tg_residual_insert(c->h[0], c->h[1], out[0].handle, o);
+  int end = tg_fuse_end(rc == 0);
+  return rc ? rc : end;
+}
+
+static void pair_fused(void) {
+  float *a = rnd((size_t)FUSE_N * FUSE_C, 1), *b = rnd((size_t)FUSE_N * FUSE_C, 1);
+  tg_tensor A, B;
+  new_tensor(&A, FUSE_N, FUSE_C, a);
+  new_tensor(&B, FUSE_N, FUSE_C, b);
+  gctx c = {.h = {A.handle, B.handle}, .accum = TG_OVERWRITE};
+  outspec o = {.name = "Y", .rows = FUSE_N, .cols = FUSE_C, .init = NULL, .tol = PAIR_EXACT};
+  float *f_cpu = NULL, *f_2nd = NULL;
+  run_pair("fused chain", fused, &c, 1, &o, &f_cpu, &f_2nd);
+  if (ops_current_backend() == OPS_CPU) {
+    float *u_cpu = NULL, *u_2nd = NULL;
+    run_pair("unfused chain", unfused, &c, 1, &o, &u_cpu, &u_2nd);
+    if (f_cpu && u_cpu)
+      pair_compare("fused against unfused (CPU worker)", u_cpu, f_cpu,
+                   (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
+    if (f_2nd && u_2nd)
+      pair_compare("fused against unfused (second worker)", u_2nd, f_2nd,
+                   (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
+    free(u_cpu);
+    free(u_2nd);
+    run_pair("fused group of one task", fused_single, &c, 1, &o, NULL, NULL);
+
+    /* a dropped group: nothing runs, the output keeps its contents */
+    float *init = filled((size_t)FUSE_N * FUSE_C, 3.0f);
+    tg_tensor Y;
+    new_tensor(&Y, FUSE_N, FUSE_C, init);
+    CHECK(tg_fuse_begin() == 0, "tg_fuse_begin failed");
+    CHECK(tg_fuse_begin() != 0, "a second tg_fuse_begin inside a group was accepted");
+    CHECK(tg_residual_insert(A.handle, B.handle, Y.handle, NULL) == 0, "insert in a group failed");
+    CHECK(tg_fuse_end(0) == 0, "tg_fuse_end(0) failed");
+    CHECK(tg_fuse_end(1) != 0, "tg_fuse_end without a group was accepted");
+    starpu_task_wait_for_all();
+    float *y = xmalloc((size_t)FUSE_N * FUSE_C * sizeof *y);
+    CHECK(tg_tensor_read(&Y, y) == 0, "reading Y failed");
+    pair_compare("a dropped group leaves its output", init, y, (size_t)FUSE_N * FUSE_C,
+                 PAIR_EXACT);
+    free(y);
+    free(init);
+    tg_tensor_free(&Y);
+  }
+  free(f_cpu);
+  free(f_2nd);
+  free(a);
+  free(b);
+  tg_tensor_free(&A);
+  tg_tensor_free(&B);
+}
+
+static const ops_row rows[] = {
+    {.name = "fused",
+     .doc = "several tasks as one (tg_fuse_begin / tg_fuse_end): their functions in order",
+     .buffers = "the union of its parts' (a handle once: W if written first, RW if read "
+                "first and written later)",
+     .covers = "tg_fused_cl",
+     .kernels = "",
+     .run = {[OPS_CPU] = pair_fused, [OPS_CUDA] = pair_fused, [OPS_DEVICE] = pair_fused},
+     .why_not = {[OPS_REF] = "no kernel of its own: its parts' rows check theirs",
+                 [OPS_CUDA_EMU] = "no CUDA launcher of its own: it calls its parts' functions",
+                 [OPS_LOWP] = "its parts go through the adapter themselves, each as alone "
+                              "(the GPT tests fuse bf16 blocks bit for bit)"}},
+};
+
+OPS_ROWS(rows)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Fused blocks (--fused-blocks, run.fused_blocks: each transformer block's
+# forward as one task and its backward as one, codelets/fuse.c).  The fused
+# task runs its parts' own functions in their order, so in deterministic
+# mode the losses and saved parameters after 3 steps equal the unfused
+# run's bit for bit: on 2 CPU workers (fp32 chunked, bf16 flash, fp32
+# naive) and on 1 against 2 (emulated devices: test_emulated_fused.sh).
+# --stats counts the fused tasks: 2 per layer,
+# micro-batch and step, and no separate linear or attention task left.  By
+# default a run without CUDA workers does not fuse.  --fused-blocks with
+# tiles, split attention or recompute is refused (exit 2, one message).
+. "$TG_SOURCE_DIR/tests/cli_testlib.sh"
+. "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
+export STARPU_NCUDA=0
+recompute_fixture
+
+cases=("fp32 chunked:--precision fp32 --attention chunked"
+       "bf16 flash:--precision bf16 --attention flash"
+       "fp32 naive:--precision fp32 --attention naive")
+i=0
+for c in "${cases[@]}"; do
+  name=${c%%:*}
+  read -r -a args <<<"${c#*:}"
+  i=$((i + 1))
+  common=(--attn-splits 1 --tiles 1 "${args[@]}")
+  recompute_run "base$i" --ncpus 2 "${common[@]}" || continue
+  recompute_run "fused$i" --ncpus 2 "${common[@]}" --fused-blocks || continue
+  same_bits "base$i" "fused$i" "$name, 2 CPU workers, fused against not"
+  fused "base$i" "fused$i"
+done
+recompute_run fused1w --ncpus 1 --attn-splits 1 --tiles 1 --precision fp32 \
+  --attention chunked --fused-blocks &&
+  same_bits base1 fused1w "fp32 chunked, fused on 1 CPU worker against unfused on 2"
+# the default without CUDA workers: not fused (base1 ran with neither flag)
+recompute_run default1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 \
+  --attention chunked &&
+  if grep -q "^tg_fused " "$work/default1.err"; then
+    bad "a CPU run fused its blocks by default"
+  else
+    ok "a CPU run does not fuse by default"
+  fi
+
+for extra in "--tiles 2:--attn-splits 1" "--attn-splits 2:--tiles 1" "--recompute:--tiles 1 --attn-splits 1"; do
+  read -r -a a1 <<<"${extra%%:*}"
+  read -r -a a2 <<<"${extra#*:}"
+  expect_fail "--fused-blocks with ${extra%%:*}" \
+    "fused blocks need untiled linear layers .* no --recompute" \
+    train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --ncpus 2 --batch 4 --seq 16 \
+    --steps 1 --fused-blocks "${a1[@]}" "${a2[@]}"
+done
+
+echo "fused blocks: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
