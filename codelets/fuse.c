@@ -184,6 +184,14 @@ struct starpu_codelet tg_fused_cl = {
     .name = "tg_fused",
 };
 
+int tg_fused_parts(const struct starpu_task *task, const char **names, int max) {
+  if (!task || task->cl != &tg_fused_cl || !task->cl_arg) return 0;
+  const tg_fuse_head *h = task->cl_arg;
+  const tg_fuse_part *p = tg_fuse_first(task->cl_arg);
+  for (int k = 0; k < h->nparts && k < max; k++, p = tg_fuse_next(p)) names[k] = p->cl->name;
+  return h->nparts;
+}
+
 /* ---- the group (one per thread) ------------------------------------------ */
 
 static __thread int tg_fuse_open;

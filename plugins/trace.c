@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "taskgrad/clock.h"
+#include "taskgrad/codelets.h"
 #include "taskgrad/data.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/stats.h"
@@ -28,6 +29,7 @@ extern void (*tg_plugins_trace_done)(struct starpu_task *task);
 void tg_plugins_update_hook(void);
 
 #define TG_TRACE_NAME 64
+#define TG_TRACE_PARTS 16
 
 typedef struct tg_trace_event {
   const char *codelet; /* the codelet's name: static storage */
@@ -36,6 +38,8 @@ typedef struct tg_trace_event {
   double start_us, end_us; /* StarPU clock (starpu_timing_now's) */
   double flops;
   int buffers; /* the task's data buffers: StarPU's cost per task grows with them */
+  int nparts;  /* a fused task's parts (codelets.h: tg_fused_parts), else 0 */
+  const char *parts[TG_TRACE_PARTS];
 } tg_trace_event;
 
 static pthread_mutex_t tg_trace_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -72,6 +76,8 @@ static void tg_trace_task_done(struct starpu_task *task) {
   e->end_us = tg_timespec_us(&pi->end_time);
   e->flops = task->flops;
   e->buffers = (int)STARPU_TASK_GET_NBUFFERS(task);
+  e->nparts = tg_fused_parts(task, e->parts, TG_TRACE_PARTS);
+  if (e->nparts > TG_TRACE_PARTS) e->nparts = TG_TRACE_PARTS;
   pthread_mutex_unlock(&tg_trace_lock);
 }
 
@@ -170,8 +176,14 @@ static void tg_write_events(tg_out *o, double end_us) {
     tg_emit_str(o, e->codelet);
     tg_emit(o, "\",\"task\":\"");
     tg_emit_str(o, e->name[0] ? e->name : e->codelet);
-    tg_emit(o, "\",\"worker\":%d,\"flops\":%.0f,\"buffers\":%d}}", e->worker, e->flops,
+    tg_emit(o, "\",\"worker\":%d,\"flops\":%.0f,\"buffers\":%d", e->worker, e->flops,
             e->buffers);
+    for (int k = 0; k < e->nparts; k++) {
+      tg_emit(o, k ? ",\"" : ",\"parts\":[\"");
+      tg_emit_str(o, e->parts[k]);
+      tg_emit(o, "\"");
+    }
+    tg_emit(o, e->nparts ? "]}}" : "}}");
   }
 
   /* per-bus totals of the window: a counter per bus (0 at the start, the

@@ -7,7 +7,8 @@
 # naive) and on 1 against 2 (emulated devices: test_emulated_fused.sh).
 # --stats counts the fused tasks: 2 per layer,
 # micro-batch and step, and no separate linear or attention task left.  By
-# default a run without CUDA workers does not fuse.  --fused-blocks with
+# default a run without CUDA workers does not fuse.  --trace lists a fused
+# task's parts.  --fused-blocks with
 # tiles, split attention or recompute is refused (exit 2, one message).
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 . "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
@@ -38,6 +39,25 @@ recompute_run default1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 \
     bad "a CPU run fused its blocks by default"
   else
     ok "a CPU run does not fuse by default"
+  fi
+
+# a trace names each fused task's parts in order (a forward: its LayerNorm,
+# then the QKV linear, then attention ...)
+recompute_run traced --ncpus 2 --attn-splits 1 --tiles 1 --fused-blocks --trace "$work/t.json" &&
+  if parts=$("$py" - "$work/t.json" 2>&1 <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"]
+      if e.get("ph") == "X" and e["args"].get("codelet") == "tg_fused"]
+fwd = [e for e in ev if e["args"]["task"].endswith(".fwd")]
+assert fwd and len(fwd) * 2 == len(ev), f"{len(fwd)} forwards of {len(ev)} fused tasks"
+p = fwd[0]["args"]["parts"]
+assert p[:3] == ["tg_layernorm_fwd", "tg_linear_fwd", "tg_attention_fwd"], p
+print(" ".join(p))
+PY
+  ); then
+    ok "the trace names the parts: $parts"
+  else
+    bad "the trace's fused tasks: $parts"
   fi
 
 for extra in "--tiles 2:--attn-splits 1" "--attn-splits 2:--tiles 1" "--recompute:--tiles 1 --attn-splits 1"; do

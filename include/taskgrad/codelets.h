@@ -351,6 +351,10 @@ int tg_gather_rows_after_insert(int n, const starpu_data_handle_t *in, starpu_da
  * nest; they are per thread. */
 int tg_fuse_begin(void);
 int tg_fuse_end(int submit);
+/* The codelets of a tg_fused task's parts, in order: up to max of them in
+ * names (static storage); returns their count, 0 for any other task.  For
+ * traces and statistics (plugins/trace.c). */
+int tg_fused_parts(const struct starpu_task *task, const char **names, int max);
 
 /* The codelets themselves, for applications that build tasks by hand or set
  * reduction methods (tg_fill_zero_cl is the REDUX init, tg_accumulate_cl the

@@ -8,7 +8,8 @@
  * complete ("X") slice per task named "<codelet> <task name>" (just the
  * codelet name for unnamed tasks) with its start and duration in
  * microseconds since tg_trace_begin() and args {codelet, task, worker,
- * flops, buffers}, and a "transfers" track with the bytes and transfers of every bus
+ * flops, buffers, and for a fused task (codelets.h: tg_fuse_begin) parts,
+ * its parts' codelets in order}, and a "transfers" track with the bytes and transfers of every bus
  * between memory nodes in the window (counter events and a final instant
  * event).  StarPU 1.3 reports data transfers one by one only in its FxT
  * traces (a StarPU built --with-fxt): see README.md.
