@@ -703,7 +703,11 @@ static int tg_gpt_exchange_layer(tg_gpt *g, const tg_gpt_micro *mb, int l) {
 #define OPT(...) (tg_gopt_lowp(&go, ACT(g), __VA_ARGS__), tg_gpt_pin(g, &go, mb))
 #define FWD(l) OPT(3 * L - (l), TG_GPT_RANKS(L), "L%d.m%d.fwd", (l), mb->micro)
 #define BWD(l) OPT(L + (l), TG_GPT_RANKS(L), "L%d.m%d.bwd", (l), mb->micro)
-#define WGRAD(l) OPT(L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro)
+/* in a tg_gopts of its own (gw): a call passes it beside BWD's, whose go it
+ * would overwrite (both were BWD's or both WGRAD's, by argument order) */
+#define WGRAD(l)                                                            \
+  (tg_gopt_lowp(&gw, ACT(g), L - (l), TG_GPT_RANKS(L), "L%d.m%d.wgrad", (l), mb->micro), \
+   tg_gpt_pin(g, &gw, mb))
 
 /* f32 temporaries: LayerNorm statistics */
 static int tg_temp(tg_tensor *t, int rows, int cols) {
@@ -1101,7 +1105,7 @@ static int tg_gpt_backward_layer(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
 static int tg_gpt_backward_block(tg_gpt *g, tg_gpt_micro *mb, int S, int l) {
   const tg_gpt_config *c = &g->cfg;
   int n = mb->n, C = c->channels, L = c->num_layers, N = NT(g);
-  tg_gopts go;
+  tg_gopts go, gw;
   tg_tensor *dres = &mb->dres, tmp;
   tg_gpt_layer_acts *A = &mb->acts[l];
   tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
