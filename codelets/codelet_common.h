@@ -219,13 +219,14 @@ int tg_submit_native(struct starpu_codelet *cl, int nbuf,
                      size_t argsize, double flops, const tg_task_opts *opts);
 
 /* Submits a task tg_submit built (its hooks run first); on failure the
- * task is destroyed and the error set. */
+ * task is destroyed and the error set (codelets/submit.c). */
 int tg_task_submit_built(struct starpu_task *task);
-/* Task fusion (codelets/fuse.c, tg_fuse_begin): whether a group is open on
- * this thread, and the group's taking of a built task, which it submits at
- * the group's end, alone or as a part of one fused task. */
-int tg_fusing(void);
-int tg_fuse_take(struct starpu_task *task);
+/* tg_task_submit_built, or the thread's taker when one is set: task fusion
+ * (codelets/fuse.c, tg_fuse_begin) takes the tasks of an open group and
+ * submits them at the group's end, alone or as parts of one fused task. */
+typedef int (*tg_task_taker)(struct starpu_task *task);
+void tg_task_taker_set(tg_task_taker taker);
+int tg_task_submit_taken(struct starpu_task *task);
 /* The running task as a codelet function sees it: the part a fused task is
  * running, else starpu_task_get_current().  Codelet functions read their
  * buffers' modes and count from it. */

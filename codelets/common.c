@@ -172,37 +172,9 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
            !task->execute_on_a_specific_worker && cl->cuda_funcs[0] &&
            starpu_cuda_worker_get_count() > 0)
     task->where = STARPU_CUDA;
-  if (tg_fusing()) return tg_fuse_take(task); /* submitted at the group's end */
-  return tg_task_submit_built(task);
+  return tg_task_submit_taken(task); /* a fusion group's, or StarPU's */
 }
 
-int tg_task_submit_built(struct starpu_task *task) {
-  const char *op = task->cl->name;
-  int pinned = task->execute_on_a_specific_worker;
-  tg_run_submit_hooks(task); /* the plugins' (src/hooks.h) */
-  int rc = starpu_task_submit(task);
-  if (rc != 0) {
-    /* the task was not submitted: StarPU did not take ownership */
-    task->destroy = 0;
-    starpu_task_destroy(task);
-    if (rc == -ENODEV)
-      return tg_fail(ENODEV, "%s: no worker can run this task (no %s implementation for the workers at hand)",
-                     op, pinned ? "matching" : "suitable");
-    return tg_fail(rc < 0 ? -rc : EIO, "%s: starpu_task_submit failed (%s)", op,
-                   strerror(rc < 0 ? -rc : EIO));
-  }
-  return 0;
-}
-
-/* the task whose part a fused task is running (codelets/fuse.c), else
- * StarPU's */
-static __thread struct starpu_task *tg_current_part;
-
-struct starpu_task *tg_task_current(void) {
-  return tg_current_part ? tg_current_part : starpu_task_get_current();
-}
-
-void tg_task_current_set(struct starpu_task *part) { tg_current_part = part; }
 
 int tg_submit(struct starpu_codelet *cl, int nbuf, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes, const void *args, size_t argsize,

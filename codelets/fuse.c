@@ -3,7 +3,8 @@
  * tasks").
  *
  * Between tg_fuse_begin() and tg_fuse_end(), tg_submit (common.c) hands
- * each task it builds to tg_fuse_take instead of StarPU.  At the end the
+ * each task it builds to tg_fuse_take, the thread's taker (submit.c),
+ * instead of StarPU.  At the end the
  * group becomes one task of the codelet tg_fused: its buffers are the union
  * of the parts' (a handle once, with the mode of the whole sequence: written
  * first, W; read first and written later, RW), and its function runs the
@@ -202,8 +203,6 @@ static __thread enum starpu_data_access_mode tg_um[TG_FUSE_MAX_BUFFERS];
 static __thread int tg_nu;
 static __thread uint32_t tg_where;
 
-int tg_fusing(void) { return tg_fuse_open; }
-
 static uint32_t tg_where_of(const struct starpu_task *t) {
   const struct starpu_codelet *cl = t->cl;
   uint32_t can = STARPU_CPU;
@@ -387,7 +386,7 @@ static int tg_fuse_flush(void) {
   return tg_task_submit_built(task);
 }
 
-int tg_fuse_take(struct starpu_task *task) {
+static int tg_fuse_take(struct starpu_task *task) {
   if (tg_fuse_join(task)) return 0;
   TG_TRY(tg_fuse_flush());
   if (tg_fuse_join(task)) return 0; /* it starts the next group */
@@ -398,6 +397,7 @@ int tg_fuse_begin(void) {
   if (tg_fuse_open) return tg_fail(EINVAL, "tg_fuse_begin: a group is already open");
   tg_fuse_open = 1;
   tg_fuse_clear();
+  tg_task_taker_set(tg_fuse_take);
   tg_tensor_release_hold();
   return 0;
 }
@@ -405,6 +405,7 @@ int tg_fuse_begin(void) {
 int tg_fuse_end(int submit) {
   if (!tg_fuse_open) return tg_fail(EINVAL, "tg_fuse_end: no group is open");
   tg_fuse_open = 0;
+  tg_task_taker_set(NULL);
   int rc = 0;
   if (submit) rc = tg_fuse_flush();
   else tg_fuse_discard();

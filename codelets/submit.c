@@ -1,0 +1,48 @@
+/*
+ * The last step of every submission (codelets/common.c's tg_submit): a task
+ * built and checked goes to StarPU, or to the thread's taker while one is
+ * set (task fusion, codelets/fuse.c, gathers it).  And the running task as a
+ * codelet function sees it (a fused task's part, else StarPU's).  A file of
+ * its own so that fuse.c and common.c both call it, and not each other.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "codelet_common.h"
+#include "hooks.h"
+
+static __thread tg_task_taker tg_taker;
+
+void tg_task_taker_set(tg_task_taker taker) { tg_taker = taker; }
+
+int tg_task_submit_taken(struct starpu_task *task) {
+  return tg_taker ? tg_taker(task) : tg_task_submit_built(task);
+}
+
+int tg_task_submit_built(struct starpu_task *task) {
+  const char *op = task->cl->name;
+  int pinned = task->execute_on_a_specific_worker;
+  tg_run_submit_hooks(task); /* the plugins' (src/hooks.h) */
+  int rc = starpu_task_submit(task);
+  if (rc != 0) {
+    /* the task was not submitted: StarPU did not take ownership */
+    task->destroy = 0;
+    starpu_task_destroy(task);
+    if (rc == -ENODEV)
+      return tg_fail(ENODEV, "%s: no worker can run this task (no %s implementation for the workers at hand)",
+                     op, pinned ? "matching" : "suitable");
+    return tg_fail(rc < 0 ? -rc : EIO, "%s: starpu_task_submit failed (%s)", op,
+                   strerror(rc < 0 ? -rc : EIO));
+  }
+  return 0;
+}
+
+/* the task whose part a fused task is running (codelets/fuse.c), else
+ * StarPU's */
+static __thread struct starpu_task *tg_current_part;
+
+struct starpu_task *tg_task_current(void) {
+  return tg_current_part ? tg_current_part : starpu_task_get_current();
+}
+
+void tg_task_current_set(struct starpu_task *part) { tg_current_part = part; }
