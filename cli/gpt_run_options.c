@@ -89,8 +89,8 @@ static const run_option options[] = {
      "the input's gradient and the weight gradients as\ntwo tasks per linear layer"},
     {"--fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), 1, 0, -1, GPT,
      "each transformer block's forward as one task and\nits backward as one (the same kernels in the\n"
-     "same order; default: with CUDA workers, untiled\nlayers, the optimizer on the devices and no\n"
-     "--recompute); needs --tiles 1 and --attn-splits 1"},
+     "same order; default: with CUDA workers, untiled\nlayers and the optimizer on the devices); needs\n"
+     "--tiles 1 and --attn-splits 1"},
     {"--no-fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), -1, 0, -1, GPT,
      "a task per operation of each block"},
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,

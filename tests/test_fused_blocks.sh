@@ -8,8 +8,9 @@
 # --stats counts the fused tasks: 2 per layer,
 # micro-batch and step, and no separate linear or attention task left.  By
 # default a run without CUDA workers does not fuse.  --trace lists a fused
-# task's parts.  --fused-blocks with
-# tiles, split attention or recompute is refused (exit 2, one message).
+# task's parts.  With --recompute the recomputed forwards are fused too, the
+# same bits again.  --fused-blocks with tiles or split attention is refused
+# (exit 2, one message).
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 . "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
 export STARPU_NCUDA=0
@@ -60,11 +61,21 @@ PY
     bad "the trace's fused tasks: $parts"
   fi
 
-for extra in "--tiles 2:--attn-splits 1" "--attn-splits 2:--tiles 1" "--recompute:--tiles 1 --attn-splits 1"; do
+# with recompute the block forward submitted again is fused too (3 layers,
+# the last not recomputed: 2 more fused tasks per micro-batch and step)
+recompute_run recf1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 --attention chunked \
+  --recompute --fused-blocks && {
+  same_bits base1 recf1 "fp32 chunked, fused with recompute against unfused without"
+  n=$(awk '$1 == "tg_fused" {print $2}' "$work/recf1.err")
+  if [ "$n" = 48 ]; then ok "recf1: 48 fused tasks (36 and 12 recomputed forwards)"
+  else bad "recf1: ${n:-no} fused tasks, expected 48"; fi
+}
+
+for extra in "--tiles 2:--attn-splits 1" "--attn-splits 2:--tiles 1"; do
   read -r -a a1 <<<"${extra%%:*}"
   read -r -a a2 <<<"${extra#*:}"
   expect_fail "--fused-blocks with ${extra%%:*}" \
-    "fused blocks need untiled linear layers .* no --recompute" \
+    "fused blocks need untiled linear layers .* one attention task per micro-batch" \
     train gpt --init-from "$work/r.bin" --data "$work/tokens.bin" --ncpus 2 --batch 4 --seq 16 \
     --steps 1 --fused-blocks "${a1[@]}" "${a2[@]}"
 done

@@ -137,11 +137,13 @@ typedef struct tg_gpt_run_config {
   /* each transformer block's forward as one task and its backward as one
    * (tg_fuse_begin, codelets.h: the block's 7 and 5 tasks run by one task,
    * in the same order, so the same bits) instead of a task per operation:
-   * 0 = auto, on with CUDA workers, untiled linear layers, the optimizer on
-   * the devices and no recompute, where a GPU runs a block as one chain and
-   * each task costs it StarPU's time to fetch its buffers and queue it; 1 =
-   * on (needs untiled linear layers, one attention task per micro-batch and
-   * no recompute; tg_gpt_create fails otherwise); -1 = off.  On CPU workers
+   * 0 = auto, on with CUDA workers, untiled linear layers, one attention
+   * task per micro-batch and the optimizer on the devices, where a GPU runs
+   * a block as one chain and each task costs it StarPU's time to fetch its
+   * buffers and queue it (with recompute, the block's forward submitted
+   * again is one task too); 1 = on (needs untiled linear layers and one
+   * attention task per micro-batch; tg_gpt_create fails otherwise); -1 =
+   * off.  On CPU workers
    * separate tasks let the weight gradients overlap the layers below.
    * Resolved by tg_gpt_create */
   int fused_blocks;
