@@ -175,7 +175,6 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
   return tg_task_submit_taken(task); /* a fusion group's, or StarPU's */
 }
 
-
 int tg_submit(struct starpu_codelet *cl, int nbuf, const starpu_data_handle_t *handles,
               const enum starpu_data_access_mode *modes, const void *args, size_t argsize,
               double flops, const tg_task_opts *opts) {

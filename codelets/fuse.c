@@ -37,7 +37,6 @@
  * never cheaper than its parts on the GPU itself.
  */
 #include <errno.h>
-#include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
 

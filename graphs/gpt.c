@@ -863,14 +863,6 @@ static int tg_gpt_residual_ln(const tg_gpt *g, int n, tg_tensor a, tg_tensor b, 
                                           ln->y->handle, ln->mean->handle, ln->rstd->handle, o);
 }
 
-/* Block l of micro-batch mb's forward from its input x (n, C) into
- * mb->acts[l] and its attention buffers, under options o.  ln1_done: the
- * task that summed x also wrote the block's first LayerNorm (ln1, mean1,
- * rstd1 of mb->acts[l]).  x_out: the block's output (n, C), a new
- * temporary, and with `next` the LayerNorm of it that comes next (the next
- * block's ln1 or the final one), in the same task; x_out NULL (recompute)
- * stops after the MLP's hidden activation, the last thing the backward
- * reads. */
 /* run.fused_blocks: the tasks between the two calls as one (codelets.h,
  * tg_fuse_begin); the group is dropped when its body failed */
 static int tg_gpt_fuse_begin(const tg_gpt *g) {
@@ -882,6 +874,14 @@ static int tg_gpt_fuse_end(const tg_gpt *g, int rc) {
   return rc ? rc : end;
 }
 
+/* Block l of micro-batch mb's forward from its input x (n, C) into
+ * mb->acts[l] and its attention buffers, under options o.  ln1_done: the
+ * task that summed x also wrote the block's first LayerNorm (ln1, mean1,
+ * rstd1 of mb->acts[l]).  x_out: the block's output (n, C), a new
+ * temporary, and with `next` the LayerNorm of it that comes next (the next
+ * block's ln1 or the final one), in the same task; x_out NULL (recompute)
+ * stops after the MLP's hidden activation, the last thing the backward
+ * reads. */
 static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
                                   int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
                                   const tg_task_opts *o) {
@@ -940,6 +940,7 @@ static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_
   return 0;
 }
 
+/* ... its tasks, one task with run.fused_blocks */
 static int tg_gpt_block_fwd(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_tensor x,
                             int ln1_done, tg_tensor *x_out, const tg_gpt_ln *next,
                             const tg_task_opts *o) {

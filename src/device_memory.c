@@ -143,12 +143,18 @@ void tg_device_memory_forget(starpu_data_handle_t h) {
   pthread_mutex_unlock(&tg_dm_lock);
 }
 
+/* What a device must hold (under the lock) once a task of `task` bytes
+ * joins: the REDUX contributions, plus room for two of the largest task */
+static long long tg_dm_need(long long task) {
+  long long big = task > tg_dm_task_max ? task : tg_dm_task_max;
+  if (tg_dm_redux_max > big) big = tg_dm_redux_max;
+  return tg_dm_redux_sum + 2 * big;
+}
+
 int tg_device_memory_room(long long bytes) {
   pthread_mutex_lock(&tg_dm_lock);
   if (!tg_dm_ready) tg_dm_scan();
-  long long big = bytes > tg_dm_task_max ? bytes : tg_dm_task_max;
-  if (tg_dm_redux_max > big) big = tg_dm_redux_max;
-  int room = tg_dm_budget < 0 || tg_dm_redux_sum + 2 * big <= tg_dm_budget;
+  int room = tg_dm_budget < 0 || tg_dm_need(bytes) <= tg_dm_budget;
   pthread_mutex_unlock(&tg_dm_lock);
   return room;
 }
@@ -172,9 +178,7 @@ int tg_device_memory_check(const char *op, int nbuf, const starpu_data_handle_t 
     }
   }
   if (task > tg_dm_task_max) tg_dm_task_max = task;
-  long long big = tg_dm_task_max, redux = tg_dm_redux_sum;
-  if (tg_dm_redux_max > big) big = tg_dm_redux_max;
-  long long need = redux + 2 * big;
+  long long need = tg_dm_need(task), redux = tg_dm_redux_sum;
   long long budget = tg_dm_budget;
   int node = tg_dm_node;
   pthread_mutex_unlock(&tg_dm_lock);
