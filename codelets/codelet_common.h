@@ -218,6 +218,10 @@ int tg_submit_native(struct starpu_codelet *cl, int nbuf,
                      const enum starpu_data_access_mode *modes, const void *args,
                      size_t argsize, double flops, const tg_task_opts *opts);
 
+/* A task's n buffers (dyn_handles above STARPU_NMAXBUFS, which StarPU
+ * frees with the task); -ENOMEM when they cannot be allocated. */
+int tg_task_set_buffers(struct starpu_task *task, int n, const starpu_data_handle_t *h,
+                        const enum starpu_data_access_mode *modes);
 /* Submits a task tg_submit built (its hooks run first); on failure the
  * task is destroyed and the error set (codelets/submit.c). */
 int tg_task_submit_built(struct starpu_task *task);

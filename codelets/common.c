@@ -131,19 +131,11 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
     return tg_fail(ENOMEM, "%s: starpu_task_create failed", cl->name);
   }
   task->cl = cl;
-  task->nbuffers = nbuf;
-  if (nbuf > STARPU_NMAXBUFS) {
-    /* StarPU frees these arrays with the task */
-    task->dyn_handles = malloc(nbuf * sizeof *task->dyn_handles);
-    task->dyn_modes = malloc(nbuf * sizeof *task->dyn_modes);
-    if (!task->dyn_handles || !task->dyn_modes) {
-      free(copy);
-      return tg_fail(ENOMEM, "%s: out of memory for %d buffers", cl->name, nbuf);
-    }
-  }
-  for (int i = 0; i < nbuf; i++) {
-    STARPU_TASK_SET_HANDLE(task, handles[i], i);
-    STARPU_TASK_SET_MODE(task, modes[i], i);
+  if (tg_task_set_buffers(task, nbuf, handles, modes) != 0) {
+    free(copy);
+    task->destroy = 0;
+    starpu_task_destroy(task);
+    return tg_fail(ENOMEM, "%s: out of memory for %d buffers", cl->name, nbuf);
   }
   task->cl_arg = copy;
   task->cl_arg_size = argsize;

@@ -341,21 +341,12 @@ static int tg_fuse_flush(void) {
     if (t->priority > priority) priority = t->priority;
   }
   task->cl = &tg_fused_cl;
-  task->nbuffers = tg_nu;
-  if (tg_nu > STARPU_NMAXBUFS) {
-    task->dyn_handles = malloc(tg_nu * sizeof *task->dyn_handles);
-    task->dyn_modes = malloc(tg_nu * sizeof *task->dyn_modes);
-    if (!task->dyn_handles || !task->dyn_modes) {
-      free(block);
-      task->destroy = 0;
-      starpu_task_destroy(task);
-      tg_fuse_discard();
-      return tg_fail(ENOMEM, "tg_fused: out of memory for %d buffers", tg_nu);
-    }
-  }
-  for (int j = 0; j < tg_nu; j++) {
-    STARPU_TASK_SET_HANDLE(task, tg_uh[j], j);
-    STARPU_TASK_SET_MODE(task, tg_um[j], j);
+  if (tg_task_set_buffers(task, tg_nu, tg_uh, tg_um) != 0) {
+    free(block);
+    task->destroy = 0;
+    starpu_task_destroy(task);
+    tg_fuse_discard();
+    return tg_fail(ENOMEM, "tg_fused: out of memory for %d buffers", tg_nu);
   }
   task->cl_arg = block;
   task->cl_arg_size = total;

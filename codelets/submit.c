@@ -6,10 +6,27 @@
  * its own so that fuse.c and common.c both call it, and not each other.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codelet_common.h"
 #include "hooks.h"
+
+int tg_task_set_buffers(struct starpu_task *task, int n, const starpu_data_handle_t *h,
+                        const enum starpu_data_access_mode *modes) {
+  task->nbuffers = n;
+  if (n > STARPU_NMAXBUFS) {
+    /* StarPU frees these arrays with the task */
+    task->dyn_handles = malloc(n * sizeof *task->dyn_handles);
+    task->dyn_modes = malloc(n * sizeof *task->dyn_modes);
+    if (!task->dyn_handles || !task->dyn_modes) return -ENOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    STARPU_TASK_SET_HANDLE(task, h[i], i);
+    STARPU_TASK_SET_MODE(task, modes[i], i);
+  }
+  return 0;
+}
 
 static __thread tg_task_taker tg_taker;
 
