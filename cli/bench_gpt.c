@@ -212,7 +212,7 @@ static double print_results(bench_gpt *r, double *ms, const tg_stats *st) {
          "%s attention (chunk %d, %d tasks), linear layers in %d tile(s)%s%s%s, classifier %s, %s, %d CPU + %d CUDA + %d emulated workers, scheduler %s\n",
          cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->padded_vocab_size,
          r->nparams, B, T, r->micro, tg_cli_attention_name(r->run.attention),
-         r->run.chunk, r->g.run.attn_splits, r->g.run.linear_tiles, r->g.run.fused_blocks > 0 ? ", blocks fused" : "",
+         r->run.chunk, r->g.run.attn_splits, r->g.run.linear_tiles, r->g.run.fused_blocks > 0 ? (r->g.run.packed_layers > 0 ? ", blocks fused, layers packed" : ", blocks fused") : r->g.run.packed_layers > 0 ? ", layers packed" : "",
          r->run.recompute ? ", recompute" : "",
          r->run.offload_optimizer ? (tg_gpt_relay_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered, weights relayed" : tg_gpt_scatter_devices(&r->g) ? ", optimizer offloaded, gradients reduce-scattered" : ", optimizer offloaded") : "", cls, tg_precision_name(r->ro.prec.precision),
          tg_ncpu_workers(), tg_ncuda_workers(), tg_nopencl_workers(),

@@ -93,6 +93,12 @@ static const run_option options[] = {
      "--tiles 1 and --attn-splits 1"},
     {"--no-fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), -1, 0, -1, GPT,
      "a task per operation of each block"},
+    {"--packed-layers", NULL, K_FLAG, F(cfg.packed_layers), 1, 0, -1, GPT,
+     "each layer's parameters as one StarPU buffer, and\nso its gradients, moments and 16-bit weights\n"
+     "(the tensors are views of it; default: with\nfused blocks); needs the optimizer on the\n"
+     "devices, no sharding, one rank, and one device\nor --deterministic"},
+    {"--no-packed-layers", NULL, K_FLAG, F(cfg.packed_layers), -1, 0, -1, GPT,
+     "a StarPU buffer per parameter tensor"},
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,
      "with the optimizer offloaded and micro-batches\npinned to 2 or more devices: reduce-scatter the\n"
      "gradients over the devices (a leaf per device,\nblock j summed on device j and sent to\n"

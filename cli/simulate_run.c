@@ -127,6 +127,7 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   r->relay_devices = tg_gpt_relay_devices(&c.g);
   r->linear_tiles = c.g.run.linear_tiles;
   r->fused_blocks = c.g.run.fused_blocks > 0;
+  r->packed_layers = c.g.run.packed_layers > 0;
   r->items = (double)o->run.cfg.B * o->run.cfg.T;
   r->flops = tg_gpt_flops_per_token(&cfg, o->run.cfg.T) * o->run.cfg.B * o->run.cfg.T;
   if (run.recompute)
@@ -200,6 +201,9 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
   if (r->fused_blocks)
     printf("blocks fused: each block's forward one task, its backward one (--no-fused-blocks: "
            "a task per operation)\n");
+  if (r->packed_layers)
+    printf("layers packed: each layer's parameters, gradients, moments and 16-bit weights one "
+           "buffer each (--no-packed-layers: a buffer per tensor)\n");
   if (r->linear_tiles > 1)
     printf("linear layers in %d tiles (column tiles per layer and micro-batch)\n",
            r->linear_tiles);

@@ -266,6 +266,9 @@ void gpt_open_loaders(gpt_session *s) {
             "from the other devices, a layer ahead\n", tg_gpt_relay_devices(&s->g));
   if (s->root && s->g.run.fused_blocks > 0)
     fprintf(stderr, "taskgrad: blocks fused: each block's forward one task, its backward one\n");
+  if (s->root && s->g.run.packed_layers > 0)
+    fprintf(stderr, "taskgrad: layers packed: each layer's parameters, gradients and moments "
+            "one buffer each\n");
   if (s->root && R > 1)
     fprintf(stderr, "taskgrad: %d MPI ranks, %d sequences and %d micro-batches each per step\n",
             R, o->run.cfg.B / R, o->run.cfg.nmicro / R);

@@ -225,12 +225,13 @@ int tg_task_set_buffers(struct starpu_task *task, int n, const starpu_data_handl
 /* Submits a task tg_submit built (its hooks run first); on failure the
  * task is destroyed and the error set (codelets/submit.c). */
 int tg_task_submit_built(struct starpu_task *task);
-/* tg_task_submit_built, or the thread's taker when one is set: task fusion
- * (codelets/fuse.c, tg_fuse_begin) takes the tasks of an open group and
- * submits them at the group's end, alone or as parts of one fused task. */
-typedef int (*tg_task_taker)(struct starpu_task *task);
-void tg_task_taker_set(tg_task_taker taker);
-int tg_task_submit_taken(struct starpu_task *task);
+/* Every built task's way to StarPU (codelets/fuse.c): inside an open
+ * fusion group (tg_fuse_begin) the group takes it, to be submitted at the
+ * group's end alone or as a part of one fused task; a task that names a
+ * view of a packed tensor (tg_tensor_pack) is submitted as a fused task of
+ * its own, over the views' wholes; any other goes to
+ * tg_task_submit_built. */
+int tg_fuse_submit(struct starpu_task *task);
 /* The running task as a codelet function sees it: the part a fused task is
  * running, else starpu_task_get_current().  Codelet functions read their
  * buffers' modes and count from it. */

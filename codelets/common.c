@@ -1,6 +1,6 @@
 /*
- * Shared codelet machinery: the perfmodel footprint, task submission, shape
- * checks.  See codelets/codelet_common.h.
+ * Shared codelet machinery: task submission, shape checks (the perfmodel
+ * footprint: footprint.c).  See codelets/codelet_common.h.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -59,16 +59,6 @@ starpu_data_handle_t tg_scratch_pool(size_t bytes, int pool) {
   }
   pthread_mutex_unlock(&tg_scratch_lock);
   return h;
-}
-
-uint32_t tg_footprint(struct starpu_task *task) {
-  uint32_t key = 0;
-  if (task->cl_arg && task->cl_arg_size >= sizeof key)
-    memcpy(&key, task->cl_arg, sizeof key);
-  /* 16-bit storage costs conversions: its own history entries */
-  int lowp = tg_lowp_of_task(task, NULL);
-  if (lowp) key = starpu_hash_crc32c_be((uint32_t)lowp, key);
-  return starpu_hash_crc32c_be(key, starpu_task_data_footprint(task));
 }
 
 enum starpu_data_access_mode tg_accum_mode(tg_accum accum) {
@@ -164,7 +154,7 @@ static int tg_submit_task(struct starpu_codelet *cl, int nbuf,
            !task->execute_on_a_specific_worker && cl->cuda_funcs[0] &&
            starpu_cuda_worker_get_count() > 0)
     task->where = STARPU_CUDA;
-  return tg_task_submit_taken(task); /* a fusion group's, or StarPU's */
+  return tg_fuse_submit(task); /* a fusion group's, views' fused task, or StarPU's */
 }
 
 int tg_submit(struct starpu_codelet *cl, int nbuf, const starpu_data_handle_t *handles,

@@ -3,8 +3,8 @@
  * tasks").
  *
  * Between tg_fuse_begin() and tg_fuse_end(), tg_submit (common.c) hands
- * each task it builds to tg_fuse_take, the thread's taker (submit.c),
- * instead of StarPU.  At the end the
+ * each task it builds to the thread's open group (tg_fuse_submit) instead
+ * of StarPU.  At the end the
  * group becomes one task of the codelet tg_fused: its buffers are the union
  * of the parts' (a handle once, with the mode of the whole sequence: written
  * first, W; read first and written later, RW), and its function runs the
@@ -29,6 +29,13 @@
  * group is (or neither is), some worker kind runs every part, and the union
  * stays within TG_FUSE_MAX_BUFFERS; otherwise the group so far is submitted
  * and the task after it, alone.  A group of one task is submitted as it is.
+ *
+ * Views of packed tensors (tg_tensor_pack, tensor.h): a part's view
+ * counts as its whole in the union, read-write where the part writes it
+ * (the rest of the whole is kept), and the part's function gets an
+ * interface of the view's range inside the whole's buffer on the worker's
+ * node.  A task that names views outside a group is a fused task of one
+ * part, so that StarPU only ever sees wholes.
  *
  * The cost: a history of its own ("taskgrad_fused"), footprinted by its
  * parts'.  In the SimGrid build, that history where it was calibrated for
@@ -100,6 +107,30 @@ static const tg_fuse_part *tg_fuse_next(const tg_fuse_part *p) {
 
 enum { TG_FUSE_CPU, TG_FUSE_CUDA, TG_FUSE_OPENCL };
 
+/* The interface of view h inside its whole's interface w on this worker's
+ * node: the view's shape (its own registration), the whole's buffer from
+ * the view's offset (an OpenCL buffer is a cl_mem and a byte offset) */
+static void *tg_fuse_view_iface(starpu_data_handle_t h, size_t off, void *w, int kind,
+                                struct starpu_matrix_interface *out) {
+  const struct starpu_matrix_interface *whole = w;
+  const struct starpu_matrix_interface *shape =
+      starpu_data_get_interface_on_node(h, STARPU_MAIN_RAM);
+  if (whole->id != STARPU_MATRIX_INTERFACE_ID || shape->id != STARPU_MATRIX_INTERFACE_ID)
+    TG_FATAL("fused task: a view of a non-matrix buffer");
+  *out = *shape;
+  out->ld = shape->nx; /* a view is contiguous; StarPU sets ld only where it allocates */
+  out->ptr = whole->ptr ? whole->ptr + off : 0;
+  if (kind == TG_FUSE_OPENCL) {
+    out->dev_handle = whole->dev_handle;
+    out->offset = whole->offset + off;
+  } else {
+    out->dev_handle = whole->dev_handle ? whole->dev_handle + off : 0;
+    out->offset = whole->offset;
+  }
+  out->allocsize = (size_t)shape->nx * shape->ny * shape->elemsize;
+  return out;
+}
+
 static void tg_fused_run(void *buffers[], void *cl_arg, int kind) {
   const tg_fuse_head *h = cl_arg;
   const tg_fuse_part *p = tg_fuse_first(cl_arg);
@@ -108,7 +139,14 @@ static void tg_fused_run(void *buffers[], void *cl_arg, int kind) {
     const int *map;
     tg_fuse_view(p, &view, &map);
     void *bufs[TG_FUSE_MAX_BUFFERS];
-    for (int i = 0; i < p->nbuf; i++) bufs[i] = buffers[map[i]];
+    struct starpu_matrix_interface views[TG_FUSE_MAX_BUFFERS];
+    for (int i = 0; i < p->nbuf; i++) {
+      size_t off;
+      starpu_data_handle_t hv = STARPU_TASK_GET_HANDLE(&view, i);
+      bufs[i] = tg_tensor_view_of(hv, &off)
+                    ? tg_fuse_view_iface(hv, off, buffers[map[i]], kind, &views[i])
+                    : buffers[map[i]];
+    }
     void (*fn)(void *[], void *) = kind == TG_FUSE_CPU    ? p->cl->cpu_funcs[0]
                                    : kind == TG_FUSE_CUDA ? p->cl->cuda_funcs[0]
                                                           : p->cl->opencl_funcs[0];
@@ -221,10 +259,27 @@ static int tg_plain(enum starpu_data_access_mode m) {
          m == (STARPU_RW | STARPU_COMMUTE);
 }
 
+/* The handle the fused task names for a part's h: a view's whole, else h;
+ * *m becomes the access to it (a written view keeps the rest of its whole:
+ * read-write; a view cannot be scratch: 0, the task cannot join) */
+static starpu_data_handle_t tg_fuse_key(starpu_data_handle_t h, enum starpu_data_access_mode *m) {
+  starpu_data_handle_t whole = tg_tensor_view_of(h, NULL);
+  if (!whole) return h;
+  if (*m == STARPU_SCRATCH) return NULL;
+  if (*m & STARPU_W) *m = (enum starpu_data_access_mode)(STARPU_RW | (*m & STARPU_COMMUTE));
+  return whole;
+}
+
+static int tg_task_has_views(const struct starpu_task *t) {
+  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(t); i++)
+    if (tg_tensor_view_of(STARPU_TASK_GET_HANDLE(t, i), NULL)) return 1;
+  return 0;
+}
+
 /* Adds t's buffers to the union (tg_uh, tg_um, tg_nu) if it can join;
  * 0 when it cannot (nothing changed) */
 static int tg_fuse_join(struct starpu_task *t) {
-  if (tg_nparts == TG_FUSE_MAX_PARTS || t->cl->nbuffers != STARPU_VARIABLE_NBUFFERS) return 0;
+  if (tg_nparts == TG_FUSE_MAX_PARTS) return 0;
   uint32_t where = tg_where_of(t);
   if (tg_nparts) {
     struct starpu_task *f = tg_parts[0];
@@ -241,9 +296,10 @@ static int tg_fuse_join(struct starpu_task *t) {
   memcpy(um, tg_um, nu * sizeof *um);
   int nbuf = (int)STARPU_TASK_GET_NBUFFERS(t);
   for (int i = 0; i < nbuf; i++) {
-    starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(t, i);
     enum starpu_data_access_mode m = STARPU_TASK_GET_MODE(t, i);
     if (!tg_plain(m)) return 0;
+    starpu_data_handle_t h = tg_fuse_key(STARPU_TASK_GET_HANDLE(t, i), &m);
+    if (!h) return 0;
     int j = 0;
     while (j < nu && uh[j] != h) j++;
     if (j == nu) {
@@ -285,10 +341,11 @@ static void tg_fuse_discard(void) {
   tg_fuse_clear();
 }
 
-/* Submits the group so far: its task alone, or the fused task of all. */
+/* Submits the group so far: its task alone (unless it names views), or the
+ * fused task of all. */
 static int tg_fuse_flush(void) {
   if (tg_nparts == 0) return 0;
-  if (tg_nparts == 1) {
+  if (tg_nparts == 1 && !tg_task_has_views(tg_parts[0])) {
     struct starpu_task *t = tg_parts[0];
     tg_fuse_clear();
     return tg_task_submit_built(t);
@@ -330,8 +387,10 @@ static int tg_fuse_flush(void) {
     for (int i = 0; i < nbuf; i++) {
       handles[i] = STARPU_TASK_GET_HANDLE(t, i);
       modes[i] = STARPU_TASK_GET_MODE(t, i);
+      enum starpu_data_access_mode m = modes[i];
+      starpu_data_handle_t key = tg_fuse_key(handles[i], &m);
       int j = 0;
-      while (tg_uh[j] != handles[i]) j++;
+      while (tg_uh[j] != key) j++;
       map[i] = j;
     }
     if (t->cl_arg_size) memcpy(q, t->cl_arg, t->cl_arg_size);
@@ -376,18 +435,36 @@ static int tg_fuse_flush(void) {
   return tg_task_submit_built(task);
 }
 
+/* a task with views that cannot be a fused task (tg_fuse_join refused it
+ * alone): destroyed, and the error */
+static int tg_fuse_refuse(struct starpu_task *task) {
+  const char *op = task->cl->name;
+  task->destroy = 0;
+  starpu_task_destroy(task);
+  return tg_fail(EINVAL, "%s: a view of a packed tensor in a task that cannot be fused (a "
+                 "scratch or reduction access, more than %d buffers, or no room on the "
+                 "devices)", op, TG_FUSE_MAX_BUFFERS);
+}
+
 static int tg_fuse_take(struct starpu_task *task) {
   if (tg_fuse_join(task)) return 0;
   TG_TRY(tg_fuse_flush());
   if (tg_fuse_join(task)) return 0; /* it starts the next group */
-  return tg_task_submit_built(task);
+  return tg_task_has_views(task) ? tg_fuse_refuse(task) : tg_task_submit_built(task);
+}
+
+int tg_fuse_submit(struct starpu_task *task) {
+  if (tg_fuse_open) return tg_fuse_take(task);
+  if (!tg_task_has_views(task)) return tg_task_submit_built(task);
+  /* a group of its own, which submits a fused task of one part */
+  if (!tg_fuse_join(task)) return tg_fuse_refuse(task);
+  return tg_fuse_flush();
 }
 
 int tg_fuse_begin(void) {
   if (tg_fuse_open) return tg_fail(EINVAL, "tg_fuse_begin: a group is already open");
   tg_fuse_open = 1;
   tg_fuse_clear();
-  tg_task_taker_set(tg_fuse_take);
   tg_tensor_release_hold();
   return 0;
 }
@@ -395,7 +472,6 @@ int tg_fuse_begin(void) {
 int tg_fuse_end(int submit) {
   if (!tg_fuse_open) return tg_fail(EINVAL, "tg_fuse_end: no group is open");
   tg_fuse_open = 0;
-  tg_task_taker_set(NULL);
   int rc = 0;
   if (submit) rc = tg_fuse_flush();
   else tg_fuse_discard();

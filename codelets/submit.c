@@ -1,9 +1,9 @@
 /*
- * The last step of every submission (codelets/common.c's tg_submit): a task
- * built and checked goes to StarPU, or to the thread's taker while one is
- * set (task fusion, codelets/fuse.c, gathers it).  And the running task as a
- * codelet function sees it (a fused task's part, else StarPU's).  A file of
- * its own so that fuse.c and common.c both call it, and not each other.
+ * The last step of every submission: a task built and checked
+ * (codelets/common.c's tg_submit, routed by fuse.c's tg_fuse_submit) goes
+ * to StarPU.  And the running task as a codelet function sees it (a fused
+ * task's part, else StarPU's).  A file of its own so that fuse.c and
+ * common.c both call it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,14 +26,6 @@ int tg_task_set_buffers(struct starpu_task *task, int n, const starpu_data_handl
     STARPU_TASK_SET_MODE(task, modes[i], i);
   }
   return 0;
-}
-
-static __thread tg_task_taker tg_taker;
-
-void tg_task_taker_set(tg_task_taker taker) { tg_taker = taker; }
-
-int tg_task_submit_taken(struct starpu_task *task) {
-  return tg_taker ? tg_taker(task) : tg_task_submit_built(task);
 }
 
 int tg_task_submit_built(struct starpu_task *task) {

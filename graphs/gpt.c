@@ -501,6 +501,46 @@ static int tg_gpt_shard(tg_gpt *g) {
   return tg_gpt_bucket(g, lnf, l0, 2, TG_SHARD_READ_F32);
 }
 
+/* run.packed_layers resolved: where no partition plan or reduction
+ * splits the parameters' tensors (gpt.h) */
+static int tg_gpt_packing(tg_gpt *g) {
+  tg_gpt_run_config *r = &g->run;
+  if (r->packed_layers < -1 || r->packed_layers > 1)
+    return tg_fail(EINVAL, "GPT: packed_layers %d is not -1 (off), 0 (auto) or 1 (on)",
+                   r->packed_layers);
+  int packable = r->data_parallel != TG_DP_SHARD && !r->offload_optimizer &&
+                 tg_dist_size() == 1 && (tg_sum_in_place() || tg_deterministic());
+  if (r->packed_layers > 0 && !packable)
+    return tg_fail(EINVAL, "GPT: packed layers need the optimizer on the devices, no sharding, "
+                   "one rank, and one device memory node or deterministic mode (the "
+                   "gradients summed without STARPU_REDUX)");
+  if (r->packed_layers == 0) r->packed_layers = packable && r->fused_blocks > 0 ? 1 : -1;
+  return 0;
+}
+
+/* run.packed_layers: layer l's per-layer tensors as views of one pack each
+ * for the values, gradients, first and second moments (f32), and in mixed
+ * precision one for the 16-bit GEMM weights */
+static int tg_gpt_pack_layers(tg_gpt *g) {
+  tg_dtype lowp = ACT(g);
+  for (int l = 0; l < g->cfg.num_layers; l++) {
+    for (int k = 0; k < 5; k++) {
+      tg_tensor(*which)[TG_GPT_MAX_LAYERS] = k == 0 ? g->w : k == 1 ? g->g : k == 2 ? g->m
+                                           : k == 3 ? g->v : g->wl;
+      tg_tensor *parts[TG_GPT_NPARAMS];
+      int rows[TG_GPT_NPARAMS], cols[TG_GPT_NPARAMS], n = 0;
+      for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+        if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
+        if (k == 4 && (!lowp || !tg_gpt_gemm_weight((tg_gpt_param)p))) continue;
+        tg_gpt_param_shape(&g->cfg, (tg_gpt_param)p, &rows[n], &cols[n]);
+        parts[n++] = &which[p][l];
+      }
+      if (n) TG_TRY(tg_tensor_pack(&g->packs[k][l], n, parts, rows, cols, k == 4 ? lowp : TG_F32));
+    }
+  }
+  return 0;
+}
+
 /* tg_gpt_create's source: the whole llm.c-layout array */
 typedef struct params_array {
   const float *params;
@@ -545,20 +585,23 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
   if (pinned) TG_TRY(tg_gpt_pin_micros(g));
   TG_TRY(tg_optim_init(&g->optim, opt, &g->run.amp, TG_GPT_RANKS(cfg->num_layers), "GPT"));
   g->optim.on_cpu = g->run.offload_optimizer;
-  int rc = 0;
+  int rc = tg_gpt_packing(g);
+  if (rc == 0 && g->run.packed_layers > 0) rc = tg_gpt_pack_layers(g);
   for (int p = 0; p < TG_GPT_NPARAMS && rc == 0; p++) {
     int rows, cols;
     tg_gpt_param_shape(cfg, (tg_gpt_param)p, &rows, &cols);
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++) {
       tg_tensor *all[4] = {&g->w[p][l], &g->g[p][l], &g->m[p][l], &g->v[p][l]};
-      for (int k = 0; k < 4 && rc == 0; k++) rc = tg_tensor_alloc(all[k], rows, cols, TG_F32);
+      int packed = all[0]->handle != NULL; /* views already (tg_gpt_pack_layers) */
+      for (int k = 0; k < 4 && rc == 0 && !packed; k++)
+        rc = tg_tensor_alloc(all[k], rows, cols, TG_F32);
       if (rc) break;
       /* no task has touched the fresh host buffers: plain writes are safe;
        * without a source they stay as allocated (zeros; folded, simulated) */
       const size_t n = (size_t)rows * cols;
       if (source) rc = source(ctx, p, (size_t)l * n, g->w[p][l].host, n);
       if (rc) break;
-      tg_tensor_enable_reduction(&g->g[p][l]);
+      if (!packed) tg_tensor_enable_reduction(&g->g[p][l]);
     }
   }
   if (rc == 0) rc = tg_tensor_alloc(&g->loss, 1, 1, TG_F32);
@@ -570,7 +613,7 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
     int rows, cols;
     tg_gpt_param_shape(cfg, (tg_gpt_param)p, &rows, &cols);
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++)
-      rc = tg_tensor_alloc(&g->wl[p][l], rows, cols, lowp);
+      if (!g->wl[p][l].handle) rc = tg_tensor_alloc(&g->wl[p][l], rows, cols, lowp);
   }
   if (rc == 0) rc = tg_gpt_register_params(g);
   if (rc == 0) rc = tg_optim_start(&g->optim);
@@ -618,6 +661,8 @@ void tg_gpt_destroy(tg_gpt *g) {
       tg_tensor_free(&g->v[p][l]);
       tg_tensor_free(&g->wl[p][l]);
     }
+  for (int k = 0; k < 5; k++) /* after their views */
+    for (int l = 0; l < TG_GPT_MAX_LAYERS; l++) tg_tensor_free(&g->packs[k][l]);
   tg_tensor_free(&g->loss);
 }
 

@@ -86,6 +86,9 @@ static tg_tensor *tg_param_tensor(const tg_param *p, int t) {
  * same. */
 static int tg_param_nblocks(const tg_optim *o, const tg_param *p) {
   if (p->shard) return 0; /* its blocks are the shards' */
+  /* a view of a packed layer (tensor.h) cannot be partitioned: its
+   * whole is the layer's one buffer */
+  if (tg_tensor_view_of(p->value->handle, NULL)) return 0;
   int devices = tg_ncuda_workers() + tg_nopencl_workers();
   if (devices > 0 && !o->on_cpu) return 0;
   int workers = tg_ncpu_workers() + devices;

@@ -156,6 +156,13 @@ void tg_tensor_release(tg_tensor *t) {
 
 void tg_tensor_free(tg_tensor *t) {
   if (!t->handle) return;
+  if (tg_tensor_view_of(t->handle, NULL)) { /* its memory is the whole's */
+    free(starpu_data_get_user_data(t->handle));
+    starpu_data_set_user_data(t->handle, NULL);
+    starpu_data_unregister_no_coherency(t->handle);
+    memset(t, 0, sizeof *t);
+    return;
+  }
   tg_device_memory_forget(t->handle);
   starpu_data_unregister(t->handle);
   /* the size tg_tensor_alloc gave starpu_malloc: StarPU 1.4 deprecates
@@ -168,21 +175,93 @@ void tg_tensor_free(tg_tensor *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* A view's whole and its offset there, else the tensor's own handle */
+static starpu_data_handle_t tg_tensor_home(const tg_tensor *t, size_t *offset) {
+  starpu_data_handle_t whole = tg_tensor_view_of(t->handle, offset);
+  if (whole) return whole;
+  *offset = 0;
+  return t->handle;
+}
+
 int tg_tensor_read(const tg_tensor *t, void *dst) {
   if (!t->handle) return tg_fail(EINVAL, "tg_tensor_read: empty tensor");
-  TG_STARPU(starpu_data_acquire(t->handle, STARPU_R));
-  void *src = (void *)starpu_data_get_local_ptr(t->handle);
+  size_t off;
+  starpu_data_handle_t h = tg_tensor_home(t, &off);
+  TG_STARPU(starpu_data_acquire(h, STARPU_R));
+  const char *src = (const char *)starpu_data_get_local_ptr(h) + off;
   memcpy(dst, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
-  starpu_data_release(t->handle);
+  starpu_data_release(h);
   return 0;
 }
 
 int tg_tensor_write(tg_tensor *t, const void *src) {
   if (!t->handle) return tg_fail(EINVAL, "tg_tensor_write: empty tensor");
-  TG_STARPU(starpu_data_acquire(t->handle, STARPU_W));
-  void *dst = (void *)starpu_data_get_local_ptr(t->handle);
+  size_t off;
+  starpu_data_handle_t h = tg_tensor_home(t, &off);
+  /* a view keeps the rest of its whole: read-write */
+  TG_STARPU(starpu_data_acquire(h, h == t->handle ? STARPU_W : STARPU_RW));
+  char *dst = (char *)starpu_data_get_local_ptr(h) + off;
   memcpy(dst, src, tg_tensor_numel(t) * tg_dtype_size(t->dtype));
-  starpu_data_release(t->handle);
+  starpu_data_release(h);
+  return 0;
+}
+
+/* ---- packed tensors ------------------------------------------------------ */
+
+#define TG_PACK_ALIGN ((size_t)256)
+#define TG_VIEW_MAGIC 0x76696577u /* "view" */
+
+/* a view handle's user data (starpu_data_set_user_data) */
+typedef struct tg_view_info {
+  uint32_t magic;
+  starpu_data_handle_t whole;
+  size_t offset; /* bytes */
+} tg_view_info;
+
+starpu_data_handle_t tg_tensor_view_of(starpu_data_handle_t h, size_t *offset) {
+  const tg_view_info *v = h ? starpu_data_get_user_data(h) : NULL;
+  if (!v || v->magic != TG_VIEW_MAGIC) return NULL;
+  if (offset) *offset = v->offset;
+  return v->whole;
+}
+
+int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int rows[],
+                   const int cols[], tg_dtype dtype) {
+  memset(whole, 0, sizeof *whole);
+  size_t es = tg_dtype_size(dtype), bytes = 0;
+  if (n < 1) return tg_fail(EINVAL, "tg_tensor_pack: %d tensors", n);
+  for (int i = 0; i < n; i++) {
+    TG_TRY(tg_check_shape(rows[i], cols[i], dtype));
+    bytes = (bytes + TG_PACK_ALIGN - 1) / TG_PACK_ALIGN * TG_PACK_ALIGN +
+            (size_t)rows[i] * (size_t)cols[i] * es;
+  }
+  size_t total = (bytes + es - 1) / es;
+  if (total > (size_t)INT32_MAX)
+    return tg_fail(EINVAL, "tg_tensor_pack: %zu elements, at most %d in one pack", total,
+                   INT32_MAX);
+  TG_TRY(tg_tensor_alloc(whole, 1, (int)total, dtype));
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    off = (off + TG_PACK_ALIGN - 1) / TG_PACK_ALIGN * TG_PACK_ALIGN;
+    tg_tensor *t = parts[i];
+    memset(t, 0, sizeof *t);
+    tg_view_info *v = malloc(sizeof *v);
+    if (!v) {
+      for (int k = 0; k < i; k++) tg_tensor_free(parts[k]);
+      tg_tensor_free(whole);
+      return tg_fail(ENOMEM, "tg_tensor_pack: out of memory");
+    }
+    *v = (tg_view_info){.magic = TG_VIEW_MAGIC, .whole = whole->handle, .offset = off};
+    /* no home node and never given memory: StarPU sees only the whole */
+    starpu_matrix_data_register(&t->handle, -1, 0, (uint32_t)cols[i], (uint32_t)cols[i],
+                                (uint32_t)rows[i], es);
+    starpu_data_set_user_data(t->handle, v);
+    t->rows = rows[i];
+    t->cols = cols[i];
+    t->dtype = dtype;
+    t->host = (char *)whole->host + off;
+    off += (size_t)rows[i] * (size_t)cols[i] * es;
+  }
   return 0;
 }
 

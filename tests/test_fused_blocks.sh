@@ -11,6 +11,12 @@
 # task's parts.  With --recompute the recomputed forwards are fused too, the
 # same bits again.  --fused-blocks with tiles or split attention is refused
 # (exit 2, one message).
+# Packed layers (--packed-layers, on by default with fused blocks: each
+# layer's parameters, gradients and moments one buffer each, the tensors
+# views of it, codelets/fuse.c): the same bits again, with fused blocks or
+# without, on 1 worker or 2, with recompute; the fused backward names fewer
+# buffers; where the tensors are split (the offloaded optimizer) it is
+# refused.
 . "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 . "$TG_SOURCE_DIR/tests/recompute_testlib.sh"
 export STARPU_NCUDA=0
@@ -26,10 +32,15 @@ for c in "${cases[@]}"; do
   i=$((i + 1))
   common=(--attn-splits 1 --tiles 1 "${args[@]}")
   recompute_run "base$i" --ncpus 2 "${common[@]}" || continue
-  recompute_run "fused$i" --ncpus 2 "${common[@]}" --fused-blocks || continue
+  recompute_run "fused$i" --ncpus 2 "${common[@]}" --fused-blocks --no-packed-layers || continue
   same_bits "base$i" "fused$i" "$name, 2 CPU workers, fused against not"
   fused "base$i" "fused$i"
+  recompute_run "packed$i" --ncpus 2 "${common[@]}" --fused-blocks &&
+    same_bits "base$i" "packed$i" "$name, 2 CPU workers, fused and packed against neither"
 done
+recompute_run packnf --ncpus 2 --attn-splits 1 --tiles 1 --precision bf16 --attention flash \
+  --no-fused-blocks --packed-layers &&
+  same_bits base2 packnf "bf16 flash, packed without fused blocks against neither"
 recompute_run fused1w --ncpus 1 --attn-splits 1 --tiles 1 --precision fp32 \
   --attention chunked --fused-blocks &&
   same_bits base1 fused1w "fp32 chunked, fused on 1 CPU worker against unfused on 2"
@@ -44,7 +55,8 @@ recompute_run default1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 \
 
 # a trace names each fused task's parts in order (a forward: its LayerNorm,
 # then the QKV linear, then attention ...)
-recompute_run traced --ncpus 2 --attn-splits 1 --tiles 1 --fused-blocks --trace "$work/t.json" &&
+recompute_run traced --ncpus 2 --attn-splits 1 --tiles 1 --fused-blocks --no-packed-layers \
+  --trace "$work/t.json" &&
   if parts=$("$py" - "$work/t.json" 2>&1 <<'PY'
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"]
@@ -61,15 +73,42 @@ PY
     bad "the trace's fused tasks: $parts"
   fi
 
+# packed, micro-batch 0's block backward (named after its first part, a
+# weight gradient) names its layer's weights and gradients as two buffers
+# instead of 6 + 12 (micro-batch 1's deterministic leaves are temporaries
+# of their own, per tensor)
+recompute_run tracedp --ncpus 2 --attn-splits 1 --tiles 1 --fused-blocks \
+  --trace "$work/tp.json" &&
+  if nb=$("$py" - "$work/t.json" "$work/tp.json" 2>&1 <<'PY'
+import json, sys
+def bufs(path):
+    ev = [e for e in json.load(open(path))["traceEvents"]
+          if e.get("ph") == "X" and e["args"].get("codelet") == "tg_fused"
+          and e["args"]["task"] == "L1.m0.wgrad"]
+    assert ev, path
+    return max(e["args"]["buffers"] for e in ev)
+a, b = bufs(sys.argv[1]), bufs(sys.argv[2])
+assert b == a - 16, f"{b} buffers packed against {a}"
+print(f"{a} -> {b}")
+PY
+  ); then
+    ok "packed, a fused backward's buffers: $nb"
+  else
+    bad "packed buffers: $nb"
+  fi
+
 # with recompute the block forward submitted again is fused too (3 layers,
 # the last not recomputed: 2 more fused tasks per micro-batch and step)
 recompute_run recf1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 --attention chunked \
-  --recompute --fused-blocks && {
+  --recompute --fused-blocks --no-packed-layers && {
   same_bits base1 recf1 "fp32 chunked, fused with recompute against unfused without"
   n=$(awk '$1 == "tg_fused" {print $2}' "$work/recf1.err")
   if [ "$n" = 48 ]; then ok "recf1: 48 fused tasks (36 and 12 recomputed forwards)"
   else bad "recf1: ${n:-no} fused tasks, expected 48"; fi
 }
+recompute_run recp1 --ncpus 2 --attn-splits 1 --tiles 1 --precision fp32 --attention chunked \
+  --recompute --fused-blocks &&
+  same_bits base1 recp1 "fp32 chunked, fused and packed with recompute against neither without"
 
 for extra in "--tiles 2:--attn-splits 1" "--attn-splits 2:--tiles 1"; do
   read -r -a a1 <<<"${extra%%:*}"

@@ -147,6 +147,17 @@ typedef struct tg_gpt_run_config {
    * separate tasks let the weight gradients overlap the layers below.
    * Resolved by tg_gpt_create */
   int fused_blocks;
+  /* each layer's parameters as one StarPU buffer, and so its gradients,
+   * its moments and its 16-bit GEMM weights (tg_tensor_pack, tensor.h:
+   * the tensors are views of it), so that a fused block's tasks and the
+   * layer's update name 5 buffers instead of about 50 (StarPU's driver
+   * time is per buffer): 0 = auto, on with fused blocks where no plan or
+   * reduction splits the tensors (not sharded, the optimizer on the
+   * devices, one rank, the gradients summed in place or deterministically);
+   * 1 = on wherever that holds (tg_gpt_create fails elsewhere); -1 = off.
+   * The same kernels in the same order: the same bits.  Resolved by
+   * tg_gpt_create */
+  int packed_layers;
 } tg_gpt_run_config;
 
 /* run.grad_scatter's default turns the reduce-scatter on from this many
@@ -211,6 +222,9 @@ typedef struct tg_gpt {
   struct tg_gpt_scatter *scatter;
   /* internal: the weight relay's shards and replicas (run.weight_relay) */
   struct tg_gpt_relay *relay;
+  /* run.packed_layers: layer l's w, g, m, v and wl tensors are views of
+   * packs[0..4][l] (empty otherwise) */
+  tg_tensor packs[5][TG_GPT_MAX_LAYERS];
 } tg_gpt;
 
 /* Registers the parameters (llm.c layout, tg_gpt_param_sizes() floats;

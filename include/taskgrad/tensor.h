@@ -68,6 +68,26 @@ int tg_tensor_write(tg_tensor *t, const void *src);
 /* tg_tensor_enable_reduction (STARPU_REDUX on a tensor) names codelets:
  * it belongs to the parallel layer and is declared in parallel.h. */
 
+/* ---- packed tensors: one StarPU buffer seen as several tensors ---------------
+ * tg_tensor_pack allocates `whole`, a host tensor (1, total) holding n
+ * tensors one after the other (each from a 256-byte boundary, for vector
+ * loads and the tensor cores), and makes *parts[i] a (rows[i], cols[i])
+ * view of its range: a tensor with its own shape, host pointer (written
+ * before any task, as a host tensor's) and handle, which tasks name as
+ * usual.  StarPU moves and orders only the whole: a task that names views
+ * is run by a fused task over their wholes (codelets/fuse.c), which hands
+ * each part an interface of its range.  So a layer's parameters cost a task
+ * one buffer instead of a dozen (StarPU's driver time is per buffer), at the
+ * price of ordering every task on any part after every earlier writer of
+ * any other.  A view's handle must never reach StarPU otherwise: no
+ * partition, no REDUX, no acquire (tg_tensor_read and _write go through the
+ * whole).  Free the views, then the whole. */
+int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int rows[],
+                   const int cols[], tg_dtype dtype);
+/* For a view's handle: its whole's, and *offset its first byte there;
+ * NULL for any other handle */
+starpu_data_handle_t tg_tensor_view_of(starpu_data_handle_t h, size_t *offset);
+
 /* ---- splitting a tensor into row (or column) blocks ---------------------------
  * Static: a permanent, synchronous partition made before any task touches
  * the tensor; the blocks are then used instead of the whole.

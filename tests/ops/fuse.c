@@ -7,7 +7,12 @@
  *            fused, on the pair engine's two workers; on the CPU workers
  *            also against the same four tasks unfused, bit for bit (the
  *            parts' functions are the unfused tasks' own);
- *  cpu       a group of one task, and a group dropped by tg_fuse_end(0),
+ *            The same chain on A and B as views of one packed tensor
+ *            (tg_tensor_pack: at offsets inside its buffer), fused and
+ *            unfused (each task then a fused task of one part), bit for
+ *            bit the plain tensors' results;
+ *  cpu       a view written (Y a view, its neighbours kept) and read back;
+ *            a group of one task, and a group dropped by tg_fuse_end(0),
  *            which must leave its output as it was; the errors of
  *            unbalanced calls.
  * 33 x 257: remainder tiles in every element-wise kernel.
@@ -71,6 +76,46 @@ static void pair_fused(void) {
     free(u_cpu);
     free(u_2nd);
     run_pair("fused group of one task", fused_single, &c, 1, &o, NULL, NULL);
+  }
+  /* A and B as views of one pack, after a small one: offsets in the
+   * buffer that the views' interfaces must add */
+  tg_tensor P, S, VA, VB;
+  tg_tensor *parts[3] = {&S, &VA, &VB};
+  const int prow[3] = {3, FUSE_N, FUSE_N}, pcol[3] = {5, FUSE_C, FUSE_C};
+  CHECK(tg_tensor_pack(&P, 3, parts, prow, pcol, TG_F32) == 0, "tg_tensor_pack failed");
+  CHECK(tg_tensor_write(&VA, a) == 0 && tg_tensor_write(&VB, b) == 0, "writing views failed");
+  gctx cv = {.h = {VA.handle, VB.handle}, .accum = TG_OVERWRITE};
+  const char *kinds[2] = {"fused chain on views", "unfused chain on views"};
+  for (int k = 0; k < 2; k++) {
+    float *v_cpu = NULL, *v_2nd = NULL;
+    run_pair(kinds[k], k ? unfused : fused, &cv, 1, &o, &v_cpu, &v_2nd);
+    if (f_cpu && v_cpu)
+      pair_compare(kinds[k], f_cpu, v_cpu, (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
+    if (f_2nd && v_2nd)
+      pair_compare(kinds[k], f_2nd, v_2nd, (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
+    free(v_cpu);
+    free(v_2nd);
+  }
+  if (ops_current_backend() == OPS_CPU) {
+    /* VB = VA + VA on views: B's range changes, the small one's does not */
+    float *s0 = filled(15, 7.0f);
+    CHECK(tg_tensor_write(&S, s0) == 0, "writing a view failed");
+    CHECK(tg_residual_insert(VA.handle, VA.handle, VB.handle, NULL) == 0, "insert on views failed");
+    float *y = xmalloc((size_t)FUSE_N * FUSE_C * sizeof *y), *want = xmalloc((size_t)FUSE_N * FUSE_C * sizeof *want);
+    float s1[15];
+    CHECK(tg_tensor_read(&VB, y) == 0 && tg_tensor_read(&S, s1) == 0, "reading views failed");
+    for (size_t i = 0; i < (size_t)FUSE_N * FUSE_C; i++) want[i] = a[i] + a[i];
+    pair_compare("a view written, read back", want, y, (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
+    pair_compare("its neighbour in the pack kept", s0, s1, 15, PAIR_EXACT);
+    free(y);
+    free(want);
+    free(s0);
+  }
+  tg_tensor_free(&S);
+  tg_tensor_free(&VA);
+  tg_tensor_free(&VB);
+  tg_tensor_free(&P);
+  if (ops_current_backend() == OPS_CPU) {
 
     /* a dropped group: nothing runs, the output keeps its contents */
     float *init = filled((size_t)FUSE_N * FUSE_C, 3.0f);
@@ -100,7 +145,8 @@ static void pair_fused(void) {
 
 static const ops_row rows[] = {
     {.name = "fused",
-     .doc = "several tasks as one (tg_fuse_begin / tg_fuse_end): their functions in order",
+     .doc = "several tasks as one (tg_fuse_begin / tg_fuse_end): their functions in order; "
+            "a task on views of packed tensors (tg_tensor_pack) as one over their wholes",
      .buffers = "the union of its parts' (a handle once: W if written first, RW if read "
                 "first and written later)",
      .covers = "tg_fused_cl",
