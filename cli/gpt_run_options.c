@@ -94,9 +94,10 @@ static const run_option options[] = {
     {"--no-fused-blocks", NULL, K_FLAG, F(cfg.fused_blocks), -1, 0, -1, GPT,
      "a task per operation of each block"},
     {"--packed-layers", NULL, K_FLAG, F(cfg.packed_layers), 1, 0, -1, GPT,
-     "each layer's parameters as one StarPU buffer, and\nso its gradients, moments and 16-bit weights\n"
-     "(the tensors are views of it; default: with\nfused blocks); needs the optimizer on the\n"
-     "devices, no sharding, one rank, and one device\nor --deterministic"},
+     "each layer's parameters as one StarPU buffer, and\nso its gradients, moments and 16-bit weights,\n"
+     "and without --recompute each block's saved\nactivations (the tensors are views of it;\n"
+     "default: with fused blocks); needs the optimizer\non the devices, no sharding, one rank, and one\n"
+     "device or --deterministic"},
     {"--no-packed-layers", NULL, K_FLAG, F(cfg.packed_layers), -1, 0, -1, GPT,
      "a StarPU buffer per parameter tensor"},
     {"--grad-scatter", NULL, K_FLAG, F(cfg.grad_scatter), 1, 0, -1, GPT,

@@ -44,6 +44,7 @@ typedef struct tg_sim_result {
   int scatter_devices; /* GPT: devices whose gradients are reduce-scattered, or 0 */
   int relay_devices;   /* GPT: devices whose weights are relayed, or 0 */
   int packed_layers;   /* GPT: 1 when each layer's tensors are views of one buffer each */
+  int packed_activations; /* GPT: 1 when each block's saved activations are too */
   int fused_blocks;    /* GPT: 1 when each block's forward and backward are a task each */
   int linear_tiles;   /* GPT: tasks per linear layer (graphs/gpt_tiles.c) */
   double host_bytes;  /* GPT: host-backed bytes (state, buffers), an estimate */

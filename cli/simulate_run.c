@@ -117,6 +117,15 @@ static void run_gpt(const tg_sim_options *o, tg_sim_result *r, tg_stats *st) {
   gpt_ctx c = {.lr = 1e-4f};
   /* no host copy: simulation runs no kernel, so values do not matter */
   if (tg_gpt_create(&c.g, &cfg, NULL, &run, &opt) < 0) tg_cli_die_last("building the model");
+  /* packed activations are host-backed too (gpt.h, tg_gpt_attn) */
+  host += (double)tg_gpt_packed_activation_bytes(&c.g);
+  r->packed_activations = tg_gpt_packed_activation_bytes(&c.g) > 0;
+  if (o->host_mem > 0 && host > o->host_mem)
+    tg_cli_die("this GPT model and batch need about %.1f GB of host memory for the model's "
+               "state, attention buffers and packed activations, more than the %.1f GB of "
+               "platform %s's host (--host-memory)", host * 1e-9, o->host_mem * 1e-9,
+               o->platform);
+  r->host_bytes = host;
   /* under StarPU-MPI (taskgrad-sim-mpi): every replica starts from rank 0's
    * parameters, as in `train gpt`, so the simulation moves them too */
   if (tg_gpt_broadcast_params(&c.g) < 0) tg_cli_die_last("broadcasting the parameters");
@@ -203,7 +212,8 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
            "a task per operation)\n");
   if (r->packed_layers)
     printf("layers packed: each layer's parameters, gradients, moments and 16-bit weights one "
-           "buffer each (--no-packed-layers: a buffer per tensor)\n");
+           "buffer each%s (--no-packed-layers: a buffer per tensor)\n",
+           r->packed_activations ? ", and each block's activations" : "");
   if (r->linear_tiles > 1)
     printf("linear layers in %d tiles (column tiles per layer and micro-batch)\n",
            r->linear_tiles);
@@ -258,12 +268,15 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
     printf("peak device memory %s: %.2f GB of %.2f GB\n", name, r->mem_peak[node] * 1e-9,
            starpu_memory_get_total(node) * 1e-9);
   }
+  const char *what = r->packed_activations
+                         ? "the model's state, attention buffers, packed activations"
+                         : "the model's state, attention buffers";
   if (r->host_bytes > 0 && o->host_mem > 0)
-    printf("host memory: about %.2f GB host-backed (the model's state, attention buffers) of "
-           "%.0f GB\n", r->host_bytes * 1e-9, o->host_mem * 1e-9);
+    printf("host memory: about %.2f GB host-backed (%s) of %.0f GB\n", r->host_bytes * 1e-9,
+           what, o->host_mem * 1e-9);
   else if (r->host_bytes > 0)
-    printf("host memory: about %.2f GB host-backed (the model's state, attention buffers); "
-           "the platform gives no host size\n", r->host_bytes * 1e-9);
+    printf("host memory: about %.2f GB host-backed (%s); the platform gives no host size\n",
+           r->host_bytes * 1e-9, what);
   long hist, roof;
   tg_sim_counts(&hist, &roof);
   const tg_sim_roofline *rf = &o->roofline;

@@ -292,6 +292,19 @@ static int tg_gpt_attn_sets(const tg_gpt *g) {
   return (g->run.recompute ? 1 : g->cfg.num_layers) * g->run.nmicro;
 }
 
+size_t tg_gpt_packed_activation_bytes(const tg_gpt *g) {
+  size_t bytes = 0;
+  for (int i = 0; g->attn && i < tg_gpt_attn_sets(g); i++) {
+    const tg_gpt_attn *a = &g->attn[i];
+    if (!a->pack.handle) continue;
+    const tg_tensor *set[] = {&a->qkv, &a->out, &a->dout, &a->dqkv, &a->state};
+    bytes += tg_tensor_numel(&a->pack) * tg_dtype_size(a->pack.dtype);
+    for (size_t k = 0; k < sizeof set / sizeof set[0]; k++)
+      bytes -= tg_tensor_numel(set[k]) * tg_dtype_size(set[k]->dtype);
+  }
+  return bytes;
+}
+
 static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
   if (r->B < 1 || r->T < 1)
     return tg_fail(EINVAL, "GPT: batch %d and sequence length %d must be positive", r->B, r->T);
@@ -529,13 +542,15 @@ static int tg_gpt_pack_layers(tg_gpt *g) {
                                            : k == 3 ? g->v : g->wl;
       tg_tensor *parts[TG_GPT_NPARAMS];
       int rows[TG_GPT_NPARAMS], cols[TG_GPT_NPARAMS], n = 0;
+      tg_dtype dt[TG_GPT_NPARAMS];
       for (int p = 0; p < TG_GPT_NPARAMS; p++) {
         if (!tg_gpt_param_per_layer((tg_gpt_param)p)) continue;
         if (k == 4 && (!lowp || !tg_gpt_gemm_weight((tg_gpt_param)p))) continue;
         tg_gpt_param_shape(&g->cfg, (tg_gpt_param)p, &rows[n], &cols[n]);
+        dt[n] = k == 4 ? lowp : TG_F32;
         parts[n++] = &which[p][l];
       }
-      if (n) TG_TRY(tg_tensor_pack(&g->packs[k][l], n, parts, rows, cols, k == 4 ? lowp : TG_F32));
+      if (n) TG_TRY(tg_tensor_pack(&g->packs[k][l], n, parts, rows, cols, dt));
     }
   }
   return 0;
@@ -615,6 +630,8 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
     for (int l = 0; l < tg_gpt_slices((tg_gpt_param)p, cfg) && rc == 0; l++)
       if (!g->wl[p][l].handle) rc = tg_tensor_alloc(&g->wl[p][l], rows, cols, lowp);
   }
+  /* packed, a layer's update names 5 buffers: fused across layers (optim.h) */
+  g->optim.fuse_updates = g->run.packed_layers > 0 && g->run.fused_blocks > 0;
   if (rc == 0) rc = tg_gpt_register_params(g);
   if (rc == 0) rc = tg_optim_start(&g->optim);
   int sets = tg_gpt_attn_sets(g), M = g->run.nmicro;
@@ -623,7 +640,8 @@ int tg_gpt_create_from(tg_gpt *g, const tg_gpt_config *cfg, tg_gpt_param_source 
     if (!g->attn) rc = tg_fail(ENOMEM, "GPT: out of memory for attention buffers");
   }
   for (int i = 0; i < sets && rc == 0; i++)
-    rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M, tg_gpt_tile_node(g, i % M));
+    rc = tg_gpt_attn_create(&g->attn[i], cfg, &g->run, g->run.B / M, tg_gpt_tile_node(g, i % M),
+                            i < M);
   if (rc == 0 && g->run.linear_tiles > 1) rc = tg_gpt_tiles_create(g, ACT(g));
   if (rc == 0) rc = tg_gpt_scatter_create(g);
   if (rc == 0) rc = tg_gpt_relay_wanted(g);
@@ -773,6 +791,16 @@ static int tg_act_temp(const tg_gpt *g, tg_tensor *t, int rows, int cols) {
 static int tg_gpt_out(tg_gpt *g, const tg_gpt_micro *mb, tg_gpt_tile_buf which, int l,
                       tg_tensor *t, tg_split **plan, int rows, int cols) {
   if (tg_gpt_tile_out(g, mb->micro, which, l, t, plan)) return 0;
+  /* packed activations: the view (the backward's in layer 0's set) */
+  const tg_gpt_attn *at = &mb->attn[l * mb->attn_stride], *a0 = &mb->attn[0];
+  if (which == TG_TILE_PROJ && at->pack.handle) {
+    *t = at->proj;
+    return 0;
+  }
+  if (which != TG_TILE_PROJ && a0->dln.handle) {
+    *t = which == TG_TILE_DLN ? a0->dln : a0->dfch;
+    return 0;
+  }
   return TEMP(t, rows, cols);
 }
 
@@ -884,21 +912,45 @@ static void tg_gpt_block_drop(tg_gpt_micro *mb, int l) {
 }
 
 /* A LayerNorm's parameters and its outputs: normalised (n, C), mean and
- * rstd (n, 1) f32, created by whoever computes it */
+ * rstd (n, 1) f32, created by whoever computes it; with packed activations
+ * views of block `layer`'s set (first: its x, ln1, mean1, rstd1; else x2,
+ * ln2, mean2, rstd2; layer -1: temporaries) */
 typedef struct tg_gpt_ln {
   starpu_data_handle_t w, b;
   tg_tensor *y, *mean, *rstd;
+  int layer, first;
 } tg_gpt_ln;
 
+/* Packed activations (gpt.h, tg_gpt_attn): *t = the view at offset f of
+ * block l's set of micro-batch mb; otherwise a new (rows, cols) temporary */
+static int tg_gpt_act(const tg_gpt_micro *mb, int l, size_t f, tg_tensor *t, int rows,
+                      int cols, tg_dtype dt) {
+  const tg_gpt_attn *at = l >= 0 ? &mb->attn[l * mb->attn_stride] : NULL;
+  if (at && at->pack.handle) {
+    *t = *(const tg_tensor *)((const char *)at + f);
+    return 0;
+  }
+  return tg_tensor_temp(t, rows, cols, dt);
+}
+#define ACT_VIEW(l, f, t, r, c, dt) tg_gpt_act(mb, (l), offsetof(tg_gpt_attn, f), t, r, c, dt)
+
 /* sum = a + b (n, C) and the LayerNorm ln of it, in one task: sum and ln's
- * outputs are new temporaries */
-static int tg_gpt_residual_ln(const tg_gpt *g, int n, tg_tensor a, tg_tensor b, tg_tensor *sum,
-                              const tg_gpt_ln *ln, const tg_task_opts *o) {
-  int C = g->cfg.channels;
-  TG_TRY(TEMP(sum, n, C));
-  TG_TRY(TEMP(ln->y, n, C));
-  TG_TRY(tg_temp(ln->mean, n, 1));
-  TG_TRY(tg_temp(ln->rstd, n, 1));
+ * outputs are new temporaries (or views: tg_gpt_ln) */
+static int tg_gpt_residual_ln(const tg_gpt *g, const tg_gpt_micro *mb, tg_tensor a, tg_tensor b,
+                              tg_tensor *sum, const tg_gpt_ln *ln, const tg_task_opts *o) {
+  int n = mb->n, C = g->cfg.channels, l = ln->layer;
+  tg_dtype act = ACT(g);
+  if (ln->first) {
+    TG_TRY(ACT_VIEW(l, x, sum, n, C, act));
+    TG_TRY(ACT_VIEW(l, ln1, ln->y, n, C, act));
+    TG_TRY(ACT_VIEW(l, mean1, ln->mean, n, 1, TG_F32));
+    TG_TRY(ACT_VIEW(l, rstd1, ln->rstd, n, 1, TG_F32));
+  } else {
+    TG_TRY(ACT_VIEW(l, x2, sum, n, C, act));
+    TG_TRY(ACT_VIEW(l, ln2, ln->y, n, C, act));
+    TG_TRY(ACT_VIEW(l, mean2, ln->mean, n, 1, TG_F32));
+    TG_TRY(ACT_VIEW(l, rstd2, ln->rstd, n, 1, TG_F32));
+  }
   if (!TG_GPT_FUSE_SMALL(g)) {
     TG_TRY(tg_residual_insert(a.handle, b.handle, sum->handle, o));
     return tg_layernorm_fwd_insert(sum->handle, ln->w, ln->b, ln->y->handle, ln->mean->handle,
@@ -935,9 +987,9 @@ static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_
   tg_gpt_attn *at = &mb->attn[l * mb->attn_stride];
   A->x = x;
   if (!ln1_done) {
-    TG_TRY(TEMP(&A->ln1, n, C));       /* (n, C) */
-    TG_TRY(tg_temp(&A->mean1, n, 1));  /* (n, 1) f32 */
-    TG_TRY(tg_temp(&A->rstd1, n, 1));  /* (n, 1) f32 */
+    TG_TRY(ACT_VIEW(l, ln1, &A->ln1, n, C, ACT(g)));       /* (n, C) */
+    TG_TRY(ACT_VIEW(l, mean1, &A->mean1, n, 1, TG_F32));  /* (n, 1) f32 */
+    TG_TRY(ACT_VIEW(l, rstd1, &A->rstd1, n, 1, TG_F32));  /* (n, 1) f32 */
     TG_TRY(tg_layernorm_fwd_insert(x.handle, W(g, TG_LN1W, l), W(g, TG_LN1B, l),
                                    A->ln1.handle, A->mean1.handle, A->rstd1.handle, o));
   }
@@ -951,8 +1003,8 @@ static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_
   TG_TRY(tg_gpt_linear_fwd(g, at->out.handle, WG(g, TG_ATTPROJW, l), W(g, TG_ATTPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   /* x2 (n, C) = x + attention, and ln2 of it */
-  tg_gpt_ln ln2 = {W(g, TG_LN2W, l), W(g, TG_LN2B, l), &A->ln2, &A->mean2, &A->rstd2};
-  TG_TRY(tg_gpt_residual_ln(g, n, x, proj, &A->x2, &ln2, o));
+  tg_gpt_ln ln2 = {W(g, TG_LN2W, l), W(g, TG_LN2B, l), &A->ln2, &A->mean2, &A->rstd2, l, 0};
+  TG_TRY(tg_gpt_residual_ln(g, mb, x, proj, &A->x2, &ln2, o));
   tg_gpt_out_release(&proj, pc);
   A->fch_c = A->fchg_c = NULL;
   if (N > 1) { /* the set's buffers, with their column plans */
@@ -961,8 +1013,8 @@ static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_
     A->fch_c = &at->fch_c;
     A->fchg_c = &at->fchg_c;
   } else {
-    TG_TRY(TEMP(&A->fch, n, 4 * C));   /* (n, 4C) pre-activation */
-    TG_TRY(TEMP(&A->fchg, n, 4 * C));  /* (n, 4C) GELU of it */
+    TG_TRY(ACT_VIEW(l, fch, &A->fch, n, 4 * C, ACT(g)));   /* (n, 4C) pre-activation */
+    TG_TRY(ACT_VIEW(l, fchg, &A->fchg, n, 4 * C, ACT(g))); /* (n, 4C) GELU of it */
   }
   TG_TRY(tg_gpt_linear_fwd(g, A->ln2.handle, WG(g, TG_FCW, l), W(g, TG_FCB, l), TG_ACT_GELU,
                            &A->fch, A->fch_c, &A->fchg, A->fchg_c, o));
@@ -971,7 +1023,7 @@ static int tg_gpt_block_fwd_tasks(tg_gpt *g, tg_gpt_micro *mb, int S, int l, tg_
   TG_TRY(tg_gpt_linear_fwd(g, A->fchg.handle, WG(g, TG_FCPROJW, l), W(g, TG_FCPROJB, l),
                            TG_ACT_NONE, &proj, pc, NULL, NULL, o));
   if (next) {
-    TG_TRY(tg_gpt_residual_ln(g, n, A->x2, proj, x_out, next, o));
+    TG_TRY(tg_gpt_residual_ln(g, mb, A->x2, proj, x_out, next, o));
   } else {
     TG_TRY(TEMP(x_out, n, C));
     TG_TRY(tg_residual_insert(A->x2.handle, proj.handle, x_out->handle, o));
@@ -1002,7 +1054,7 @@ static int tg_gpt_forward_layers(tg_gpt *g, tg_gpt_micro *mb, int S, int first, 
   tg_gopts go;
   tg_tensor x = mb->xL;
   if (first == 0) {
-    TG_TRY(TEMP(&x, n, C));
+    TG_TRY(ACT_VIEW(0, x, &x, n, C, ACT(g)));
     TG_TRY(tg_embedding_fwd_insert(g->run.T, mb->tokens, W(g, TG_WTE, 0), W(g, TG_WPE, 0),
                                    x.handle,
                                    OPT(3 * L + 1, TG_GPT_RANKS(L), "m%d.embed", mb->micro)));
@@ -1017,9 +1069,10 @@ static int tg_gpt_forward_layers(tg_gpt *g, tg_gpt_micro *mb, int S, int first, 
     if (l + 1 < end) {
       tg_gpt_layer_acts *B = &mb->acts[l + 1];
       ln = (tg_gpt_ln){W(g, TG_LN1W, l + 1), W(g, TG_LN1B, l + 1), &B->ln1, &B->mean1,
-                       &B->rstd1};
+                       &B->rstd1, l + 1, 1};
     } else if (end == L) {
-      ln = (tg_gpt_ln){W(g, TG_LNFW, 0), W(g, TG_LNFB, 0), &mb->lnf, &mb->meanf, &mb->rstdf};
+      ln = (tg_gpt_ln){W(g, TG_LNFW, 0), W(g, TG_LNFB, 0), &mb->lnf, &mb->meanf, &mb->rstdf,
+                       -1, 0};
     } else {
       fused = NULL;
     }
@@ -1122,7 +1175,8 @@ static int tg_gpt_backward_head(tg_gpt *g, tg_gpt_micro *mb) {
   int n = mb->n, C = c->channels, L = c->num_layers;
   tg_gopts go;
   tg_tensor *d = &mb->dres;
-  TG_TRY(TEMP(d, n, C));
+  if (mb->attn[0].dres.handle) *d = mb->attn[0].dres; /* packed (gpt.h) */
+  else TG_TRY(TEMP(d, n, C));
   TG_TRY(tg_fill_insert(d->handle, 0.0f, BWD(L)));
   tg_accum lnmode;
   TG_TRY(tg_gpt_pair_take(g, mb, TG_LNFW, 0, &lnmode));

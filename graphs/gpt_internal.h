@@ -9,9 +9,10 @@
 
 /* Attention buffers of one (layer, micro-batch) of b sequences, with
  * r->attn_splits row blocks; tiled, qkv, out, dout and dqkv on `node`
- * (tg_gpt_tile_node). */
+ * (tg_gpt_tile_node).  Packed activations (gpt.h): views of one pack, and
+ * with first (layer 0's set) the micro-batch's backward buffers too. */
 int tg_gpt_attn_create(tg_gpt_attn *a, const tg_gpt_config *c, const tg_gpt_run_config *r,
-                       int b, unsigned node);
+                       int b, unsigned node, int first);
 void tg_gpt_attn_destroy(tg_gpt_attn *a);
 /* Forward of one layer's attention as S tasks: whole qkv in, whole out
  * valid after. */

@@ -314,7 +314,7 @@ int tg_optim_update(tg_optim *o, float lr) {
   tg_adamw_group *groups = calloc((size_t)ngroups, sizeof *groups);
   if (!groups) return tg_fail(ENOMEM, "optimizer: out of memory for the AdamW groups");
   const tg_adamw_hyper *ampp = o->lowp ? &amp : NULL;
-  int rc = 0;
+  int rc = o->fuse_updates ? tg_fuse_begin() : 0;
   for (int k = 0; k < o->nparams && !rc; k++) {
     tg_param *p = &o->params[k];
     if (p->shard) {
@@ -337,6 +337,10 @@ int tg_optim_update(tg_optim *o, float lr) {
     if (n) tg_param_blocks_switch(p, 1);
   }
   if (!rc) rc = tg_adamw_groups_flush(o, &amp, groups, ngroups);
+  if (o->fuse_updates) {
+    int end = tg_fuse_end(rc == 0);
+    if (!rc) rc = end;
+  }
   free(groups);
   TG_TRY(rc);
   int skipped = tg_loss_scaler_after_step(&o->scaler, &o->overflow);

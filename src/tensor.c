@@ -130,6 +130,10 @@ void tg_tensor_release_flush(void) {
 
 void tg_tensor_release(tg_tensor *t) {
   if (!t->handle) return;
+  if (tg_tensor_view_of(t->handle, NULL)) { /* its pack's: only forgotten here */
+    memset(t, 0, sizeof *t);
+    return;
+  }
   if (tg_release_held && !t->host && !t->device) {
     if (tg_nheld == tg_held_cap) {
       int cap = tg_held_cap ? 2 * tg_held_cap : 32;
@@ -226,20 +230,20 @@ starpu_data_handle_t tg_tensor_view_of(starpu_data_handle_t h, size_t *offset) {
 }
 
 int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int rows[],
-                   const int cols[], tg_dtype dtype) {
+                   const int cols[], const tg_dtype dtypes[]) {
   memset(whole, 0, sizeof *whole);
-  size_t es = tg_dtype_size(dtype), bytes = 0;
   if (n < 1) return tg_fail(EINVAL, "tg_tensor_pack: %d tensors", n);
+  size_t bytes = 0, es = tg_dtype_size(dtypes[0]);
   for (int i = 0; i < n; i++) {
-    TG_TRY(tg_check_shape(rows[i], cols[i], dtype));
+    TG_TRY(tg_check_shape(rows[i], cols[i], dtypes[i]));
     bytes = (bytes + TG_PACK_ALIGN - 1) / TG_PACK_ALIGN * TG_PACK_ALIGN +
-            (size_t)rows[i] * (size_t)cols[i] * es;
+            (size_t)rows[i] * (size_t)cols[i] * tg_dtype_size(dtypes[i]);
   }
   size_t total = (bytes + es - 1) / es;
   if (total > (size_t)INT32_MAX)
     return tg_fail(EINVAL, "tg_tensor_pack: %zu elements, at most %d in one pack", total,
                    INT32_MAX);
-  TG_TRY(tg_tensor_alloc(whole, 1, (int)total, dtype));
+  TG_TRY(tg_tensor_alloc(whole, 1, (int)total, dtypes[0]));
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     off = (off + TG_PACK_ALIGN - 1) / TG_PACK_ALIGN * TG_PACK_ALIGN;
@@ -254,13 +258,13 @@ int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int 
     *v = (tg_view_info){.magic = TG_VIEW_MAGIC, .whole = whole->handle, .offset = off};
     /* no home node and never given memory: StarPU sees only the whole */
     starpu_matrix_data_register(&t->handle, -1, 0, (uint32_t)cols[i], (uint32_t)cols[i],
-                                (uint32_t)rows[i], es);
+                                (uint32_t)rows[i], tg_dtype_size(dtypes[i]));
     starpu_data_set_user_data(t->handle, v);
     t->rows = rows[i];
     t->cols = cols[i];
-    t->dtype = dtype;
+    t->dtype = dtypes[i];
     t->host = (char *)whole->host + off;
-    off += (size_t)rows[i] * (size_t)cols[i] * es;
+    off += (size_t)rows[i] * (size_t)cols[i] * tg_dtype_size(dtypes[i]);
   }
   return 0;
 }

@@ -74,9 +74,11 @@ PY
   fi
 
 # packed, micro-batch 0's block backward (named after its first part, a
-# weight gradient) names its layer's weights and gradients as two buffers
-# instead of 6 + 12 (micro-batch 1's deterministic leaves are temporaries
-# of their own, per tensor)
+# weight gradient) names four packs (the layer's weights, its gradients,
+# its activations, the micro-batch's backward buffers) and the codelets'
+# scratch instead of 6 + 12 parameter handles, a dozen activations and the
+# backward's temporaries (micro-batch 1's deterministic leaves are
+# temporaries of their own, per tensor)
 recompute_run tracedp --ncpus 2 --attn-splits 1 --tiles 1 --fused-blocks \
   --trace "$work/tp.json" &&
   if nb=$("$py" - "$work/t.json" "$work/tp.json" 2>&1 <<'PY'
@@ -88,7 +90,7 @@ def bufs(path):
     assert ev, path
     return max(e["args"]["buffers"] for e in ev)
 a, b = bufs(sys.argv[1]), bufs(sys.argv[2])
-assert b == a - 16, f"{b} buffers packed against {a}"
+assert a >= 30 and b <= 6, f"{b} buffers packed against {a}"
 print(f"{a} -> {b}")
 PY
   ); then

@@ -9,7 +9,9 @@
 #  - a 64-core CPU node with calibrated histories runs on 8 and 64 workers;
 #  - on one GPU the blocks are fused by default (the header says so): a
 #    block's 12 tasks become 2, and the step is not slower than
-#    with --no-fused-blocks (a fused task costs its parts' sum);
+#    with --no-fused-blocks (a fused task costs its parts' sum); its layers
+#    are packed (the header says so), idle less than with
+#    --no-packed-layers and not slower;
 #  - --cost both prints the expected model's step (longer than the peak
 #    roofline's) after the report, and --cost expected times one run with it.
 # These check the simulation's plumbing, not the roofline's figures.
@@ -88,6 +90,21 @@ if run "$work/gpu1" "${gpt[@]}" --platform h100x4 --gpus 1 --ncpus 3 --precision
       ok "1 GPU: blocks fused by default, $t1 tasks against $t0, $ms1 ms against $ms0"
     else
       bad "1 GPU: fused blocks: $t1 tasks against $t0 ($((t0 - t1)) fewer, expected 80 or more), $ms1 ms against $ms0, header '$(grep '^blocks' "$work/gpu1")'"
+    fi
+  fi
+  # packed layers (on by default with fused blocks): the same tasks, less
+  # of StarPU's per-buffer time, so less idle and not slower
+  if run "$work/gpu1-nopack" "${gpt[@]}" --platform h100x4 --gpus 1 --ncpus 3 --precision bf16 \
+       --micro-batches 2 --steps 2 --cost peak --no-packed-layers; then
+    ms1=$(value "simulated step ms" "$work/gpu1") ms2=$(value "simulated step ms" "$work/gpu1-nopack")
+    i1=$(grep '^device CUDA 0' "$work/gpu1" | sed 's/.*idle \([0-9.]*\) ms.*/\1/')
+    i2=$(grep '^device CUDA 0' "$work/gpu1-nopack" | sed 's/.*idle \([0-9.]*\) ms.*/\1/')
+    if grep -q '^layers packed' "$work/gpu1" && ! grep -q '^layers packed' "$work/gpu1-nopack" &&
+       awk -v a="$ms1" -v b="$ms2" -v c="$i1" -v d="$i2" \
+         'BEGIN { exit !(a > 0 && a <= b && c < d) }'; then
+      ok "1 GPU: layers packed by default, $ms1 ms against $ms2, idle $i1 against $i2 ms"
+    else
+      bad "1 GPU: packed layers: $ms1 ms against $ms2, idle $i1 against $i2 ms, header '$(grep '^layers' "$work/gpu1")'"
     fi
   fi
   if grep -q '^link ' "$work/gpu1"; then

@@ -151,7 +151,10 @@ typedef struct tg_gpt_run_config {
    * its moments and its 16-bit GEMM weights (tg_tensor_pack, tensor.h:
    * the tensors are views of it), so that a fused block's tasks and the
    * layer's update name 5 buffers instead of about 50 (StarPU's driver
-   * time is per buffer): 0 = auto, on with fused blocks where no plan or
+   * time is per buffer); without recompute, untiled and with one
+   * attention task, each block's saved activations too (tg_gpt_attn: kept
+   * from step to step, host-backed, instead of temporaries), and a step's
+   * updates fused across layers (tg_optim.fuse_updates): 0 = auto, on with fused blocks where no plan or
    * reduction splits the tensors (not sharded, the optimizer on the
    * devices, one rank, the gradients summed in place or deterministically);
    * 1 = on wherever that holds (tg_gpt_create fails elsewhere); -1 = off.
@@ -180,6 +183,17 @@ typedef struct tg_gpt_attn {
    * column plans of the linear layers' outputs (graphs/gpt_tiles.c) */
   tg_tensor fch, fchg;
   tg_split qkv_c, dout_c, fch_c, fchg_c;
+  /* packed activations (run.packed_layers, without recompute, untiled, one
+   * attention task): every buffer above (fch and fchg too) and the block's
+   * other saved activations (its input x, LayerNorm outputs and statistics,
+   * x2 = x + attention) and a projection's output are views of `pack`, one
+   * StarPU buffer a block's tasks name once; layer 0's set also holds the
+   * micro-batch's backward buffers: dL/dx (n, C) from layer to layer,
+   * dL/dfch (n, 4C) and a LayerNorm output's gradient (n, C); empty
+   * otherwise */
+  tg_tensor x, ln1, mean1, rstd1, x2, ln2, mean2, rstd2, proj;
+  tg_tensor dres, dfch, dln;
+  tg_tensor pack;
 } tg_gpt_attn;
 
 typedef struct tg_gpt {
@@ -321,6 +335,12 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
  * recompute and offload, not a guarantee: StarPU evicts host-backed data
  * when a device is full. */
 size_t tg_gpt_device_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *run);
+/* The host memory that packed activations (run.packed_layers without
+ * recompute: tg_gpt_attn's pack) take beyond the attention buffers that
+ * tg_gpt_device_bytes counts as the application's: the saved activations
+ * and backward buffers, which are temporaries (tg_gpt_managed_bytes)
+ * otherwise.  0 when they are not packed. */
+size_t tg_gpt_packed_activation_bytes(const tg_gpt *g);
 
 /* llm.c's FLOP count per token: 6 N + 6 L C T (N parameters). */
 double tg_gpt_flops_per_token(const tg_gpt_config *cfg, int T);

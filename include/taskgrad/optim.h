@@ -102,6 +102,11 @@ typedef struct tg_optim {
    * model must not sum gradients with STARPU_REDUX (StarPU 1.3 cannot
    * partition a pending reduction): reduce.h's leaves */
   int on_cpu;
+  /* 1: a step's updates are submitted as one fusion group (tg_fuse_begin,
+   * codelets.h: fused tasks of up to 64 buffers), for parameters that are
+   * views of a few packs (a GPT's packed layers, on one GPU: a task per
+   * layer cost StarPU's driver time for each); 0: a task per group */
+  int fuse_updates;
 } tg_optim;
 
 /* Checks amp and the optimizer (mixed precision needs AdamW: its 16-bit

@@ -72,7 +72,7 @@ int tg_tensor_write(tg_tensor *t, const void *src);
  * tg_tensor_pack allocates `whole`, a host tensor (1, total) holding n
  * tensors one after the other (each from a 256-byte boundary, for vector
  * loads and the tensor cores), and makes *parts[i] a (rows[i], cols[i])
- * view of its range: a tensor with its own shape, host pointer (written
+ * view of its range, of type dtypes[i] (the whole's is the first's): a tensor with its own shape, host pointer (written
  * before any task, as a host tensor's) and handle, which tasks name as
  * usual.  StarPU moves and orders only the whole: a task that names views
  * is run by a fused task over their wholes (codelets/fuse.c), which hands
@@ -81,9 +81,11 @@ int tg_tensor_write(tg_tensor *t, const void *src);
  * price of ordering every task on any part after every earlier writer of
  * any other.  A view's handle must never reach StarPU otherwise: no
  * partition, no REDUX, no acquire (tg_tensor_read and _write go through the
- * whole).  Free the views, then the whole. */
+ * whole).  tg_tensor_release of a view only empties the tensor (the view
+ * stays its pack's); tg_tensor_free frees it.  Free the views, then the
+ * whole. */
 int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int rows[],
-                   const int cols[], tg_dtype dtype);
+                   const int cols[], const tg_dtype dtypes[]);
 /* For a view's handle: its whole's, and *offset its first byte there;
  * NULL for any other handle */
 starpu_data_handle_t tg_tensor_view_of(starpu_data_handle_t h, size_t *offset);

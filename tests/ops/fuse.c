@@ -82,7 +82,8 @@ static void pair_fused(void) {
   tg_tensor P, S, VA, VB;
   tg_tensor *parts[3] = {&S, &VA, &VB};
   const int prow[3] = {3, FUSE_N, FUSE_N}, pcol[3] = {5, FUSE_C, FUSE_C};
-  CHECK(tg_tensor_pack(&P, 3, parts, prow, pcol, TG_F32) == 0, "tg_tensor_pack failed");
+  const tg_dtype pdt[3] = {TG_F32, TG_F32, TG_F32};
+  CHECK(tg_tensor_pack(&P, 3, parts, prow, pcol, pdt) == 0, "tg_tensor_pack failed");
   CHECK(tg_tensor_write(&VA, a) == 0 && tg_tensor_write(&VB, b) == 0, "writing views failed");
   gctx cv = {.h = {VA.handle, VB.handle}, .accum = TG_OVERWRITE};
   const char *kinds[2] = {"fused chain on views", "unfused chain on views"};
