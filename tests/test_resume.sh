@@ -4,7 +4,9 @@
 # deterministic, so
 #  - 20 steps in one run and 10 steps + a resumed run to step 20 print the
 #    same 20 losses (textually) and save bitwise identical models, with
-#    sequential and with shuffled data;
+#    sequential and with shuffled data, and with packed layers (the
+#    parameters and AdamW moments views of a pack per layer, checkpointed
+#    through it);
 #  - a requeued job runs one command line (--init-from, --resume DIR and
 #    --checkpoint DIR together): the first run starts from --init-from, is
 #    killed (SIGKILL, as a scheduler's preemption), and the same command
@@ -29,28 +31,34 @@ token_file "$work/train.bin" 6000 7 13 61 || { echo "FAIL token file"; exit 1; }
 common=(--data "$work/train.bin" --batch 4 --seq 16 --micro-batches 1 --lr 3e-3)
 
 
-for order in sequential shuffled; do
-  d="$work/$order"
+# "packed": the layers' parameters, moments and activations packed (fused
+# blocks, --packed-layers: tensor views, whose checkpoints are read and
+# written through their packs), resumed into a packed run
+for order in sequential shuffled packed; do
+  d="$work/$order" name=$order
   mkdir -p "$d"
-  if "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --data-order $order --steps 20 \
+  extra=()
+  [ $order = packed ] && extra=(--fused-blocks --packed-layers --attn-splits 1 --tiles 1) &&
+    order=shuffled
+  if "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" "${extra[@]}" --data-order $order --steps 20 \
        --save "$d/full.bin" >"$d/full.out" 2>"$d/full.err" &&
-     "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" --data-order $order --steps 10 \
+     "$tg" train gpt --init-from "$work/m.bin" "${common[@]}" "${extra[@]}" --data-order $order --steps 10 \
        --checkpoint "$d/ck" --checkpoint-every 4 >"$d/a.out" 2>"$d/a.err" &&
-     "$tg" train gpt --resume "$d/ck" "${common[@]}" --data-order $order --steps 20 \
+     "$tg" train gpt --resume "$d/ck" "${common[@]}" "${extra[@]}" --data-order $order --steps 20 \
        --checkpoint "$d/ck" --save "$d/resumed.bin" >"$d/b.out" 2>"$d/b.err"; then
     losses "$d/full.out" >"$d/l1"
     losses "$d/a.out" "$d/b.out" >"$d/l2"
     if [ "$(wc -l <"$d/l1")" -eq 20 ] && cmp -s "$d/l1" "$d/l2"; then
-      ok "$order: 20 losses of one run = 10 + 10 resumed"
+      ok "$name: 20 losses of one run = 10 + 10 resumed"
     else
-      bad "$order: losses differ: $(diff "$d/l1" "$d/l2" | head -4 | tr '\n' ' ')"
+      bad "$name: losses differ: $(diff "$d/l1" "$d/l2" | head -4 | tr '\n' ' ')"
     fi
-    cmp -s "$d/full.bin" "$d/resumed.bin" && ok "$order: final parameters bitwise identical" \
-      || bad "$order: final parameters differ"
-    grep -q 'resuming .* at step 10 (batch 10)' "$d/b.err" && ok "$order: resumed at step 10" \
-      || bad "$order: resume message: $(cat "$d/b.err")"
+    cmp -s "$d/full.bin" "$d/resumed.bin" && ok "$name: final parameters bitwise identical" \
+      || bad "$name: final parameters differ"
+    grep -q 'resuming .* at step 10 (batch 10)' "$d/b.err" && ok "$name: resumed at step 10" \
+      || bad "$name: resume message: $(cat "$d/b.err")"
   else
-    bad "$order: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
+    bad "$name: a run failed: $(tail -2 "$d"/*.err | tr '\n' ' ')"
   fi
 done
 
