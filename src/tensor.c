@@ -161,6 +161,7 @@ void tg_tensor_release(tg_tensor *t) {
 void tg_tensor_free(tg_tensor *t) {
   if (!t->handle) return;
   if (tg_tensor_view_of(t->handle, NULL)) { /* its memory is the whole's */
+    tg_device_memory_forget(t->handle); /* a refused REDUX access may have named it */
     free(starpu_data_get_user_data(t->handle));
     starpu_data_set_user_data(t->handle, NULL);
     starpu_data_unregister_no_coherency(t->handle);

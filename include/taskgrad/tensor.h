@@ -72,16 +72,18 @@ int tg_tensor_write(tg_tensor *t, const void *src);
  * tg_tensor_pack allocates `whole`, a host tensor (1, total) holding n
  * tensors one after the other (each from a 256-byte boundary, for vector
  * loads and the tensor cores), and makes *parts[i] a (rows[i], cols[i])
- * view of its range, of type dtypes[i] (the whole's is the first's): a tensor with its own shape, host pointer (written
- * before any task, as a host tensor's) and handle, which tasks name as
- * usual.  StarPU moves and orders only the whole: a task that names views
+ * view of its range, of type dtypes[i] (the whole's is the first's): a
+ * tensor with its own shape, host pointer (written before any task, as a
+ * host tensor's) and handle, which tasks name as usual.  StarPU moves and orders only the whole: a task that names views
  * is run by a fused task over their wholes (codelets/fuse.c), which hands
  * each part an interface of its range.  So a layer's parameters cost a task
  * one buffer instead of a dozen (StarPU's driver time is per buffer), at the
  * price of ordering every task on any part after every earlier writer of
  * any other.  A view's handle must never reach StarPU otherwise: no
- * partition, no REDUX, no acquire (tg_tensor_read and _write go through the
- * whole).  tg_tensor_release of a view only empties the tensor (the view
+ * partition, no REDUX (refused), no acquire (tg_tensor_read and _write go
+ * through the whole).  Unlike tg_split_plan_views (below), whose blocks are
+ * StarPU children, each a buffer of its own to every task that names it.
+ * tg_tensor_release of a view only empties the tensor (the view
  * stays its pack's); tg_tensor_free frees it.  Free the views, then the
  * whole. */
 int tg_tensor_pack(tg_tensor *whole, int n, tg_tensor *const parts[], const int rows[],

@@ -12,6 +12,8 @@
  *            unfused (each task then a fused task of one part), bit for
  *            bit the plain tensors' results;
  *  cpu       a view written (Y a view, its neighbours kept) and read back;
+ *            a view as a STARPU_REDUX target refused (an error, its
+ *            contents kept: StarPU never sees a view);
  *            a group of one task, and a group dropped by tg_fuse_end(0),
  *            which must leave its output as it was; the errors of
  *            unbalanced calls.
@@ -79,11 +81,11 @@ static void pair_fused(void) {
   }
   /* A and B as views of one pack, after a small one: offsets in the
    * buffer that the views' interfaces must add */
-  tg_tensor P, S, VA, VB;
-  tg_tensor *parts[3] = {&S, &VA, &VB};
-  const int prow[3] = {3, FUSE_N, FUSE_N}, pcol[3] = {5, FUSE_C, FUSE_C};
-  const tg_dtype pdt[3] = {TG_F32, TG_F32, TG_F32};
-  CHECK(tg_tensor_pack(&P, 3, parts, prow, pcol, pdt) == 0, "tg_tensor_pack failed");
+  tg_tensor P, S, VA, VB, D;
+  tg_tensor *parts[4] = {&S, &VA, &VB, &D};
+  const int prow[4] = {3, FUSE_N, FUSE_N, 1}, pcol[4] = {5, FUSE_C, FUSE_C, FUSE_C};
+  const tg_dtype pdt[4] = {TG_F32, TG_F32, TG_F32, TG_F32};
+  CHECK(tg_tensor_pack(&P, 4, parts, prow, pcol, pdt) == 0, "tg_tensor_pack failed");
   CHECK(tg_tensor_write(&VA, a) == 0 && tg_tensor_write(&VB, b) == 0, "writing views failed");
   gctx cv = {.h = {VA.handle, VB.handle}, .accum = TG_OVERWRITE};
   const char *kinds[2] = {"fused chain on views", "unfused chain on views"};
@@ -108,6 +110,16 @@ static void pair_fused(void) {
     for (size_t i = 0; i < (size_t)FUSE_N * FUSE_C; i++) want[i] = a[i] + a[i];
     pair_compare("a view written, read back", want, y, (size_t)FUSE_N * FUSE_C, PAIR_EXACT);
     pair_compare("its neighbour in the pack kept", s0, s1, 15, PAIR_EXACT);
+    /* a reduction into a view cannot be a fused task: refused */
+    float *d0 = filled(FUSE_C, 5.0f), *d1 = xmalloc(FUSE_C * sizeof *d1);
+    CHECK(tg_tensor_write(&D, d0) == 0, "writing a view failed");
+    CHECK(tg_bias_grad_insert(VA.handle, D.handle, TG_REDUCE, NULL) != 0,
+          "a STARPU_REDUX access to a view was accepted");
+    starpu_task_wait_for_all();
+    CHECK(tg_tensor_read(&D, d1) == 0, "reading a view failed");
+    pair_compare("a refused reduction leaves its view", d0, d1, FUSE_C, PAIR_EXACT);
+    free(d0);
+    free(d1);
     free(y);
     free(want);
     free(s0);
@@ -115,6 +127,7 @@ static void pair_fused(void) {
   tg_tensor_free(&S);
   tg_tensor_free(&VA);
   tg_tensor_free(&VB);
+  tg_tensor_free(&D);
   tg_tensor_free(&P);
   if (ops_current_backend() == OPS_CPU) {
 
