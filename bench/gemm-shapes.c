@@ -60,14 +60,7 @@ typedef struct job {
   double median;     /* GFLOP/s */
 } job;
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n);
-  if (!p) {
-    fputs("gemm_shapes: error: out of memory\n", stderr);
-    exit(1);
-  }
-  return p;
-}
+static void *xmalloc(size_t n) { return probe_alloc("gemm_shapes", n); }
 
 static float *filled(size_t n, unsigned seed) {
   float *p = xmalloc(n * sizeof *p);

@@ -33,11 +33,26 @@ typedef struct tg_attn_args {
 #define TG_ATTN_B(buf, T) (TG_ROWS(buf) / (T))
 #define TG_ATTN_C(buf) (TG_COLS(buf) / 3)
 
+/* The 16-bit buffers the chunked CPU kernels take as they are (qkv, out;
+ * and dout, dqkv backward): tg_lowp_cpu_keep16, all or none; naive widens
+ * through the adapter */
+static const unsigned kFwdKeep = 1u << 0 | 1u << 1;
+static const unsigned kBwdKeep = 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4;
+
+/* the 16-bit type of the task's kept buffers (buffer 0 is then 16-bit) */
+static tg_dtype tg_attn_lowp(void) {
+  return (tg_dtype)tg_lowp_of_task(tg_task_current(), NULL);
+}
+
 /* fwd buffers: qkv, out, state, scratch */
 static void tg_attention_fwd_cpu(void *buffers[], void *cl_arg) {
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
-  if (a->kind == TG_ATTN_NAIVE)
+  if (tg_is16(buffers[0]))
+    tg_cpu_attention_chunked_fwd16(tg_attn_lowp(), b, a->T, C, a->NH, a->chunk,
+                                   TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+                                   TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_VPTR(buffers[3]));
+  else if (a->kind == TG_ATTN_NAIVE)
     tg_cpu_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]),
                                TG_PTR(buffers[2]), TG_PTR(buffers[1]), TG_LD(buffers[1]));
   else /* chunked and gemm: the same CPU kernel */
@@ -50,7 +65,13 @@ static void tg_attention_fwd_cpu(void *buffers[], void *cl_arg) {
 static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
-  if (a->kind == TG_ATTN_NAIVE)
+  if (tg_is16(buffers[0]))
+    tg_cpu_attention_chunked_bwd16(tg_attn_lowp(), b, a->T, C, a->NH, a->chunk,
+                                   TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]),
+                                   TG_LD(buffers[1]), TG_PTR(buffers[2]), TG_HPTR(buffers[3]),
+                                   TG_LD(buffers[3]), TG_HPTR(buffers[4]), TG_LD(buffers[4]),
+                                   TG_VPTR(buffers[5]));
+  else if (a->kind == TG_ATTN_NAIVE)
     tg_cpu_attention_naive_bwd(b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]),
                                TG_PTR(buffers[2]), TG_PTR(buffers[3]), TG_LD(buffers[3]),
                                TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]));
@@ -173,10 +194,18 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
 }
 #endif
 
-TG_CODELET_NATIVE_CUDA(attention_fwd, tg_attention_fwd_cpu, tg_attention_fwd_cuda,
-                       tg_attention_fwd_cuda_native);
-TG_CODELET_NATIVE_CUDA(attention_bwd, tg_attention_bwd_cpu, tg_attention_bwd_cuda,
-                       tg_attention_bwd_cuda_native);
+static void tg_attention_fwd_cpu_entry(void *b[], void *a) {
+  const tg_attn_args *x = a;
+  tg_lowp_cpu_keep16(b, a, tg_attention_fwd_cpu, x->kind == TG_ATTN_NAIVE ? 0 : kFwdKeep);
+}
+static void tg_attention_bwd_cpu_entry(void *b[], void *a) {
+  const tg_attn_args *x = a;
+  tg_lowp_cpu_keep16(b, a, tg_attention_bwd_cpu, x->kind == TG_ATTN_NAIVE ? 0 : kBwdKeep);
+}
+TG_CUDA_ENTRY_NATIVE(attention_fwd, tg_attention_fwd_cuda, tg_attention_fwd_cuda_native)
+TG_CODELET_ENTRIES(attention_fwd, tg_attention_fwd_cpu_entry, tg_attention_fwd_cuda_entry);
+TG_CUDA_ENTRY_NATIVE(attention_bwd, tg_attention_bwd_cuda, tg_attention_bwd_cuda_native)
+TG_CODELET_ENTRIES(attention_bwd, tg_attention_bwd_cpu_entry, tg_attention_bwd_cuda_entry);
 
 int tg_attention_on_tensor_cores(const struct starpu_task *task) {
   if (!task || !task->cl || (task->cl != &tg_attention_fwd_cl && task->cl != &tg_attention_bwd_cl))

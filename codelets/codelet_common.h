@@ -112,6 +112,11 @@ void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
  * one of them is not 2-byte, none is kept. */
 void tg_lowp_cpu_keep(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
                       unsigned keep);
+/* tg_lowp_cpu_keep for a CPU function that reads and writes its 16-bit
+ * buffers itself whatever the CPU (bf16 and fp16: widening and rounding
+ * blocks as it goes, the chunked attention kernels) */
+void tg_lowp_cpu_keep16(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                        unsigned keep);
 #ifdef TG_HAVE_CUDA
 void tg_lowp_cuda(void *buffers[], void *cl_arg, void (*fn)(void *[], void *));
 #define TG_CUDA_ENTRY(op, fn)                                               \

@@ -177,15 +177,29 @@ void tg_lowp_cpu(void *buffers[], void *cl_arg, void (*fn)(void *[], void *)) {
   tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL, 0);
 }
 
+/* keep, or 0 unless every buffer it names is 16-bit: the function gets its
+ * 16-bit operands together */
+static unsigned tg_lowp_keep_all(void *buffers[], int nbuf, unsigned keep) {
+  for (int i = 0; keep && i < 32; i++)
+    if ((keep >> i) & 1 && (i >= nbuf || !tg_lowp_buffer(buffers[i]))) keep = 0;
+  return keep;
+}
+
 void tg_lowp_cpu_keep(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
                       unsigned keep) {
   struct starpu_task *task = tg_task_current();
   int nbuf = 0;
   if (tg_lowp_of_task(task, &nbuf) != TG_BF16 || !tg_cpu_gemm_bf16_native()) keep = 0;
-  /* all of them or none: the function gets its 16-bit operands together */
-  for (int i = 0; keep && i < 32; i++)
-    if ((keep >> i) & 1 && (i >= nbuf || !tg_lowp_buffer(buffers[i]))) keep = 0;
-  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL, keep);
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL,
+              tg_lowp_keep_all(buffers, nbuf, keep));
+}
+
+void tg_lowp_cpu_keep16(void *buffers[], void *cl_arg, void (*fn)(void *[], void *),
+                        unsigned keep) {
+  int nbuf = 0;
+  if (!tg_lowp_of_task(tg_task_current(), &nbuf)) keep = 0;
+  tg_lowp_run(buffers, cl_arg, fn, tg_lowp_convert_cpu, NULL,
+              tg_lowp_keep_all(buffers, nbuf, keep));
 }
 
 #ifdef TG_HAVE_CUDA

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "taskgrad/dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -184,6 +186,16 @@ void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
                                   const float *out, int ldo, const float *lse,
                                   const float *dout, int lddo, float *dqkv,
                                   int lddqkv, float *scratch);
+/* The same kernels on 16-bit qkv, out, dout and dqkv (lowp TG_BF16 or
+ * TG_F16; lse and the scratch f32): the bits of the f32 kernels on widened
+ * copies, with out and dqkv rounded to nearest even. */
+void tg_cpu_attention_chunked_fwd16(tg_dtype lowp, int b, int T, int C, int NH, int chunk,
+                                    const uint16_t *qkv, int ldqkv, uint16_t *out, int ldo,
+                                    float *lse, float *scratch);
+void tg_cpu_attention_chunked_bwd16(tg_dtype lowp, int b, int T, int C, int NH, int chunk,
+                                    const uint16_t *qkv, int ldqkv, const uint16_t *out,
+                                    int ldo, const float *lse, const uint16_t *dout, int lddo,
+                                    uint16_t *dqkv, int lddqkv, float *scratch);
 
 /* Fused classifier with the LM head tied to wte (Vp, C), over the first V
  * vocabulary rows only (padded rows never enter the softmax), in chunks of

@@ -40,9 +40,10 @@
  * are never read, so out(t), lse(t) and dq(t) do not depend, bit for bit,
  * on the (finite) values at later positions.
  *
- * Scratch (tg_attention_chunked_scratch_floats): forward c^2 + 2c + c*hs +
+ * Scratch (tg_attention_chunked_scratch_floats): forward c^2 + 2c + 3c*hs +
  * 2*T*hs (T rounded up to whole chunks for K^T), backward 2c^2 + 2T +
- * 3c*hs + 2*T*hs: linear in T, never T^2.
+ * 6c*hs + hs + 3*T*hs: linear in T, never T^2 (the 16-bit kernels' blocks
+ * included, below).
  *
  * Elementwise work: the chunked kernels use exp_le0(), a Cephes-style expf
  * (range reduction to [-ln2/2, ln2/2], degree-6 polynomial, 2^n built in the
@@ -70,6 +71,7 @@
 #include "fast_exp.h"
 #include "simd_clones.h"
 #include "taskgrad/kernels_cpu.h"
+#include "taskgrad/precision_kernels.h"
 
 enum { VB = 16 }; /* block of the vectorised loops: one AVX-512 vector */
 
@@ -174,14 +176,17 @@ static int eff_chunk(int T, int chunk) {
   return (chunk < 1 || chunk > T) ? T : chunk;
 }
 
+static size_t scratch16_fwd(size_t c, size_t hs);
+static size_t scratch16_bwd(size_t t, size_t c, size_t hs);
+
 size_t tg_attention_chunked_scratch_floats(int T, int C, int NH, int chunk) {
   if (T <= 0 || C <= 0 || NH <= 0) return 0;
   const size_t c = (size_t)eff_chunk(T, chunk), hs = (size_t)(C / NH);
   const size_t t = (size_t)T, tp = (t + c - 1) / c * c; /* T in whole chunks */
   /* forward: S, m, l, the output accumulator, K^T and V of one head */
-  size_t fwd = c * c + 2 * c + c * hs + tp * hs + t * hs;
+  size_t fwd = c * c + 2 * c + c * hs + tp * hs + t * hs + scratch16_fwd(c, hs);
   /* backward: P, dP, D, L, K^T, V^T, K of one key chunk, Q and dO */
-  size_t bwd = 2 * c * c + 2 * t + 3 * c * hs + 2 * t * hs;
+  size_t bwd = 2 * c * c + 2 * t + 3 * c * hs + 2 * t * hs + scratch16_bwd(t, c, hs);
   return fwd > bwd ? fwd : bwd;
 }
 
@@ -361,11 +366,39 @@ static void pack_transposed(int rows, int hs, const float *src, int lds,
 #endif
 }
 
-void tg_cpu_attention_chunked_fwd(int b, int T, int C, int NH, int chunk,
-                                  const float *qkv, int ldqkv, // (b*T, ldqkv)
-                                  float *out, int ldo,         // (b*T, ldo)
-                                  float *lse,                  // (b*T, NH)
-                                  float *scratch)
+/* ---- 16-bit operands (io: TG_F32, or the type of the 16-bit tensors) ------
+ * The 16-bit kernels read bf16 or fp16 qkv, out and dout and write out and
+ * dqkv in that type.  Each head's rows are widened as they are packed
+ * (tg_cpu_from_lowp) and the outputs rounded as they are written
+ * (tg_cpu_to_lowp), from f32 blocks in the scratch: the low-precision
+ * adapter's conversions around the f32 arithmetic of the f32 kernels, so the
+ * bits of the f32 kernel on widened copies (the op table's ref checks it),
+ * without those copies of whole tensors, which the adapter widens and rounds
+ * beyond the cache (bench/results/2026-11-28-cpu-attention-bf16.md). */
+
+static size_t io_size(tg_dtype io) { return io == TG_F32 ? sizeof(float) : sizeof(uint16_t); }
+
+/* element i of a buffer of type io */
+static const void *io_at(const void *p, size_t i, tg_dtype io) {
+  return (const char *)p + i * io_size(io);
+}
+
+/* (rows, hs) rows of a strided matrix of type io -> contiguous f32 */
+static void pack_rows_io(tg_dtype io, int rows, int hs, const void *src, int lds,
+                         float *restrict dst) {
+  if (io == TG_F32) pack_rows(rows, hs, src, lds, dst);
+  else tg_cpu_from_lowp(io, rows, hs, src, lds, dst, hs);
+}
+
+/* chunked_scratch's 16-bit blocks: forward a widened query chunk and key
+ * chunk; backward dQ's f32 sums for the head, a key chunk's dK and dV sums
+ * and its widened V, and a widened row of out */
+static size_t scratch16_fwd(size_t c, size_t hs) { return 2 * c * hs; }
+static size_t scratch16_bwd(size_t t, size_t c, size_t hs) { return t * hs + 3 * c * hs + hs; }
+
+static void attention_chunked_fwd(tg_dtype io, int b, int T, int C, int NH, int chunk,
+                                  const void *qkv, int ldqkv, void *out, int ldo,
+                                  float *lse, float *scratch)
 {
   if (b <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
   const int hs = C / NH;
@@ -378,26 +411,42 @@ void tg_cpu_attention_chunked_fwd(int b, int T, int C, int NH, int chunk,
   float *Oa = l + c;                 /* (c, hs): output rows, unnormalised */
   float *KT = Oa + (size_t)c * hs;   /* (nch, hs, c): K^T chunk by chunk */
   float *Vp = KT + (size_t)nch * hs * c; /* (T, hs) */
+  float *Qw = Vp + (size_t)T * hs;   /* 16-bit: (c, hs) the query chunk widened */
+  float *Kw = Qw + (size_t)c * hs;   /* 16-bit: (c, hs) a key chunk widened */
   for (int s = 0; s < b; s++)
     for (int h = 0; h < NH; h++) {
-      const float *Q = qkv + (size_t)s * T * ldqkv + h * hs; /* (T, hs) */
-      const float *K = Q + C;                                /* (T, hs) */
-      const float *V = Q + 2 * C;                            /* (T, hs) */
-      float *O = out + (size_t)s * T * ldo + h * hs;         /* (T, hs) */
-      for (int k0 = 0; k0 < T; k0 += c)
-        pack_transposed(T - k0 < c ? T - k0 : c, hs, K + (size_t)k0 * ldqkv,
-                        ldqkv, KT + (size_t)(k0 / c) * hs * c, c);
-      pack_rows(T, hs, V, ldqkv, Vp);
+      const size_t q = (size_t)s * T * ldqkv + (size_t)h * hs;
+      const void *Q = io_at(qkv, q, io), *K = io_at(qkv, q + C, io);   /* (T, hs) */
+      const void *V = io_at(qkv, q + 2 * (size_t)C, io);              /* (T, hs) */
+      const size_t o = (size_t)s * T * ldo + (size_t)h * hs;           /* out (T, hs) */
+      for (int k0 = 0; k0 < T; k0 += c) {
+        const int rows = T - k0 < c ? T - k0 : c;
+        float *dst = KT + (size_t)(k0 / c) * hs * c;
+        const void *Kc = io_at(K, (size_t)k0 * ldqkv, io);
+        if (io == TG_F32) {
+          pack_transposed(rows, hs, Kc, ldqkv, dst, c);
+        } else {
+          pack_rows_io(io, rows, hs, Kc, ldqkv, Kw);
+          pack_transposed(rows, hs, Kw, hs, dst, c);
+        }
+      }
+      pack_rows_io(io, T, hs, V, ldqkv, Vp);
       for (int q0 = 0; q0 < T; q0 += c) {
         const int mq = T - q0 < c ? T - q0 : c;
-        const float *Qc = Q + (size_t)q0 * ldqkv;
+        const float *Qc = io_at(Q, (size_t)q0 * ldqkv, io);
+        int ldq = ldqkv;
+        if (io != TG_F32) {
+          pack_rows_io(io, mq, hs, Qc, ldqkv, Qw);
+          Qc = Qw;
+          ldq = hs;
+        }
         /* key chunks k0 < q0 are fully visible, k0 == q0 is the diagonal
          * one (then mk == mq), later ones are skipped */
         for (int k0 = 0; k0 <= q0; k0 += c) {
           const int diag = k0 == q0;
           const int mk = diag ? mq : c;
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, mk, hs,
-                      scale, Qc, ldqkv, KT + (size_t)(k0 / c) * hs * c, c,
+                      scale, Qc, ldq, KT + (size_t)(k0 / c) * hs * c, c,
                       0.0f, S, c);
           fwd_softmax_block(mq, mk, diag, k0 == 0, S, c, m, l, Oa, hs, hs);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hs, mk,
@@ -406,26 +455,39 @@ void tg_cpu_attention_chunked_fwd(int b, int T, int C, int NH, int chunk,
         }
         for (int r = 0; r < mq; r++) {
           scale_row(hs, Oa + (size_t)r * hs, 1.0f / l[r]);
-          memcpy(O + (size_t)(q0 + r) * ldo, Oa + (size_t)r * hs,
-                 sizeof(float) * hs);
+          if (io == TG_F32)
+            memcpy((float *)out + o + (size_t)(q0 + r) * ldo, Oa + (size_t)r * hs,
+                   sizeof(float) * hs);
           lse[(size_t)(s * T + q0 + r) * NH + h] = m[r] + logf(l[r]);
         }
+        if (io != TG_F32)
+          tg_cpu_to_lowp(io, mq, hs, Oa, hs, (uint16_t *)out + o + (size_t)q0 * ldo, ldo);
       }
     }
 }
 
-void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
-                                  const float *qkv, int ldqkv, // (b*T, ldqkv)
-                                  const float *out, int ldo,   // (b*T, ldo)
-                                  const float *lse,            // (b*T, NH)
-                                  const float *dout, int lddo, // (b*T, lddo)
-                                  float *dqkv, int lddqkv,     // (b*T, lddqkv)
-                                  float *scratch)
+void tg_cpu_attention_chunked_fwd(int b, int T, int C, int NH, int chunk,
+                                  const float *qkv, int ldqkv, float *out, int ldo,
+                                  float *lse, float *scratch) {
+  attention_chunked_fwd(TG_F32, b, T, C, NH, chunk, qkv, ldqkv, out, ldo, lse, scratch);
+}
+
+void tg_cpu_attention_chunked_fwd16(tg_dtype lowp, int b, int T, int C, int NH, int chunk,
+                                    const uint16_t *qkv, int ldqkv, uint16_t *out, int ldo,
+                                    float *lse, float *scratch) {
+  attention_chunked_fwd(lowp, b, T, C, NH, chunk, qkv, ldqkv, out, ldo, lse, scratch);
+}
+
+static void attention_chunked_bwd(tg_dtype io, int b, int T, int C, int NH, int chunk,
+                                  const void *qkv, int ldqkv, const void *out, int ldo,
+                                  const float *lse, const void *dout, int lddo,
+                                  void *dqkv, int lddqkv, float *scratch)
 {
   if (b <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
   const int hs = C / NH;
   const int c = eff_chunk(T, chunk);
   const float scale = 1.0f / sqrtf((float)hs);
+  const int wide = io == TG_F32;
   float *P = scratch;               /* (c, c): P, then dS */
   float *dP = P + (size_t)c * c;    /* (c, c) */
   float *D = dP + (size_t)c * c;    /* (T): rowsum(dO * O) of this head */
@@ -435,27 +497,49 @@ void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
   float *Kc = VTc + (size_t)hs * c; /* (c, hs): K of the key chunk */
   float *Qp = Kc + (size_t)c * hs;  /* (T, hs) */
   float *dOp = Qp + (size_t)T * hs; /* (T, hs) */
+  float *dQs = dOp + (size_t)T * hs; /* 16-bit: (T, hs) dQ's sums */
+  float *dKs = dQs + (size_t)T * hs; /* 16-bit: (c, hs) the key chunk's dK sums */
+  float *dVs = dKs + (size_t)c * hs; /* 16-bit: (c, hs) and dV sums */
+  float *Vw = dVs + (size_t)c * hs;  /* 16-bit: (c, hs) the key chunk's V widened */
+  float *Ow = Vw + (size_t)c * hs;   /* 16-bit: (hs) a row of out widened */
   for (int s = 0; s < b; s++)
     for (int h = 0; h < NH; h++) {
       const size_t i0 = (size_t)s * T;
-      const float *Q = qkv + i0 * ldqkv + h * hs; /* (T, hs) */
-      const float *K = Q + C;                     /* (T, hs) */
-      const float *V = Q + 2 * C;                 /* (T, hs) */
-      float *dQ = dqkv + i0 * lddqkv + h * hs;    /* (T, hs) */
-      float *dK = dQ + C;                         /* (T, hs) */
-      float *dV = dQ + 2 * C;                     /* (T, hs) */
-      pack_rows(T, hs, Q, ldqkv, Qp);
-      pack_rows(T, hs, dout + i0 * lddo + h * hs, lddo, dOp);
+      const size_t q = i0 * ldqkv + (size_t)h * hs, dq = i0 * lddqkv + (size_t)h * hs;
+      const void *Q = io_at(qkv, q, io), *K = io_at(qkv, q + C, io);  /* (T, hs) */
+      const void *V = io_at(qkv, q + 2 * (size_t)C, io);              /* (T, hs) */
+      /* where dQ, dK and dV are summed: in dqkv (f32), else in the scratch */
+      float *dQ = wide ? (float *)dqkv + dq : dQs;
+      float *dK = wide ? (float *)dqkv + dq + C : NULL;
+      float *dV = wide ? (float *)dqkv + dq + 2 * (size_t)C : NULL;
+      const int lds = wide ? lddqkv : hs;
+      pack_rows_io(io, T, hs, Q, ldqkv, Qp);
+      pack_rows_io(io, T, hs, io_at(dout, i0 * lddo + (size_t)h * hs, io), lddo, dOp);
+      const void *Oh = io_at(out, i0 * ldo + (size_t)h * hs, io);
       for (int t = 0; t < T; t++) {
-        D[t] = dot_row(hs, dOp + (size_t)t * hs, out + (i0 + t) * ldo + h * hs);
+        const float *orow = (const float *)Oh + (size_t)t * ldo;
+        if (!wide) {
+          pack_rows_io(io, 1, hs, io_at(Oh, (size_t)t * ldo, io), ldo, Ow);
+          orow = Ow;
+        }
+        D[t] = dot_row(hs, dOp + (size_t)t * hs, orow);
         L[t] = lse[(i0 + t) * NH + h];
       }
       for (int k0 = 0; k0 < T; k0 += c) {
         const int mk = T - k0 < c ? T - k0 : c;
-        pack_transposed(mk, hs, K + (size_t)k0 * ldqkv, ldqkv, KTc, c);
-        pack_transposed(mk, hs, V + (size_t)k0 * ldqkv, ldqkv, VTc, c);
-        pack_rows(mk, hs, K + (size_t)k0 * ldqkv, ldqkv, Kc);
-        float *dKc = dK + (size_t)k0 * lddqkv, *dVc = dV + (size_t)k0 * lddqkv;
+        const void *Kk = io_at(K, (size_t)k0 * ldqkv, io), *Vk = io_at(V, (size_t)k0 * ldqkv, io);
+        if (wide) {
+          pack_transposed(mk, hs, Kk, ldqkv, KTc, c);
+          pack_transposed(mk, hs, Vk, ldqkv, VTc, c);
+          pack_rows(mk, hs, Kk, ldqkv, Kc);
+        } else {
+          pack_rows_io(io, mk, hs, Kk, ldqkv, Kc);
+          pack_transposed(mk, hs, Kc, hs, KTc, c);
+          pack_rows_io(io, mk, hs, Vk, ldqkv, Vw);
+          pack_transposed(mk, hs, Vw, hs, VTc, c);
+        }
+        float *dKc = wide ? dK + (size_t)k0 * lddqkv : dKs;
+        float *dVc = wide ? dV + (size_t)k0 * lddqkv : dVs;
         for (int q0 = k0; q0 < T; q0 += c) {
           const int mq = T - q0 < c ? T - q0 : c;
           const int diag = q0 == k0; /* then mk == mq */
@@ -466,7 +550,7 @@ void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
           bwd_probs_block(mq, mk, diag, P, c, L + q0);
           /* dV_k += P^T dO_q */
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, mk, hs, mq,
-                      1.0f, P, c, dOc, hs, diag ? 0.0f : 1.0f, dVc, lddqkv);
+                      1.0f, P, c, dOc, hs, diag ? 0.0f : 1.0f, dVc, lds);
           /* dP = dO_q V_k^T */
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, mk, hs,
                       1.0f, dOc, hs, VTc, c, 0.0f, dP, c);
@@ -474,10 +558,32 @@ void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
           /* dQ_q += scale dS K_k;  dK_k += scale dS^T Q_q */
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mq, hs, mk,
                       scale, P, c, Kc, hs, k0 == 0 ? 0.0f : 1.0f,
-                      dQ + (size_t)q0 * lddqkv, lddqkv);
+                      dQ + (size_t)q0 * lds, lds);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, mk, hs, mq,
-                      scale, P, c, Qc, hs, diag ? 0.0f : 1.0f, dKc, lddqkv);
+                      scale, P, c, Qc, hs, diag ? 0.0f : 1.0f, dKc, lds);
+        }
+        if (!wide) { /* the key chunk's dK and dV are complete */
+          uint16_t *d16 = (uint16_t *)dqkv + dq + (size_t)k0 * lddqkv;
+          tg_cpu_to_lowp(io, mk, hs, dKs, hs, d16 + C, lddqkv);
+          tg_cpu_to_lowp(io, mk, hs, dVs, hs, d16 + 2 * (size_t)C, lddqkv);
         }
       }
+      if (!wide) tg_cpu_to_lowp(io, T, hs, dQs, hs, (uint16_t *)dqkv + dq, lddqkv);
     }
+}
+
+void tg_cpu_attention_chunked_bwd(int b, int T, int C, int NH, int chunk,
+                                  const float *qkv, int ldqkv, const float *out, int ldo,
+                                  const float *lse, const float *dout, int lddo, float *dqkv,
+                                  int lddqkv, float *scratch) {
+  attention_chunked_bwd(TG_F32, b, T, C, NH, chunk, qkv, ldqkv, out, ldo, lse, dout, lddo, dqkv,
+                        lddqkv, scratch);
+}
+
+void tg_cpu_attention_chunked_bwd16(tg_dtype lowp, int b, int T, int C, int NH, int chunk,
+                                    const uint16_t *qkv, int ldqkv, const uint16_t *out,
+                                    int ldo, const float *lse, const uint16_t *dout, int lddo,
+                                    uint16_t *dqkv, int lddqkv, float *scratch) {
+  attention_chunked_bwd(lowp, b, T, C, NH, chunk, qkv, ldqkv, out, ldo, lse, dout, lddo, dqkv,
+                        lddqkv, scratch);
 }

@@ -36,6 +36,10 @@
  *
  * pair: the three kinds (gemm: the cuBLAS path on a GPU), T in {1, 17, 64,
  * 100} (not a multiple of the chunk 16).
+ * lowp: every kind on bf16 and fp16 tensors through StarPU, against the f32
+ * codelet on the widened inputs, rounded, bit for bit (the chunked kinds run
+ * the 16-bit kernels; naive the adapter); ref checks the 16-bit kernels
+ * against the f32 ones at padded strides and odd shapes.
  * cuda-emu: the six launchers (naive, chunked and cuBLAS), T = 1 and T not a multiple of the tile or
  * above the naive kernels' 256-wide chunks, head sizes 8 to 256; dqkv
  * compared per q / k / v third.
@@ -43,6 +47,7 @@
 
 #include "ref_util.h"
 #include "pair.h"
+#include "precision_testlib.h"
 
 /* the ref case (attention_ref.c) */
 void attention_ref(void);
@@ -105,6 +110,71 @@ static void pair_attention(void) {
       tg_tensor_free(&Q); tg_tensor_free(&O); tg_tensor_free(&S); tg_tensor_free(&DO);
     }
 }
+
+/* ---- lowp: 16-bit tensors through the codelets ------------------------------- */
+
+/* Each kind in bf16 and fp16, through StarPU: the forward's out and the
+ * backward's dqkv are the f32 codelet's on the widened inputs, rounded, bit
+ * for bit, and the state equal.  Chunked, gemm and flash run the 16-bit
+ * kernels on the 16-bit buffers (tg_lowp_cpu_keep16), naive the adapter. */
+static void attention_lowp_body(void) {
+  static const char *const names[] = {"naive", "chunked", "gemm", "flash"};
+  static const struct { int T, C, NH; } shapes[] = {{17, 24, 2}, {64, 64, 4}};
+  const int b = 2, chunk = 16;
+  tg_rng rng = {.s = 77};
+  const int fwd = ops_row_is("attention_fwd");
+  for (int k = 0; k < 2; k++)
+    for (int kind = 0; kind < 4; kind++)
+      for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const tg_dtype t = LOWP[k];
+        const int T = shapes[i].T, C = shapes[i].C, NH = shapes[i].NH, n = b * T;
+        const int srows = kind == TG_ATTN_NAIVE ? b * NH * T : n;
+        const int scols = kind == TG_ATTN_NAIVE ? T : NH;
+        float *qkv = rounded_rand(&rng, t, n, 3 * C, 2.0f);
+        float *dout = rounded_rand(&rng, t, n, C, 1.0f);
+        tg_tensor Q, O, S, DO, DQ, Q32, O32, S32, DO32, DQ32;
+        new_low(&Q, t, n, 3 * C, qkv);
+        new_f32(&Q32, n, 3 * C, qkv);
+        if (tg_tensor_alloc(&O, n, C, t) != 0) fatal_error("alloc");
+        new_f32(&O32, n, C, NULL);
+        new_f32(&S, srows, scols, NULL);
+        new_f32(&S32, srows, scols, NULL);
+        tg_task_opts o = {.priority = 0, .worker = -1, .name = NULL, .lowp = t};
+        CHECK(tg_attention_fwd_insert((tg_attention_kind)kind, T, NH, chunk, Q.handle, O.handle,
+                                      S.handle, &o) == 0, "fwd 16-bit: %s", tg_last_error());
+        CHECK(tg_attention_fwd_insert((tg_attention_kind)kind, T, NH, chunk, Q32.handle,
+                                      O32.handle, S32.handle, NULL) == 0, "fwd f32: %s",
+              tg_last_error());
+        char what[80];
+        snprintf(what, sizeof what, "attention_fwd %s T=%d C=%d out", names[kind], T, C);
+        if (fwd) expect_rounded(t, &O, &O32, what);
+        float *s16 = read_as_f32(&S, TG_F32), *s32 = read_as_f32(&S32, TG_F32);
+        if (fwd)
+          CHECK(!memcmp(s16, s32, sizeof(float) * (size_t)srows * scols),
+                "%s attention_fwd %s T=%d: the state differs from f32's", tg_dtype_name(t),
+                names[kind], T);
+        /* backward from the 16-bit out, the f32 one from its widening */
+        float *o16 = read_as_f32(&O, t);
+        if (tg_tensor_write(&O32, o16) != 0) fatal_error("tg_tensor_write");
+        new_low(&DO, t, n, C, dout);
+        new_f32(&DO32, n, C, dout);
+        if (tg_tensor_alloc(&DQ, n, 3 * C, t) != 0) fatal_error("alloc");
+        new_f32(&DQ32, n, 3 * C, NULL);
+        CHECK(tg_attention_bwd_insert((tg_attention_kind)kind, T, NH, chunk, Q.handle, O.handle,
+                                      S.handle, DO.handle, DQ.handle, &o) == 0,
+              "bwd 16-bit: %s", tg_last_error());
+        CHECK(tg_attention_bwd_insert((tg_attention_kind)kind, T, NH, chunk, Q32.handle,
+                                      O32.handle, S.handle, DO32.handle, DQ32.handle, NULL) == 0,
+              "bwd f32: %s", tg_last_error());
+        snprintf(what, sizeof what, "attention_bwd %s T=%d C=%d dqkv", names[kind], T, C);
+        if (!fwd) expect_rounded(t, &DQ, &DQ32, what);
+        free(qkv), free(dout), free(s16), free(s32), free(o16);
+        tg_tensor *all[] = {&Q, &O, &S, &DO, &DQ, &Q32, &O32, &S32, &DO32, &DQ32};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) tg_tensor_free(all[j]);
+      }
+}
+
+static void attention_lowp(void) { ops_run_worker_counts(attention_lowp_body); }
 
 #ifdef OPS_EMU
 #include "cuda_emu/emu_test.h"
@@ -402,22 +472,23 @@ static const ops_row rows[] = {
                "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fwd_lowp "
                "tg_cuda_attention_flash_fwd_lowp tg_cuda_attention_flash_lowp_supported",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
-                "tg_attention_chunked_scratch_floats",
+                "tg_cpu_attention_chunked_fwd16 tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
-     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention), [OPS_LOWP] = attention_lowp},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "attention_bwd",
      .doc = "attention backward",
      .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
      .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
                "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd tg_cuda_attention_gemm_bwd_lowp "
                "tg_cuda_attention_flash_bwd_lowp",
-     .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd",
+     .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd "
+                "tg_cpu_attention_chunked_bwd16",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
              [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention)},
-     .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention), [OPS_LOWP] = attention_lowp},
+     .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };
 
 OPS_ROWS(rows)

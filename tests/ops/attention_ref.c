@@ -5,6 +5,7 @@
  * design note of attention.c lists them).  A file of its own for its size.
  */
 #include "ref_util.h"
+#include "taskgrad/precision_kernels.h"
 
 #define TOL_CHUNK 1e-5
 #define GUARD 64 /* floats after the scratch that must stay untouched */
@@ -313,6 +314,105 @@ static void ref_chunked(tg_rng *rng) {
          "dv %.2e\n", worst[0], worst[1], worst[2], worst[3], worst[4]);
 }
 
+/* ---- the 16-bit kernels: the f32 kernels' bits on widened copies ------------ */
+
+/* m (rows, cols, ld) rounded to lowp in a (rows, ld16) matrix whose padding
+ * is the pattern 0xdead */
+static uint16_t *to16(tg_dtype lowp, const float *m, int rows, int cols, int ld, int ld16) {
+  uint16_t *h = tg_test_malloc(sizeof(uint16_t) * (size_t)rows * ld16);
+  for (size_t i = 0; i < (size_t)rows * ld16; i++) h[i] = 0xdead;
+  tg_cpu_to_lowp(lowp, rows, cols, m, ld, h, ld16);
+  return h;
+}
+
+/* a compact f32 copy of a 16-bit (rows, cols, ld) matrix: what the adapter
+ * hands the f32 kernels */
+static float *widen(tg_dtype lowp, const uint16_t *h, int rows, int cols, int ld) {
+  float *m = tg_test_malloc(sizeof(float) * ((size_t)rows * cols + 1));
+  tg_cpu_from_lowp(lowp, rows, cols, h, ld, m, cols);
+  return m;
+}
+
+/* columns [0, cols) of a and b equal bit for bit, and b's padding the pattern */
+static int same16(const uint16_t *a, int lda, const uint16_t *b, int ldb, int rows, int cols) {
+  for (int r = 0; r < rows; r++) {
+    if (memcmp(a + (size_t)r * lda, b + (size_t)r * ldb, sizeof(uint16_t) * cols)) return 0;
+    for (int c = cols; c < ldb; c++)
+      if (b[(size_t)r * ldb + c] != 0xdead) return 0;
+  }
+  return 1;
+}
+
+static void run_chunk16_case(tg_rng *rng, tg_dtype lowp, chunk_case cc) {
+  const int b = 2, C = cc.C, NH = cc.NH, T = cc.T, n = b * T, p = cc.pad;
+  const int ldqkv = 3 * C + (p ? 5 : 0), ldo = C + (p ? 3 : 0), lddo = C + (p ? 7 : 0);
+  const int lddq = 3 * C + (p ? 2 : 0);
+  const char *ty = lowp == TG_BF16 ? "bf16" : "fp16";
+  float *qkv = rand_qkv(rng, n, C, 3 * C, cc.qk), *dout = tg_rand_mat(rng, n, C, C, 1.0f, NAN);
+  uint16_t *qkv16 = to16(lowp, qkv, n, 3 * C, 3 * C, ldqkv);
+  uint16_t *dout16 = to16(lowp, dout, n, C, C, lddo);
+  float *qkvw = widen(lowp, qkv16, n, 3 * C, ldqkv), *doutw = widen(lowp, dout16, n, C, lddo);
+  size_t ns = tg_attention_chunked_scratch_floats(T, C, NH, cc.chunk);
+  float *scr = new_scratch(ns);
+  /* forward: f32 kernel on the widened copy, rounded, against the 16-bit one */
+  float *out_f = tg_test_malloc(sizeof(float) * (size_t)n * C);
+  float *lse_f = tg_test_malloc(sizeof(float) * (size_t)n * NH);
+  float *lse16 = tg_test_malloc(sizeof(float) * (size_t)n * NH);
+  tg_cpu_attention_chunked_fwd(b, T, C, NH, cc.chunk, qkvw, 3 * C, out_f, C, lse_f, scr);
+  uint16_t *out_ref = to16(lowp, out_f, n, C, C, C);
+  uint16_t *out16 = to16(lowp, out_f, n, C, C, ldo); /* overwritten: NaN first */
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < C; c++) out16[(size_t)r * ldo + c] = 0x7fc0;
+  for (size_t i = 0; i < ns; i++) scr[i] = NAN;
+  tg_cpu_attention_chunked_fwd16(lowp, b, T, C, NH, cc.chunk, qkv16, ldqkv, out16, ldo, lse16,
+                                 scr);
+  const int fwd = ops_row_is("attention_fwd");
+  if (fwd) {
+    CHECK(guard_intact(scr, ns), "chunked fwd16 (%s): scratch overrun", ty);
+    CHECK(same16(out_ref, C, out16, ldo, n, C) &&
+              !memcmp(lse_f, lse16, sizeof(float) * (size_t)n * NH),
+          "chunked fwd16 (%s) T=%d chunk=%d pad=%d C=%d NH=%d: not the f32 kernel's bits", ty, T,
+          cc.chunk, p, C, NH);
+  }
+  /* backward from the 16-bit out, against the f32 kernel on its widening */
+  float *outw = widen(lowp, out_ref, n, C, C);
+  float *dq_f = tg_test_malloc(sizeof(float) * (size_t)n * 3 * C);
+  for (size_t i = 0; i < ns; i++) scr[i] = NAN;
+  tg_cpu_attention_chunked_bwd(b, T, C, NH, cc.chunk, qkvw, 3 * C, outw, C, lse_f, doutw, C,
+                               dq_f, 3 * C, scr);
+  uint16_t *dq_ref = to16(lowp, dq_f, n, 3 * C, 3 * C, 3 * C);
+  uint16_t *dq16 = to16(lowp, dq_f, n, 3 * C, 3 * C, lddq);
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < 3 * C; c++) dq16[(size_t)r * lddq + c] = 0x7fc0;
+  uint16_t *out16c = to16(lowp, outw, n, C, C, ldo); /* out at the padded stride */
+  for (size_t i = 0; i < ns; i++) scr[i] = NAN;
+  tg_cpu_attention_chunked_bwd16(lowp, b, T, C, NH, cc.chunk, qkv16, ldqkv, out16c, ldo, lse_f,
+                                 dout16, lddo, dq16, lddq, scr);
+  if (!fwd) {
+    CHECK(guard_intact(scr, ns), "chunked bwd16 (%s): scratch overrun", ty);
+    CHECK(same16(dq_ref, 3 * C, dq16, lddq, n, 3 * C),
+          "chunked bwd16 (%s) T=%d chunk=%d pad=%d C=%d NH=%d: not the f32 kernel's bits", ty, T,
+          cc.chunk, p, C, NH);
+  }
+  free(qkv), free(dout), free(qkv16), free(dout16), free(qkvw), free(doutw), free(scr);
+  free(out_f), free(lse_f), free(lse16), free(out_ref), free(out16), free(outw), free(dq_f);
+  free(dq_ref), free(dq16), free(out16c);
+}
+
+static void ref_chunked16(tg_rng *rng) {
+  static const chunk_case cases[] = {
+      {1, 16, 0, 2.0f, 64, 4},  {17, 64, 1, 2.0f, 64, 4}, {100, 16, 1, 2.0f, 64, 4},
+      {256, 64, 0, 2.0f, 64, 4}, {64, 16, 1, 8.0f, 64, 4}, {37, 16, 1, 2.0f, 24, 2},
+      {50, 7, 1, 2.0f, 12, 3},
+  };
+  const tg_dtype types[] = {TG_BF16, TG_F16};
+  for (int t = 0; t < 2; t++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      run_chunk16_case(rng, types[t], cases[i]);
+  printf("chunked 16-bit kernels (bf16, fp16): the f32 kernels' bits on widened copies, "
+         "%zu shapes\n", sizeof cases / sizeof cases[0]);
+}
+
 static void ref_scratch_size(void) {
   const int C = 256, NH = 4, chunk = 64;
   for (int T = 256; T <= 4096; T *= 4) {
@@ -434,6 +534,7 @@ void attention_ref(void) {
   else
     ref_naive_bwd(&rng);
   ref_chunked(&rng);
+  ref_chunked16(&rng);
   if (fwd) ref_scratch_size();
   ref_causality(&rng);
 }
