@@ -374,29 +374,28 @@ static void run_chunk16_case(tg_rng *rng, tg_dtype lowp, chunk_case cc) {
           "chunked fwd16 (%s) T=%d chunk=%d pad=%d C=%d NH=%d: not the f32 kernel's bits", ty, T,
           cc.chunk, p, C, NH);
   }
-  /* backward from the 16-bit out, against the f32 kernel on its widening */
-  float *outw = widen(lowp, out_ref, n, C, C);
-  float *dq_f = tg_test_malloc(sizeof(float) * (size_t)n * 3 * C);
-  for (size_t i = 0; i < ns; i++) scr[i] = NAN;
-  tg_cpu_attention_chunked_bwd(b, T, C, NH, cc.chunk, qkvw, 3 * C, outw, C, lse_f, doutw, C,
-                               dq_f, 3 * C, scr);
-  uint16_t *dq_ref = to16(lowp, dq_f, n, 3 * C, 3 * C, 3 * C);
-  uint16_t *dq16 = to16(lowp, dq_f, n, 3 * C, 3 * C, lddq);
-  for (int r = 0; r < n; r++)
-    for (int c = 0; c < 3 * C; c++) dq16[(size_t)r * lddq + c] = 0x7fc0;
-  uint16_t *out16c = to16(lowp, outw, n, C, C, ldo); /* out at the padded stride */
-  for (size_t i = 0; i < ns; i++) scr[i] = NAN;
-  tg_cpu_attention_chunked_bwd16(lowp, b, T, C, NH, cc.chunk, qkv16, ldqkv, out16c, ldo, lse_f,
-                                 dout16, lddo, dq16, lddq, scr);
-  if (!fwd) {
+  if (!fwd) { /* backward from the 16-bit out, against the f32 kernel on its widening */
+    float *outw = widen(lowp, out_ref, n, C, C);
+    float *dq_f = tg_test_malloc(sizeof(float) * (size_t)n * 3 * C);
+    for (size_t i = 0; i < ns; i++) scr[i] = NAN;
+    tg_cpu_attention_chunked_bwd(b, T, C, NH, cc.chunk, qkvw, 3 * C, outw, C, lse_f, doutw, C,
+                                 dq_f, 3 * C, scr);
+    uint16_t *dq_ref = to16(lowp, dq_f, n, 3 * C, 3 * C, 3 * C);
+    uint16_t *dq16 = to16(lowp, dq_f, n, 3 * C, 3 * C, lddq);
+    for (int r = 0; r < n; r++)
+      for (int c = 0; c < 3 * C; c++) dq16[(size_t)r * lddq + c] = 0x7fc0;
+    uint16_t *out16c = to16(lowp, outw, n, C, C, ldo); /* out at the padded stride */
+    for (size_t i = 0; i < ns; i++) scr[i] = NAN;
+    tg_cpu_attention_chunked_bwd16(lowp, b, T, C, NH, cc.chunk, qkv16, ldqkv, out16c, ldo,
+                                   lse_f, dout16, lddo, dq16, lddq, scr);
     CHECK(guard_intact(scr, ns), "chunked bwd16 (%s): scratch overrun", ty);
     CHECK(same16(dq_ref, 3 * C, dq16, lddq, n, 3 * C),
           "chunked bwd16 (%s) T=%d chunk=%d pad=%d C=%d NH=%d: not the f32 kernel's bits", ty, T,
           cc.chunk, p, C, NH);
+    free(outw), free(dq_f), free(dq_ref), free(dq16), free(out16c);
   }
   free(qkv), free(dout), free(qkv16), free(dout16), free(qkvw), free(doutw), free(scr);
-  free(out_f), free(lse_f), free(lse16), free(out_ref), free(out16), free(outw), free(dq_f);
-  free(dq_ref), free(dq16), free(out16c);
+  free(out_f), free(lse_f), free(lse16), free(out_ref), free(out16);
 }
 
 static void ref_chunked16(tg_rng *rng) {
