@@ -150,7 +150,7 @@ static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
   r->threads = tg_ncpu_workers();
   r->micro = r->ro.cfg.nmicro;
   if (!r->micro) {
-    r->micro = tg_cli_auto_micro_batches(B, 1, 1, 1);
+    r->micro = tg_cli_gpt_auto_micro_batches(B, T, r->cfg.channels, r->ro.prec.precision, 1);
     tg_cli_check_gpt_micro(B, r->micro, r->ro.cfg.attn_splits);
   }
   r->run = tg_cli_gpt_run_config(&r->ro, B, T, r->micro);

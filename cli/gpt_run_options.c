@@ -52,8 +52,9 @@ static const run_option options[] = {
     {"--seq", "T", K_INT, F(cfg.T), 1, 1 << 20, F(seq_given), GPT,
      "tokens per sequence (default %d, at most the\nmodel's maximum)"},
     {"--micro-batches", "M", K_MICRO, F(cfg.nmicro), 0, 1 << 16, -1, TRAIN | BENCH,
-     "micro-batches per step, dividing B, or auto: one\nper worker, within what B allows "
-     "(default auto;\nthe choice is printed)"},
+     "micro-batches per step, dividing B, or auto: one\nper worker, within what B allows; "
+     "in fp32 on up\nto 4 CPU workers alone, at least 512 rows each\n(B / M x T), the layers "
+     "then in tiles (default\nauto; the choice is printed)"},
     {"--micro-batches", "M", K_INT, F(cfg.nmicro), 1, TG_SIM_MAX_MICRO, -1, SIM | SIM_MLP,
      "micro-batches per step, dividing the batch\n(default 2 per GPU)"},
     {"--layers", "L", K_INT, F(model.num_layers), 1, TG_GPT_MAX_LAYERS, -1, BENCH | SIM,
@@ -77,7 +78,7 @@ static const run_option options[] = {
      "row blocks of dwte for the classifier's gradient\n(default: one per 4 workers, at most 16)"},
     {"--tiles", "N", K_INT, F(cfg.linear_tiles), 1, TG_MAX_SPLIT, -1, GPT,
      "tasks per linear layer: column tiles of its\noutput and of its input's gradient (default:\n"
-     "the CPU workers per micro-batch, at most 16;\n1 up to 4 workers or with devices)"},
+     "the CPU workers per micro-batch, at most 16;\n1 with devices, or up to 4 workers where each\nhas a micro-batch)"},
     {"--tile-owner", NULL, K_FLAG, F(cfg.tile_owner), 1, 0, -1, GPT,
      "pin tile j of every tiled layer to device j mod\ndevices (a fixed tensor-parallel layout;\n"
      "default: the scheduler places the tiles);\nneeds --tiles N > 1 and devices, not\n--data-parallel shard"},

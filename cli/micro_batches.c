@@ -53,3 +53,16 @@ int tg_cli_auto_micro_batches(int batch, int nranks, int must_divide, int min_si
             workers, part, unit);
   return chosen * nranks;
 }
+
+int tg_cli_gpt_auto_micro_batches(int batch, int T, int C, tg_precision precision,
+                                  int nranks) {
+  int w = tg_ncpu_workers(), min_seqs = 1;
+  if (!tg_precision_lowp(precision) && tg_ncuda_workers() + tg_nopencl_workers() == 0 &&
+      w <= 4 && C / 32 >= w)
+    min_seqs = (TG_GPT_AUTO_MIN_ROWS + T - 1) / T;
+  if (min_seqs > 1 && tg_cli_is_root())
+    fprintf(stderr, "taskgrad: --micro-batches auto: in fp32 on CPU workers, %d rows (%d "
+            "sequences of %d tokens) or more per micro-batch where the batch allows\n",
+            TG_GPT_AUTO_MIN_ROWS, min_seqs, T);
+  return tg_cli_auto_micro_batches(batch, nranks, 1, min_seqs);
+}

@@ -190,7 +190,8 @@ void gpt_build_model(gpt_session *s) {
   s->root = tg_cli_is_root();
   int R = s->R;
   if (!o->run.cfg.nmicro && o->run.cfg.B % R == 0) {
-    o->run.cfg.nmicro = tg_cli_auto_micro_batches(o->run.cfg.B, R, 1, 1);
+    o->run.cfg.nmicro = tg_cli_gpt_auto_micro_batches(o->run.cfg.B, o->run.cfg.T,
+                                                      s->cfg.channels, o->run.prec.precision, R);
     tg_cli_check_gpt_micro(o->run.cfg.B, o->run.cfg.nmicro, o->run.cfg.attn_splits);
   }
   if (o->run.cfg.B % R || o->run.cfg.nmicro % R)

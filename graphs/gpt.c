@@ -1773,9 +1773,13 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   if (T < 1 || T > c->max_seq_len || n % T)
     return tg_fail(EINVAL, "GPT logits: %d tokens are not whole sequences of %d <= %d", n, T,
                    c->max_seq_len);
-  /* a one-off pass: temporaries for the attention, no split */
+  /* a one-off pass: temporaries for the attention, no split, and untiled
+   * layers (the tile buffers have the step's rows, not these) */
   tg_gpt_run_config saved = g->run;
+  struct tg_gpt_tilebufs *tilebufs = g->tilebufs;
   g->run.T = T;
+  g->run.linear_tiles = 1;
+  g->tilebufs = NULL;
   tg_gpt_attn *attn = calloc((size_t)c->num_layers, sizeof *attn);
   tg_gpt_micro *mb = calloc(1, sizeof *mb);
   int rc = attn && mb ? 0 : tg_fail(ENOMEM, "GPT logits: out of memory");
@@ -1820,5 +1824,6 @@ int tg_gpt_logits(tg_gpt *g, const tg_tensor *tokens, int T, float *logits) {
   free(attn);
   free(mb);
   g->run = saved;
+  g->tilebufs = tilebufs;
   return rc;
 }

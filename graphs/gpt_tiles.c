@@ -48,8 +48,13 @@
 int tg_gpt_tiles_auto(const tg_gpt_config *c, const tg_gpt_run_config *r) {
   int devices = starpu_cuda_worker_get_count() + tg_nopencl_workers();
   int w = tg_ncpu_workers();
-  if (devices > 0 || w <= 4) return 1; /* the 2-core graph as before; GPUs: opt in */
+  if (devices > 0) return 1; /* GPUs: opt in */
   int n = w / r->nmicro;
+  /* Up to 4 workers, tiles only where the micro-batches leave a worker
+   * without a chain of its own (fewer micro-batches than workers): with one
+   * micro-batch per worker the 2-core graph stays as it was.  Fused blocks
+   * need untiled layers. */
+  if (w <= 4 && (n < 2 || r->fused_blocks > 0)) return 1;
   if (n > 16) n = 16;
   if (n > c->channels / 32) n = c->channels / 32; /* tiles of 32 columns at least */
   return n < 1 ? 1 : n;

@@ -144,6 +144,41 @@ else
   bad "bench gpt, batch 5 on 2 workers: $(grep -h auto "$work/auto.err" | head -1)"
 fi
 
+# in fp32 on a few CPU workers auto wants micro-batches of 512 rows or more,
+# their layers then in tiles (one per worker); 16-bit keeps one per worker;
+# fewer micro-batches than workers get tiles (--tiles auto), fused blocks not
+wide=(bench gpt --layers 1 --channels 64 --heads 2 --max-seq 8 --seq 8 --steps 1 --warmup 0 --quiet
+      --batch 6 --ncpus 2)
+if "$tg" "${wide[@]}" >"$work/auto.out" 2>"$work/auto.err" &&
+   grep -q -- "--micro-batches auto: in fp32 on CPU workers, 512 rows (64 sequences of 8" \
+     "$work/auto.err" &&
+   grep -q -- "--micro-batches auto: 1 (2 workers, batch of 6 sequences)" "$work/auto.err" &&
+   grep -q "B=6 T=8, 1 micro-batches, .*linear layers in 2 tile(s), classifier in 2 vocab" \
+     "$work/auto.out"; then
+  ok "bench gpt fp32, C 64 on 2 workers: auto picks 1 micro-batch in 2 tiles"
+else
+  bad "bench gpt fp32, C 64 on 2 workers: $(grep -h 'auto\|micro-batches' "$work/auto.err" "$work/auto.out" | head -3)"
+fi
+if "$tg" "${wide[@]}" --precision bf16 >"$work/auto.out" 2>"$work/auto.err" &&
+   ! grep -q "512 rows" "$work/auto.err" &&
+   grep -q "B=6 T=8, 2 micro-batches, .*linear layers in 1 tile(s)" "$work/auto.out"; then
+  ok "bench gpt bf16, C 64 on 2 workers: auto keeps 2 untiled micro-batches"
+else
+  bad "bench gpt bf16, C 64 on 2 workers: $(grep -h 'auto\|micro-batches' "$work/auto.err" "$work/auto.out" | head -3)"
+fi
+if "$tg" "${wide[@]}" --batch 128 >"$work/auto.out" 2>"$work/auto.err" &&
+   grep -q "B=128 T=8, 2 micro-batches, .*linear layers in 1 tile(s)" "$work/auto.out"; then
+  ok "bench gpt fp32, 1024 rows on 2 workers: auto keeps 2 untiled micro-batches of 512 rows"
+else
+  bad "bench gpt fp32, 1024 rows on 2 workers: $(grep -h 'micro-batches' "$work/auto.out" | head -2)"
+fi
+if "$tg" "${wide[@]}" --micro-batches 1 --attn-splits 1 --fused-blocks >"$work/auto.out" 2>&1 &&
+   grep -q "1 micro-batches, .*linear layers in 1 tile(s)" "$work/auto.out"; then
+  ok "bench gpt --micro-batches 1 --fused-blocks on 2 workers: untiled (fused blocks need it)"
+else
+  bad "bench gpt --micro-batches 1 --fused-blocks: $(grep -h 'error\|micro-batches' "$work/auto.out" | head -2)"
+fi
+
 g=(init gpt --layers 2 --channels 32 --heads 4 --max-seq 16 --vocab 256)
 expect_fail "init gpt: missing --layers" "needs --layers" init gpt --channels 32 --heads 4 \
   --max-seq 16 --vocab 256 --out "$work/x.bin"

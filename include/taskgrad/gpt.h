@@ -85,7 +85,8 @@ typedef struct tg_gpt_run_config {
    * input's gradient (backward-data), codelets/linear.c; the weight
    * gradients stay whole.  Intra-operation parallelism where micro-batches
    * alone leave workers idle.  0 = auto: by the CPU workers per
-   * micro-batch (1 up to 4 workers, or with devices), at most 16; 1 = off.
+   * micro-batch, at most 16 (1 with devices, with fused blocks, and up to 4
+   * workers where every worker has a micro-batch); 1 = off.
    * Resolved by tg_gpt_create (tg_gpt.run holds the count used) */
   int linear_tiles;
   /* owner placement of the tiles: 1 pins tile j of every tiled layer (and
