@@ -24,13 +24,19 @@
  * since the true norm sums to zero over the row, delta = mean(norm') and is
  * removed (one more accumulator in the first sweep, mathematically a no-op).
  *
- * The row loops work on blocks of VB floats with a constant trip count and
- * VB separate accumulators, which GCC 12 at -O2 vectorises (a plain serial
- * sum would not be, as float addition is not reassociated without
- * -ffast-math).  Single-threaded: StarPU runs one kernel per core.  The
- * VB lanes are the same in every variant of the AVX-512/AVX2 clones
- * (simd_clones.h; this file is compiled without contraction), so the sums
- * and the results are the baseline's bit for bit.
+ * The row loops work on blocks of VB floats with VB separate accumulators
+ * (a plain serial sum cannot be vectorised, as float addition is not
+ * reassociated without -ffast-math).  The backward's are written with GCC's
+ * vector extensions (v8f, v8d below): GCC 12 left them scalar as loops over
+ * arrays of VB lanes, at -O2 and -O3, for the widening to double (a
+ * vcvtss2sd and a vaddsd per element; 1.9x faster as vectors, the same
+ * bits: bench/results/2026-11-28-cpu-micro-rows.md).  A vector type is
+ * lowered to whatever the clone's instruction set has, lane by lane the
+ * same IEEE operations as the scalar code.  Single-threaded:
+ * StarPU runs one kernel per core.  The VB lanes are the same in every
+ * variant of the AVX-512/AVX2 clones (simd_clones.h; this file is compiled
+ * without contraction), so the sums and the results are the baseline's bit
+ * for bit.
  */
 #include <math.h>
 
@@ -40,9 +46,29 @@
 
 enum { VB = 8 };
 
+/* VB lanes of floats and of doubles.  LD8 / ST8 go through v8f_u, which
+ * needs no alignment and may alias the floats; macros rather than functions,
+ * so that no vector crosses a call (whose ABI would depend on the clone's
+ * instruction set). */
+typedef float v8f __attribute__((vector_size(VB * sizeof(float))));
+typedef double v8d __attribute__((vector_size(VB * sizeof(double))));
+typedef float v8f_u __attribute__((vector_size(VB * sizeof(float)), aligned(sizeof(float)),
+                                   may_alias));
+#define LD8(p) ((v8f) * (const v8f_u *)(p))
+#define ST8(p, v) (*(v8f_u *)(p) = (v))
+#define WIDE8(v) __builtin_convertvector((v), v8d)
+
+/* s + the VB lanes of *acc, in lane order */
+TG_ROW_INLINE double add_lanes(double s, const v8d *acc) {
+  for (int j = 0; j < VB; j++) s += (*acc)[j];
+  return s;
+}
+
 #define LN_EPS 1e-5
 
-/* sum of the n floats of x, in double */
+/* sum of the n floats of x, in double (the forward's loops over arrays of
+ * lanes: written with v8d they measured slower, 117 -> 153 us for 1024 rows
+ * of 256, one thread) */
 TG_ROW_INLINE double row_sum(int n, const float *x) {
   double acc[VB] = {0};
   int c = 0;
@@ -121,15 +147,14 @@ void tg_cpu_layernorm_bwd(int n, int C,
     const float m = mean[i], r = rstd[i];
 
     /* sweep 1: sums of dnorm, dnorm * norm' and norm' */
-    double s_dn[VB] = {0}, s_dnn[VB] = {0}, s_n[VB] = {0};
+    v8d s_dn = {0}, s_dnn = {0}, s_n = {0};
     int c = 0;
-    for (; c + VB <= C; c += VB)
-      for (int j = 0; j < VB; j++) {
-        float nr = (x[c + j] - m) * r, dn = w[c + j] * dy[c + j];
-        s_dn[j] += (double)dn;
-        s_dnn[j] += (double)(dn * nr);
-        s_n[j] += (double)nr;
-      }
+    for (; c + VB <= C; c += VB) {
+      v8f nr = (LD8(x + c) - m) * r, dn = LD8(w + c) * LD8(dy + c);
+      s_dn += WIDE8(dn);
+      s_dnn += WIDE8(dn * nr);
+      s_n += WIDE8(nr);
+    }
     double sdn = 0.0, sdnn = 0.0, sn = 0.0;
     for (; c < C; c++) {
       float nr = (x[c] - m) * r, dn = w[c] * dy[c];
@@ -137,11 +162,9 @@ void tg_cpu_layernorm_bwd(int n, int C,
       sdnn += (double)(dn * nr);
       sn += (double)nr;
     }
-    for (int j = 0; j < VB; j++) {
-      sdn += s_dn[j];
-      sdnn += s_dnn[j];
-      sn += s_n[j];
-    }
+    sdn = add_lanes(sdn, &s_dn);
+    sdnn = add_lanes(sdnn, &s_dnn);
+    sn = add_lanes(sn, &s_n);
     double delta = sn / C;      /* norm = norm' - delta */
     double dn_mean = sdn / C;   /* mean(dnorm) */
     /* mean(dnorm * norm) = mean(dnorm * norm') - delta * mean(dnorm) */
@@ -152,17 +175,13 @@ void tg_cpu_layernorm_bwd(int n, int C,
     /* sweep 2: accumulate db, dw, dx */
     c = 0;
     for (; c + VB <= C; c += VB) {
-      float tb[VB], tw[VB], tx[VB];
-      for (int j = 0; j < VB; j++) {
-        float g = dy[c + j];
-        float nr = (x[c + j] - m) * r - fdelta, dn = w[c + j] * g;
-        tb[j] = db[c + j] + g;
-        tw[j] = dw[c + j] + nr * g;
-        tx[j] = dx[c + j] + (dn - fdm - nr * fdnn) * r;
-      }
-      for (int j = 0; j < VB; j++) db[c + j] = tb[j];
-      for (int j = 0; j < VB; j++) dw[c + j] = tw[j];
-      for (int j = 0; j < VB; j++) dx[c + j] = tx[j];
+      v8f g = LD8(dy + c);
+      v8f nr = (LD8(x + c) - m) * r - fdelta, dn = LD8(w + c) * g;
+      v8f tb = LD8(db + c) + g, tw = LD8(dw + c) + nr * g;
+      v8f tx = LD8(dx + c) + (dn - fdm - nr * fdnn) * r;
+      ST8(db + c, tb);
+      ST8(dw + c, tw);
+      ST8(dx + c, tx);
     }
     for (; c < C; c++) {
       float g = dy[c];
