@@ -61,7 +61,7 @@ int tg_cli_gpt_auto_micro_batches(int batch, int T, int C, tg_precision precisio
       w <= 4 && C / 32 >= w)
     min_seqs = (TG_GPT_AUTO_MIN_ROWS + T - 1) / T;
   if (min_seqs > 1 && tg_cli_is_root())
-    fprintf(stderr, "taskgrad: --micro-batches auto: in fp32 on CPU workers, %d rows (%d "
+    fprintf(stderr, "taskgrad: --micro-batches auto: f32 activations on CPU workers, %d rows (%d "
             "sequences of %d tokens) or more per micro-batch where the batch allows\n",
             TG_GPT_AUTO_MIN_ROWS, min_seqs, T);
   return tg_cli_auto_micro_batches(batch, nranks, 1, min_seqs);

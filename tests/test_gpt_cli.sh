@@ -150,7 +150,7 @@ fi
 wide=(bench gpt --layers 1 --channels 64 --heads 2 --max-seq 8 --seq 8 --steps 1 --warmup 0 --quiet
       --batch 6 --ncpus 2)
 if "$tg" "${wide[@]}" >"$work/auto.out" 2>"$work/auto.err" &&
-   grep -q -- "--micro-batches auto: in fp32 on CPU workers, 512 rows (64 sequences of 8" \
+   grep -q -- "--micro-batches auto: f32 activations on CPU workers, 512 rows (64 sequences of 8" \
      "$work/auto.err" &&
    grep -q -- "--micro-batches auto: 1 (2 workers, batch of 6 sequences)" "$work/auto.err" &&
    grep -q "B=6 T=8, 1 micro-batches, .*linear layers in 2 tile(s), classifier in 2 vocab" \
