@@ -90,6 +90,11 @@ static int split_schedulers(const char *text, char names[][SCHED_NAME_MAX]) {
                    (int)len, p);
     memcpy(names[n], p, len);
     names[n][len] = 0;
+    /* before the calibration run: a name StarPU does not know would fail
+     * its runs only after it */
+    char policy[SCHED_NAME_MAX];
+    sched_policy_of(names[n], policy, sizeof policy);
+    tg_cli_check_sched_for("--schedulers", policy);
     n++;
     p += len;
     if (!*p) break;

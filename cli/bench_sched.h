@@ -12,6 +12,10 @@
 
 #define SCHED_MAX 64
 #define SCHED_NAME_MAX 64
+
+/* A --schedulers entry "NAME" or "NAME+nopri" (NAME with the graph's
+ * priorities off): NAME into policy (size bytes); 1 for +nopri. */
+int sched_policy_of(const char *entry, char *policy, size_t size);
 #define PASS_MAX 64
 
 /* ---- running (bench_sched_run.c) ---- */

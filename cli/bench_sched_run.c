@@ -312,6 +312,14 @@ void sched_describe_failure(const child_result *r, char *why, size_t n) {
   else snprintf(why, n, "no step time in the output");
 }
 
+int sched_policy_of(const char *entry, char *policy, size_t size) {
+  snprintf(policy, size, "%s", entry);
+  char *plus = strstr(policy, "+nopri");
+  if (!plus || plus[6]) return 0;
+  *plus = '\0';
+  return 1;
+}
+
 void sched_measure(sched_row *row, const char *model, char **pass, int npass, int steps,
              int warmup, const char *home, int timeout_s) {
   char steps_s[16], warm_s[16];
@@ -324,14 +332,11 @@ void sched_measure(sched_row *row, const char *model, char **pass, int npass, in
   argv[a++] = "/proc/self/exe";
   argv[a++] = "bench";
   argv[a++] = (char *)model;
-  /* "NAME+nopri": the scheduler NAME with the graph's priorities off */
   char sched[128];
-  snprintf(sched, sizeof sched, "%s", row->name);
-  char *plus = strstr(sched, "+nopri");
-  if (plus && plus[6] == 0) *plus = 0;
+  const int nopri = sched_policy_of(row->name, sched, sizeof sched);
   argv[a++] = "--sched";
   argv[a++] = sched;
-  if (plus) argv[a++] = "--no-priorities";
+  if (nopri) argv[a++] = "--no-priorities";
   argv[a++] = "--steps";
   argv[a++] = steps_s;
   argv[a++] = "--warmup";

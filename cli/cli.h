@@ -43,6 +43,8 @@ int tg_cli_int_list(const char *flag, const char *text, int *out, int max, long 
                     long max_value);
 /* exit 2 unless name is a StarPU scheduling policy or one of ours */
 void tg_cli_check_sched(const char *name);
+/* the same, the message naming flag (e.g. "--schedulers") */
+void tg_cli_check_sched_for(const char *flag, const char *name);
 /* Help text of the runtime flags shared by every command. */
 #define TG_CLI_RUNTIME_HELP                                                   \
   "  --sched NAME         scheduling policy: StarPU's or tg-critpath,\n"                \

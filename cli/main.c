@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "taskgrad/parallel.h"
+#include "taskgrad/sched.h"
 #include "taskgrad/sim.h"
 #ifdef TG_SIMGRID
 /* starpu.h (through parallel.h) renames main to starpu_main in a SimGrid build,
@@ -68,6 +69,49 @@ static void tg_fix_blas_kernels(char **argv) {
   unsetenv(TG_BLAS_PICKED_ENV);
 }
 
+/* "taskgrad train --help": the models of a command that takes one */
+static int tg_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+static int tg_group_help(const char *cmd) {
+  if (!strcmp(cmd, "train"))
+    fputs("usage: taskgrad train mlp|gpt [flags]\n"
+          "\n"
+          "  train mlp     a multi-layer perceptron on Fashion-MNIST\n"
+          "  train gpt     a GPT-2 model (llm.c formats); with no files, a KJV\n"
+          "                demonstration that ends with a text sample\n",
+          stdout);
+  else if (!strcmp(cmd, "bench"))
+    fputs("usage: taskgrad bench mlp|gpt|sched [flags]\n"
+          "\n"
+          "  bench mlp     measure the MLP training step\n"
+          "  bench gpt     measure the GPT training step, optionally beside PyTorch\n"
+          "  bench sched   compare StarPU scheduling policies on the mlp or gpt step\n",
+          stdout);
+  else if (!strcmp(cmd, "init"))
+    fputs("usage: taskgrad init gpt [flags]\n"
+          "\n"
+          "  init gpt      write a randomly initialised GPT-2 checkpoint (llm.c format)\n",
+          stdout);
+  else
+    fputs("usage: taskgrad prepare kjv [flags]\n"
+          "\n"
+          "  prepare kjv   the King James Bible as byte-level llm.c token files\n",
+          stdout);
+  fprintf(stdout, "\nRun 'taskgrad %s <%s> --help' for its flags.\n", cmd,
+          !strcmp(cmd, "prepare") ? "data set" : "model");
+  return 0;
+}
+
+/* Every environment variable StarPU or taskgrad reads, before any work
+ * (tg_init checks them again): a value StarPU would crash on, ignore or
+ * misread is one message and exit 2, e.g. STARPU_WORKERS_CPUID=abc,
+ * STARPU_SCHED=nosuch.  Not for a command's --help. */
+static void tg_check_env_first(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (tg_is_help(argv[i])) return;
+  if (tg_check_environment(tg_sched_policy_names()) < 0) tg_cli_die("%s", tg_last_error());
+}
+
 int main(int argc, char **argv) {
   tg_cli_argv = argv;
   tg_fix_blas_kernels(argv);
@@ -77,7 +121,7 @@ int main(int argc, char **argv) {
     return TG_EXIT_USAGE;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+  if (!strcmp(cmd, "help") || tg_is_help(cmd)) {
     tg_usage(stdout);
     return 0;
   }
@@ -87,11 +131,16 @@ int main(int argc, char **argv) {
            tg_sim_available() ? "yes" : "no");
     return 0;
   }
+  const int grouped = !strcmp(cmd, "train") || !strcmp(cmd, "bench") || !strcmp(cmd, "init") ||
+                      !strcmp(cmd, "prepare");
+  if (grouped && argc >= 3 && tg_is_help(argv[2])) return tg_group_help(cmd);
   /* under mpirun only the training commands know what to do with ranks */
   if (tg_dist_launched() &&
       !(!strcmp(cmd, "train") && argc >= 3 && (!strcmp(argv[2], "mlp") || !strcmp(argv[2], "gpt"))))
     tg_cli_die("'taskgrad %s' does not run under MPI (only 'train mlp' and 'train gpt' do); "
                "launch it without mpirun", cmd);
+  if (!strcmp(cmd, "train") || !strcmp(cmd, "bench") || !strcmp(cmd, "simulate"))
+    tg_check_env_first(argc, argv);
   if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
     if (argc < 3)
       tg_cli_die("'taskgrad %s' needs a model: mlp or gpt%s", cmd,

@@ -20,17 +20,19 @@
 #include "taskgrad/gemm_libs.h"
 #include "taskgrad/sched.h"
 
-void tg_cli_check_sched(const char *name) {
+void tg_cli_check_sched_for(const char *flag, const char *name) {
   if (tg_sched_policy_find(name)) return; /* taskgrad's own policies */
   struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
   for (int i = 0; all[i]; i++)
     if (strcmp(all[i]->policy_name, name) == 0) return;
-  fprintf(stderr, "taskgrad: error: --sched: unknown scheduling policy '%s'; known:", name);
+  fprintf(stderr, "taskgrad: error: %s: unknown scheduling policy '%s'; known:", flag, name);
   for (const char *const *p = tg_sched_policy_names(); *p; p++) fprintf(stderr, " %s", *p);
   for (int i = 0; all[i]; i++) fprintf(stderr, " %s", all[i]->policy_name);
   fputc('\n', stderr);
   exit(TG_EXIT_USAGE);
 }
+
+void tg_cli_check_sched(const char *name) { tg_cli_check_sched_for("--sched", name); }
 
 int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
   if (strcmp(argv[*i], "--sched") == 0) {
@@ -39,8 +41,14 @@ int tg_cli_runtime_flag(int argc, char **argv, int *i, tg_runtime_config *rc) {
     return 1;
   }
   if (strcmp(argv[*i], "--ncpus") == 0) {
-    /* 0 only with devices: tg_init refuses it otherwise */
+    /* 0 only with devices: tg_init refuses it otherwise.  More workers than
+     * cores share them (the tests do), but above STARPU_MAXCPUS StarPU would
+     * start its ceiling's worth without a word. */
     rc->ncpus = (int)tg_cli_int("--ncpus", tg_cli_value(argc, argv, i), 0, 4096);
+    if (rc->ncpus > STARPU_MAXCPUS)
+      tg_cli_die("--ncpus %d: this StarPU runs at most %d CPU workers (STARPU_MAXCPUS; "
+                 "scripts/build-starpu builds one without that limit), and this machine has "
+                 "%ld cores", rc->ncpus, STARPU_MAXCPUS, sysconf(_SC_NPROCESSORS_ONLN));
     return 1;
   }
   if (strcmp(argv[*i], "--emulated-devices") == 0) {

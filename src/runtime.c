@@ -253,8 +253,11 @@ static int tg_emulated_check(int n) {
 
 int tg_init(const tg_runtime_config *cfg) {
   if (tg_started) return tg_fail(EBUSY, "tg_init: taskgrad is already started");
-  TG_TRY(tg_check_env());
   tg_runtime_config c = cfg ? *cfg : tg_runtime_config_default();
+  /* STARPU_SCHED may name the caller's policy object; when the config
+   * names a policy, StarPU never reads the variable (hidden below) */
+  const char *given_sched[] = {c.sched_policy ? c.sched_policy->policy_name : NULL, NULL};
+  TG_TRY(tg_check_env(given_sched, !c.sched && !c.sched_policy));
   tg_note_maxcpus(&c);
   for (int i = 0; i < tg_ninit_fns; i++) TG_TRY(tg_init_fns[i](&c));
   struct starpu_conf conf;
@@ -263,6 +266,7 @@ int tg_init(const tg_runtime_config *cfg) {
   /* OpenCL only for the emulated accelerators (before STARPU_SCHED is
    * hidden below, so that an error leaves the environment as it was) */
   TG_TRY(tg_emulated_devices(&c));
+  TG_TRY(tg_check_opencl_ids(c.emulated_devices));
   TG_TRY(tg_emulated_setup(&conf, c.emulated_devices));
 #if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID) /* SimGrid: simulated GPUs */
   const int cuda_possible = 1;

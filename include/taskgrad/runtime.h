@@ -66,6 +66,14 @@ tg_runtime_config tg_runtime_config_default(void);
 /* Starts StarPU (and cuBLAS on CUDA workers), limits the BLAS library to one
  * thread per worker.  cfg may be NULL.  Returns 0 or a negative errno. */
 int tg_init(const tg_runtime_config *cfg);
+/* 0, or -EINVAL with a message naming the first environment variable
+ * whose value StarPU or taskgrad would crash on, ignore or misread (the
+ * table of src/env_check.c: numbers, lists, names, paths; listed in
+ * docs/reliability.md).  tg_init runs it before starpu_init; a program can
+ * run it before any work.  sched_names: the scheduling policies the
+ * program provides besides StarPU's, for STARPU_SCHED (NULL-terminated, or
+ * NULL; sched.h: tg_sched_policy_names()). */
+int tg_check_environment(const char *const *sched_names);
 /* Waits for every submitted task, then stops StarPU. */
 void tg_shutdown(void);
 /* 1 when the last tg_init found neither STARPU_MINIMUM_CLEAN_BUFFERS nor
