@@ -21,7 +21,8 @@
 static void bench_gpt_usage(void) {
   fputs("usage: taskgrad bench gpt [flags]\n"
         "\n"
-        "  --init-from FILE     llm.c checkpoint (default: a random model of the\n"
+        "  --init-from FILE     llm.c checkpoint or Hugging Face GPT-2 (as in\n"
+        "                       train gpt; default: a random model of the\n"
         "                       shape of --layers ... --max-seq below)\n"
         "  --steps N            measured steps (default 10)\n"
         "  --warmup N           unmeasured steps first (default 2)\n"

@@ -12,8 +12,14 @@
  * StarPU here: the initialisation is a host loop.
  *
  * --safetensors FILE also writes the same parameters as a safetensors file
- * with Hugging Face's GPT-2 names and layouts (taskgrad/safetensors.h), after
- * the checkpoint; both writes are atomic.
+ * with Hugging Face's GPT-2 names and layouts (taskgrad/safetensors.h), and
+ * config.json beside it, after the checkpoint; all writes are atomic.
+ *
+ * --init-from MODEL takes the parameters and shape from a model instead of
+ * the random initialisation: an llm.c checkpoint or a Hugging Face GPT-2
+ * (tg_llmc_model_read reads both), so that `init gpt --init-from gpt2/
+ * --out gpt2.bin` converts a downloaded GPT-2 to llm.c's format.  The shape
+ * flags and --seed then have nothing to say and are refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +54,7 @@ void tg_cli_gpt_create(tg_gpt *g, const tg_gpt_config *cfg, const float *params,
 static void init_gpt_usage(void) {
   puts("usage: taskgrad init gpt --layers L --channels C --heads NH --max-seq T\n"
        "                         --vocab V --out FILE [flags]\n"
+       "       taskgrad init gpt --init-from MODEL --out FILE [--safetensors FILE]\n"
        "\n"
        "Writes a GPT-2 checkpoint (llm.c format, fp32) with GPT-2's random\n"
        "initialisation: normal(0, 0.02) weights, the residual projections\n"
@@ -64,22 +71,46 @@ static void init_gpt_usage(void) {
        "                       rounded up to a multiple of 64; GPT-2's 50257\n"
        "                       becomes 50304 as in llm.c)\n"
        "  --seed N             initialisation seed (default 1)\n"
+       "  --init-from MODEL    no initialisation: the parameters and shape of an\n"
+       "                       llm.c checkpoint or a Hugging Face GPT-2 (a\n"
+       "                       .safetensors file with config.json beside it, or\n"
+       "                       a folder holding model.safetensors and\n"
+       "                       config.json), e.g. to convert one to llm.c's\n"
+       "                       format; not with the shape flags or --seed\n"
        "  --out FILE           the checkpoint to write (required); replaced\n"
        "                       atomically if it exists\n"
        "  --safetensors FILE   also write the model as safetensors with Hugging\n"
        "                       Face's GPT-2 names (GPT2LMHeadModel: Conv1D\n"
        "                       weights transposed, wte's first V rows, lm_head\n"
-       "                       tied so omitted); replaced atomically\n"
+       "                       tied so omitted) and config.json beside it\n"
+       "                       (GPT2Config; one that taskgrad did not write is\n"
+       "                       never replaced: refused); replaced atomically\n"
        "  -h, --help           this text\n"
        "\n"
        "Bad flags or an invalid model: one message on stderr, exit status 2.");
+}
+
+/* --init-from: the model read whole, written as --out (and --safetensors). */
+static int init_gpt_from(const char *from, const char *out, const char *st_out) {
+  tg_gpt_config c;
+  float *params;
+  if (tg_llmc_model_read(from, &c, &params) < 0) tg_cli_die_last("--init-from");
+  if (tg_llmc_model_write(out, &c, params) < 0) tg_cli_die_last("init gpt");
+  if (st_out && tg_safetensors_write_gpt2(st_out, &c, params) < 0) tg_cli_die_last("init gpt");
+  free(params);
+  printf("wrote %s: GPT-2 L=%d C=%d NH=%d maxT=%d V=%d Vp=%d from %s\n", out, c.num_layers,
+         c.channels, c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size, from);
+  if (st_out) printf("wrote %s: the same model as safetensors (Hugging Face GPT-2 names)\n",
+                     st_out);
+  return 0;
 }
 
 int tg_cmd_init_gpt(int argc, char **argv) {
   tg_gpt_config c = {0};
   int padded = 0;
   uint64_t seed = 1;
-  const char *out = NULL, *st_out = NULL;
+  const char *out = NULL, *st_out = NULL, *init_from = NULL;
+  const char *shape_flag = NULL; /* a flag that --init-from excludes */
   const long max_dim = 1L << 20;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -100,6 +131,9 @@ int tg_cmd_init_gpt(int argc, char **argv) {
       padded = (int)tg_cli_int(a, tg_cli_value(argc, argv, &i), 1, 65536);
     } else if (!strcmp(a, "--seed")) {
       seed = tg_cli_u64(a, tg_cli_value(argc, argv, &i));
+    } else if (!strcmp(a, "--init-from")) {
+      init_from = tg_cli_value(argc, argv, &i);
+      if (!*init_from) tg_cli_die("--init-from: empty file name");
     } else if (!strcmp(a, "--out")) {
       out = tg_cli_value(argc, argv, &i);
       if (!*out) tg_cli_die("--out: empty file name");
@@ -109,6 +143,17 @@ int tg_cmd_init_gpt(int argc, char **argv) {
     } else {
       tg_cli_die("unknown flag '%s' for 'init gpt' (see --help)", a);
     }
+    if (strcmp(a, "--init-from") && strcmp(a, "--out") && strcmp(a, "--safetensors"))
+      shape_flag = a;
+  }
+  /* config.json beside --safetensors: refused before anything is written */
+  if (st_out && tg_safetensors_gpt2_config_check(st_out) < 0) tg_cli_die_last("--safetensors");
+  if (init_from) {
+    if (shape_flag)
+      tg_cli_die("'init gpt --init-from' takes the model's shape and parameters from %s: "
+                 "%s does not go with it", init_from, shape_flag);
+    if (!out) tg_cli_die("'init gpt' needs --out (see --help)");
+    return init_gpt_from(init_from, out, st_out);
   }
   const struct {
     const char *flag;

@@ -13,6 +13,7 @@
 #include "micro_batches.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/parallel.h"
+#include "taskgrad/safetensors.h"
 #include "train_gpt.h"
 
 /* An existing file we can read, checked before any work. */
@@ -20,6 +21,15 @@ static void need_file(const char *flag, const char *path) {
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
     tg_cli_die("%s: '%s' is not a readable file", flag, path);
+}
+
+/* --init-from: an llm.c checkpoint or a Hugging Face GPT-2 (a .safetensors
+ * file or a folder of model.safetensors and config.json: the reader tells
+ * them apart, tg_llmc_model_open). */
+static void need_model(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
+    tg_cli_die("--init-from: '%s' is not a readable file or folder", path);
 }
 
 /* The demonstration: the KJV token files, prepared in the user's cache
@@ -54,7 +64,7 @@ static int resume_from_checkpoint(const gpt_opts *o) {
 
 /* A checkpoint continues the run that --init-from started: same model. */
 static void check_same_model(const char *init_from, const tg_gpt_config *ck) {
-  need_file("--init-from", init_from);
+  need_model(init_from);
   tg_gpt_config cfg;
   tg_llmc_model_reader *reader;
   if (tg_llmc_model_open(init_from, &cfg, &reader) < 0 || tg_llmc_model_close(reader) < 0)
@@ -151,7 +161,7 @@ void gpt_setup_model(gpt_session *s) {
   } else if (o->resume) {
     setup_from_checkpoint(s);
   } else {
-    need_file("--init-from", o->init_from);
+    need_model(o->init_from);
     need_file("--data", o->data);
     if (o->val) need_file("--val", o->val);
     /* read while the model is built (gpt_build_model), into its buffers */
@@ -164,6 +174,11 @@ void gpt_setup_model(gpt_session *s) {
 void gpt_setup_data(gpt_session *s) {
   const gpt_opts *o = &s->o;
   if (o->save) tg_cli_check_output("--save", o->save);
+  /* a .safetensors --save writes config.json beside it: never over a foreign one */
+  size_t save_len = o->save ? strlen(o->save) : 0;
+  if (save_len > 12 && !strcmp(o->save + save_len - 12, ".safetensors") &&
+      tg_safetensors_gpt2_config_check(o->save) < 0)
+    tg_cli_die_last("--save");
   if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
   if (o->run.cfg.T > s->cfg.max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o->run.cfg.T,

@@ -14,6 +14,11 @@
  * (8..255 for models, 3..255 for tokens) are written as 0 but not checked,
  * like llm.c, so that files with extra header fields still load.
  *
+ * Hugging Face models.  tg_llmc_model_open also opens a Hugging Face GPT-2
+ * (a folder, a .safetensors name, or a safetensors header where llm.c's
+ * magic would be) through src/hf_gpt2.c's reader, behind the same
+ * interface, so that every --init-from reads both.
+ *
  * Byte order.  The formats are little-endian; this code reads and writes the
  * host's order and refuses to compile on a big-endian host.
  *
@@ -41,6 +46,7 @@
 #include "gpt_model_internal.h"
 #include "taskgrad/llmc.h"
 #include "taskgrad/runtime.h"
+#include "taskgrad/safetensors.h" /* the Hugging Face GPT-2 reader it dispatches to */
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "llm.c files are little-endian; this reader supports little-endian hosts only"
@@ -114,11 +120,48 @@ struct tg_llmc_model_reader {
   FILE *f;
   char *path;
   uint64_t base[TG_GPT_NPARAMS], size[TG_GPT_NPARAMS]; /* each tensor's floats */
+  tg_safetensors_gpt2_reader *hf; /* or a Hugging Face GPT-2 */
 };
+
+/* A Hugging Face GPT-2 rather than an llm.c checkpoint: a folder, a name
+ * ending in .safetensors, or a file without llm.c's magic whose ninth byte
+ * opens a safetensors JSON header. */
+static int is_hugging_face(const char *path) {
+  struct stat st;
+  size_t len = strlen(path);
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 1;
+  if (len > 12 && !strcmp(path + len - 12, ".safetensors")) return 1;
+  unsigned char head[9];
+  FILE *f = fopen(path, "rbe");
+  int hf = f && fread(head, 1, 9, f) == 9 && head[8] == '{';
+  if (f) fclose(f);
+  int32_t magic = TG_LLMC_MODEL_MAGIC;
+  return hf && memcmp(head, &magic, 4) != 0;
+}
+
+/* The Hugging Face reader behind an llm.c reader's interface. */
+static int open_hugging_face(const char *path, tg_gpt_config *cfg, tg_llmc_model_reader **out) {
+  tg_llmc_model_reader *r = calloc(1, sizeof *r);
+  if (!r) return tg_fail(ENOMEM, "%s: out of memory", path);
+  int rc = tg_safetensors_gpt2_open(path, cfg, &r->hf);
+  uint64_t sz[TG_GPT_NPARAMS];
+  char msg[256];
+  if (rc < 0 || !tg_gpt_config_sizes(cfg, sz, msg, sizeof msg)) {
+    free(r);
+    return rc < 0 ? rc : tg_fail(EINVAL, "%s: %s", path, msg);
+  }
+  for (int p = 0; p < TG_GPT_NPARAMS; p++) {
+    r->size[p] = sz[p];
+    r->base[p] = p ? r->base[p - 1] + sz[p - 1] : 0;
+  }
+  *out = r;
+  return 0;
+}
 
 int tg_llmc_model_open(const char *path, tg_gpt_config *cfg, tg_llmc_model_reader **out) {
   if (out) *out = NULL;
   if (!path || !cfg || !out) return tg_fail(EINVAL, "tg_llmc_model_open: NULL argument");
+  if (is_hugging_face(path)) return open_hugging_face(path, cfg, out);
   off_t size;
   int rc = 0;
   FILE *f = open_for_read(path, &size, &rc);
@@ -160,6 +203,7 @@ int tg_llmc_model_fill(void *reader, int param, size_t off, float *dst, size_t n
   if (!r || !dst || param < 0 || param >= TG_GPT_NPARAMS || off > r->size[param] ||
       n > r->size[param] - off)
     return tg_fail(EINVAL, "tg_llmc_model_fill: bad argument");
+  if (r->hf) return tg_safetensors_gpt2_fill(r->hf, param, off, dst, n);
   const uint64_t at = HEADER_BYTES + (r->base[param] + off) * sizeof(float);
   if (fseeko(r->f, (off_t)at, SEEK_SET) != 0) {
     int e = errno ? errno : EIO;
@@ -171,6 +215,11 @@ int tg_llmc_model_fill(void *reader, int param, size_t off, float *dst, size_t n
 int tg_llmc_model_close(tg_llmc_model_reader *r) {
   if (!r) return 0;
   int rc = 0;
+  if (r->hf) {
+    rc = tg_safetensors_gpt2_close(r->hf);
+    free(r);
+    return rc;
+  }
   if (fclose(r->f) != 0) {
     int e = errno ? errno : EIO;
     rc = tg_fail(e, "%s: close failed: %s", r->path, strerror(e));

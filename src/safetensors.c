@@ -18,6 +18,10 @@
  * block are read, so both sides are walked in runs, and the extra memory
  * is TBLOCK * out floats whatever the model size.
  *
+ * config.json.  The GPT writers write GPT2Config's fields beside the file
+ * (src/hf_gpt2.c, which also reads Hugging Face's files), after checking
+ * first that an existing config.json is taskgrad's own.
+ *
  * Streaming.  The GPT writer takes the parameters one llm.c slice at a
  * time (a layer's slice of a per-layer tensor, or a whole global tensor)
  * from a callback, as tg_llmc_model_write_from does: a trained model is
@@ -228,6 +232,9 @@ int tg_safetensors_write_gpt2_from(const char *path, const tg_gpt_config *cfg,
     snprintf(msg, sizeof msg, "%s", tg_last_error());
     return tg_fail(EINVAL, "%s: not written: %s", path, msg);
   }
+  /* config.json beside it: refused before anything is written */
+  int crc = tg_safetensors_gpt2_config_check(path);
+  if (crc < 0) return crc;
   size_t n = 0;
   st_entry *es = make_entries(cfg, &n);
   st_source from = {.cfg = cfg, .get = get, .ctx = ctx,
@@ -235,6 +242,7 @@ int tg_safetensors_write_gpt2_from(const char *path, const tg_gpt_config *cfg,
   int rc = es && from.slice
                ? write_file(path, es, n, TBLOCK * 4 * (size_t)cfg->channels, &from)
                : tg_fail(ENOMEM, "%s: out of memory building the safetensors file", path);
+  if (rc == 0) rc = tg_safetensors_gpt2_write_config(path, cfg);
   free(from.slice);
   free(es);
   return rc;

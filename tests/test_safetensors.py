@@ -16,9 +16,16 @@ not needed: struct + json + numpy) and checks:
     with Hugging Face's conventions (Conv1D: x @ W + b; logits h @ wte^T over
     V) and one built from the llm.c tensors with llm.c's (x @ W^T + b; the
     first V of the Vp logits) give the same logits (max abs diff <= 1e-5);
+  - config.json beside the file: GPT2Config's fields for the model
+    (model_type gpt2, architectures GPT2LMHeadModel, n_layer, n_head,
+    n_embd, n_positions = n_ctx = maxT, vocab_size V (not Vp), gelu_new,
+    layer_norm_epsilon 1e-5, tie_word_embeddings, saved_by taskgrad), so
+    that GPT2LMHeadModel.from_pretrained(folder) needs nothing else;
   - `taskgrad init gpt --safetensors` writes the same bytes as the tool;
   - errors: an unwritable path and a directory as target fail with exit 1
-    and a message naming the file, leaving no temporary file behind.
+    and a message naming the file, leaving no temporary file behind; a
+    config.json beside the target that taskgrad did not write is neither
+    replaced nor is the safetensors file written.
 Models: (a) L=2, C=64, NH=4, maxT=32, V=250, Vp=256, LayerNorm weights and
 all biases perturbed (so the forward uses every tensor); (b) L=1, C=32,
 NH=2, maxT=16, V=Vp=64, GPT-2's initialisation as is.
@@ -194,6 +201,21 @@ def forward_llmc(p, cfg, tokens):
     return (x @ W["wte"].T)[..., :cfg["V"]]
 
 
+def check_config(tag, path, cfg):
+    """config.json beside the file: GPT2Config of the model."""
+    if not check(os.path.exists(path), f"{tag}: no config.json beside the file"):
+        return
+    c = json.load(open(path))
+    want = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], n_layer=cfg["L"],
+                n_head=cfg["NH"], n_embd=cfg["C"], n_positions=cfg["maxT"],
+                n_ctx=cfg["maxT"], vocab_size=cfg["V"], activation_function="gelu_new",
+                layer_norm_epsilon=1e-5, tie_word_embeddings=True, n_inner=None,
+                saved_by="taskgrad")
+    wrong = {k: c.get(k, "missing") for k, v in want.items() if c.get(k, "missing") != v}
+    if check(not wrong, f"{tag}: config.json fields {wrong}"):
+        print(f"ok   {tag}: config.json has GPT2Config's fields")
+
+
 def run_model(tmp, tag, L, C, NH, maxT, V, Vp, seed, perturb):
     llmc = os.path.join(tmp, f"{tag}.bin")
     st = os.path.join(tmp, f"{tag}.safetensors")
@@ -204,6 +226,7 @@ def run_model(tmp, tag, L, C, NH, maxT, V, Vp, seed, perturb):
     if not check(r.returncode == 0, f"{tag}: tg_safetensors_dump failed: {r.stderr}"):
         return None
     cfg, p = read_llmc(llmc)
+    check_config(tag, os.path.join(tmp, "config.json"), cfg)
     meta, sd, order = read_safetensors(st)
     check(meta == {"format": "pt"}, f"{tag}: __metadata__ {meta}")
     names = hf_names(L)
@@ -268,9 +291,21 @@ def check_errors(tmp):
                             target], capture_output=True, text=True)
         check(r.returncode == 1 and target in r.stderr and pattern in r.stderr,
               f"write to {target}: status {r.returncode}, message {r.stderr!r}")
+    foreign = os.path.join(tmp, "foreign")
+    os.mkdir(foreign)
+    with open(os.path.join(foreign, "config.json"), "w") as f:
+        f.write('{"n_layer": 12}')
+    target = os.path.join(foreign, "m.safetensors")
+    r = subprocess.run([DUMP, "1", "32", "2", "16", "64", "64", "1", llmc, target],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and "not written by taskgrad" in r.stderr
+          and not os.path.exists(target)
+          and open(os.path.join(foreign, "config.json")).read() == '{"n_layer": 12}',
+          f"write beside a foreign config.json: status {r.returncode}, {r.stderr!r}")
     left = [f for f in os.listdir(tmp) if ".tmp." in f]
     check(not left, f"temporary files left behind: {left}")
-    print("ok   errors: exit 1, message names the file, no temporary file left")
+    print("ok   errors: exit 1, message names the file, no temporary file left, a "
+          "foreign config.json kept")
 
 
 def main():

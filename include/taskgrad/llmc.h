@@ -35,7 +35,10 @@ extern "C" {
 #define TG_LLMC_TOKENS_MAGIC 20240520
 #define TG_LLMC_TOKENS_VERSION 1
 
-/* Reads a checkpoint: *params is malloc'd (the caller frees it). */
+/* Reads a checkpoint: *params is malloc'd (the caller frees it).  Both
+ * readers also take a Hugging Face GPT-2 (a .safetensors file with
+ * config.json beside it, or a folder of model.safetensors and config.json;
+ * taskgrad/safetensors.h). */
 int tg_llmc_model_read(const char *path, tg_gpt_config *cfg, float **params);
 /* The same checkpoint read piece by piece: open checks the file as
  * tg_llmc_model_read does (header, configuration, size) and gives its

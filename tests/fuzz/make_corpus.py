@@ -133,12 +133,77 @@ def mlp_checkpoint_files():
         "mlp_bad_records": mlp_checkpoint([3, 4, 2], nrec=5),
     }
 
+def safetensors_bytes(entries, patch=None):
+    """entries: [(name, dtype, shape, raw bytes)] -> a safetensors file's bytes
+    (8-byte little-endian header length, JSON header padded to 8, data);
+    patch(header) may break the header first.  test_hf_gpt2.py uses it too."""
+    import json
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if patch:
+        patch(header)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+def safetensors(entries, patch=None):
+    """entries: [(name, dtype, shape)], filled with small values."""
+    size = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
+    filled = []
+    for name, dtype, shape in entries:
+        n = 1
+        for d in shape:
+            n *= d
+        filled.append((name, dtype, shape,
+                       bytes((i * 37 + 11) % 63 for i in range(n * size[dtype]))))
+    return safetensors_bytes(filled, patch)
+
+def hf_gpt2(L=1, C=2, V=3, T=2, dtype="F32", prefix="transformer.", lm_head=False,
+            buffers=False):
+    e = [(prefix + "wte.weight", dtype, (V, C)), (prefix + "wpe.weight", dtype, (T, C))]
+    for i in range(L):
+        h = "%sh.%d." % (prefix, i)
+        e += [(h + "ln_1.weight", dtype, (C,)), (h + "ln_1.bias", dtype, (C,)),
+              (h + "attn.c_attn.weight", dtype, (C, 3 * C)),
+              (h + "attn.c_attn.bias", dtype, (3 * C,)),
+              (h + "attn.c_proj.weight", dtype, (C, C)), (h + "attn.c_proj.bias", dtype, (C,)),
+              (h + "ln_2.weight", dtype, (C,)), (h + "ln_2.bias", dtype, (C,)),
+              (h + "mlp.c_fc.weight", dtype, (C, 4 * C)), (h + "mlp.c_fc.bias", dtype, (4 * C,)),
+              (h + "mlp.c_proj.weight", dtype, (4 * C, C)), (h + "mlp.c_proj.bias", dtype, (C,))]
+        if buffers:
+            e += [(h + "attn.bias", "F32", (1, 1, T, T)), (h + "attn.masked_bias", "F32", ())]
+    e += [(prefix + "ln_f.weight", dtype, (C,)), (prefix + "ln_f.bias", dtype, (C,))]
+    if lm_head:
+        e.append(("lm_head.weight", dtype, (V, C)))
+    return e
+
+def hf_gpt2_files():
+    ok = safetensors(hf_gpt2())
+    def offsets(h):
+        h["transformer.ln_f.bias"]["data_offsets"] = [0, 1 << 40]
+    return {
+        "f32_ok": ok,
+        "bf16_two_layers_ok": safetensors(hf_gpt2(L=2, dtype="BF16", prefix="")),
+        "f16_buffers_ok": safetensors(hf_gpt2(dtype="F16", buffers=True)),
+        "lm_head_ok": safetensors(hf_gpt2(V=5, C=4, lm_head=True)),
+        "truncated": ok[:-5],
+        "header_cut": ok[:20],
+        "length_absurd": struct.pack("<Q", 1 << 62) + ok[8:],
+        "offsets_out": safetensors(hf_gpt2(), offsets),
+        "missing": safetensors(hf_gpt2()[:-1]),
+        "unknown_dtype": safetensors([(n, "I64" if n.endswith("ln_1.bias") else d, s)
+                                      for n, d, s in hf_gpt2()]),
+    }
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "corpus")
     sets = {"fuzz_idx": idx_files(), "fuzz_llmc_model": model_files(),
             "fuzz_llmc_tokens": tokens_files(),
-            "fuzz_mlp_checkpoint": mlp_checkpoint_files()}
+            "fuzz_mlp_checkpoint": mlp_checkpoint_files(), "fuzz_hf_gpt2": hf_gpt2_files()}
     for target, files in sets.items():
         d = os.path.join(root, target)
         os.makedirs(d, exist_ok=True)
