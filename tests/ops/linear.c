@@ -14,7 +14,9 @@
  *            low-precision adapter on bf16 / fp16 X, W, Z, H within half an
  *            ulp of the type (on cuda; bit for bit on device and cpu);
  *            The backward-data likewise (dZ, W, Zprev, dX 16-bit).  On a GPU
- *            these run the tensor-core path (linear_lowp.cu);
+ *            these run cuBLASLt (gemm_lt.c) where the bias and outputs are
+ *            16-bit and the activation is GELU or none, else the
+ *            tensor-core path (linear_lowp.cu);
  *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels), and
  *            their 16-bit twins against the CPU kernels on the same values:
  *            outputs 16-bit or f32, bias 16-bit or f32, within one ulp of
