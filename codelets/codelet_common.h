@@ -27,6 +27,7 @@
 #ifdef TG_HAVE_CUDA
 #include <starpu_cublas_v2.h>
 #include "taskgrad/kernels_cuda.h"
+#include <cublasLt.h>
 #define TG_CUDA_IMPL(fn) .cuda_funcs = {fn}, .cuda_flags = {STARPU_CUDA_ASYNC},
 #elif defined(TG_SIMGRID)
 /* SimGrid build (TG_SIMGRID, issue 13): StarPU simulates the CUDA workers.
@@ -329,6 +330,18 @@ static inline int tg_is16(void *buf) { return STARPU_MATRIX_GET_ELEMSIZE(buf) ==
 static inline void tg_cuda_launch_check(cudaError_t e, cublasStatus_t s, const char *op) {
   if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLAS call failed: status %d", op, (int)s);
   if (e != cudaSuccess) TG_FATAL("%s: CUDA launch failed: %s", op, cudaGetErrorString(e));
+}
+/* This CUDA worker thread's cuBLASLt handle (codelets/cublaslt.c), or NULL:
+ * no cuBLASLt (TG_CUBLASLT=0, or it failed to start); the caller then takes
+ * its cuBLAS path */
+cublasLtHandle_t tg_cublaslt_handle(void);
+/* A cuBLASLt launcher's status (kernels/cuda/gemm_lt.c): 1 when it ran, 0
+ * when it handed the problem back (NOT_SUPPORTED, nothing queued), fatal
+ * otherwise */
+static inline int tg_lt_ran(cublasStatus_t s, const char *op) {
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) return 0;
+  if (s != CUBLAS_STATUS_SUCCESS) TG_FATAL("%s: cuBLASLt call failed: status %d", op, (int)s);
+  return 1;
 }
 #endif
 #define TG_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))

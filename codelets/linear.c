@@ -118,12 +118,41 @@ static void tg_linear_bwd_data_cuda(void *buffers[], void *cl_arg) {
   tg_cuda_launch_check(e, s, "tg_linear_bwd_data");
 }
 
-/* 16-bit X and W: the tensor cores (linear_lowp.cu), as the untiled codelet */
+/* the bytes of the adapter's workspace (a vector buffer) */
+static size_t tg_ws_bytes(void *buf) {
+  return (size_t)STARPU_VECTOR_GET_NX(buf) * STARPU_VECTOR_GET_ELEMSIZE(buf);
+}
+
+/* cuBLASLt (gemm_lt.c: one GEMM, the bias and GELU in its epilogue, Z and
+ * H written once) when the bias, Z and H are 16-bit too; 0 when it ran,
+ * 1 to take the cuBLAS path (no handle, or a problem it hands back) */
+static int tg_linear_fwd_cuda_lt(void *buffers[], const tg_linear_args *a, tg_dtype lowp,
+                                 int has_h) {
+  cublasLtHandle_t lt = tg_cublaslt_handle();
+  if (!lt || !tg_is16(buffers[2]) || !tg_is16(buffers[3]) || (has_h && !tg_is16(buffers[4])))
+    return 1;
+  void *ws = buffers[has_h ? 5 : 4];
+  size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
+  return !tg_lt_ran(
+      tg_cuda_linear_fwd_lt(lt, lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[0]),
+                            TG_COLS(buffers[3]), TG_HPTR(buffers[0]), TG_LD(buffers[0]),
+                            TG_HPTR(buffers[1]) + w0, TG_LD(buffers[1]),
+                            TG_HPTR(buffers[2]) + a->c0, a->act, TG_HPTR(buffers[3]),
+                            TG_LD(buffers[3]), has_h ? TG_HPTR(buffers[4]) : NULL,
+                            has_h ? TG_LD(buffers[4]) : 0, TG_VPTR(ws), tg_ws_bytes(ws),
+                            starpu_cuda_get_local_stream()),
+      "tg_linear_fwd");
+}
+
+/* 16-bit X and W: cuBLASLt where it can, else the tensor cores through
+ * cublasGemmEx and an epilogue kernel (linear_lowp.cu), as the untiled
+ * codelet */
 static int tg_linear_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
                                           float *ws) {
   const tg_linear_args *a = cl_arg;
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
   int has_h = a->act != TG_ACT_NONE;
+  if (tg_linear_fwd_cuda_lt(buffers, a, lowp, has_h) == 0) return 0;
   size_t w0 = (size_t)a->c0 * TG_LD(buffers[1]);
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_fwd_lowp(
@@ -143,6 +172,18 @@ static int tg_linear_bwd_data_cuda_native(void *buffers[], void *cl_arg, tg_dtyp
   const tg_linear_args *a = cl_arg;
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
   int has_z = a->act != TG_ACT_NONE;
+  /* cuBLASLt (the dGELU in the GEMM's epilogue) when dX and Zprev are 16-bit */
+  cublasLtHandle_t lt = tg_cublaslt_handle();
+  void *wsb = buffers[has_z ? 4 : 3];
+  if (lt && tg_is16(buffers[2]) && (!has_z || tg_is16(buffers[3])) &&
+      tg_lt_ran(tg_cuda_linear_bwd_data_lt(
+                    lt, lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[2]), TG_ROWS(buffers[1]),
+                    TG_HPTR(buffers[0]), TG_LD(buffers[0]), TG_HPTR(buffers[1]) + a->c0,
+                    TG_LD(buffers[1]), a->act, has_z ? TG_HPTR(buffers[3]) + a->c0 : NULL,
+                    has_z ? TG_LD(buffers[3]) : 0, TG_HPTR(buffers[2]), TG_LD(buffers[2]),
+                    TG_VPTR(wsb), tg_ws_bytes(wsb), starpu_cuda_get_local_stream()),
+                "tg_linear_bwd_data"))
+    return 0;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_linear_bwd_data_lowp(
       starpu_cublas_get_local_handle(), lowp, TG_ROWS(buffers[0]), TG_COLS(buffers[2]),

@@ -245,18 +245,43 @@ static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a
   }
   tg_dtype lowp = (tg_dtype)a->lowp;
   float *g = d.scratch; /* dZ W in f32 before dX's epilogue, then the padding */
-  cudaError_t e = tg_cuda_linear_bwd_data_lowp(
-      h, lowp, rows, in, out, TG_HPTR(buffers[DZ]), TG_LD(buffers[DZ]), TG_HPTR(buffers[WT]),
-      TG_LD(buffers[WT]), a->act, d.has_z ? (void *)TG_HPTR(buffers[ZPREV]) : NULL,
-      d.has_z ? TG_LD(buffers[ZPREV]) : 0, d.has_z, (void *)TG_HPTR(buffers[DX]),
-      TG_LD(buffers[DX]), 1, g, stream, &s);
-  tg_cuda_launch_check(e, s, "tg_linear_bwd");
-  TG_CUBLAS_CHECK(tg_cuda_gemm_lowp_aligned(
-      h, lowp, 1, 0, out, in, rows, 1.0f, TG_HPTR(buffers[DZ]), TG_LD(buffers[DZ]),
-      TG_HPTR(buffers[XIN]), TG_LD(buffers[XIN]), a->beta, TG_F32, TG_PTR(buffers[DW]),
-      TG_LD(buffers[DW]), (uint16_t *)(g + (size_t)rows * in)));
-  TG_CUDA_CHECK(tg_cuda_bias_grad_lowp(lowp, rows, out, TG_HPTR(buffers[DZ]), TG_LD(buffers[DZ]),
-                                       a->beta, TG_PTR(buffers[DB]), stream));
+  /* cuBLASLt where it takes the problem (gemm_lt.c): dX with the dGELU in
+   * its epilogue; dW with db in its epilogue when db is overwritten
+   * (cuBLASLt writes the bias gradient, it cannot add to it); the scratch
+   * is its workspace.  Each part falls back on its own. */
+  cublasLtHandle_t lt = tg_cublaslt_handle();
+  void *wsb = buffers[d.has_z ? ZPREV + 1 : ZPREV];
+  const size_t wsn = (size_t)STARPU_VECTOR_GET_NX(wsb) * STARPU_VECTOR_GET_ELEMSIZE(wsb);
+  int lt_dx = lt && tg_lt_ran(tg_cuda_linear_bwd_data_lt(
+                                  lt, lowp, rows, in, out, TG_HPTR(buffers[DZ]),
+                                  TG_LD(buffers[DZ]), TG_HPTR(buffers[WT]), TG_LD(buffers[WT]),
+                                  a->act, d.has_z ? TG_HPTR(buffers[ZPREV]) : NULL,
+                                  d.has_z ? TG_LD(buffers[ZPREV]) : 0, TG_HPTR(buffers[DX]),
+                                  TG_LD(buffers[DX]), g, wsn, stream),
+                              "tg_linear_bwd");
+  if (!lt_dx) {
+    cudaError_t e = tg_cuda_linear_bwd_data_lowp(
+        h, lowp, rows, in, out, TG_HPTR(buffers[DZ]), TG_LD(buffers[DZ]), TG_HPTR(buffers[WT]),
+        TG_LD(buffers[WT]), a->act, d.has_z ? (void *)TG_HPTR(buffers[ZPREV]) : NULL,
+        d.has_z ? TG_LD(buffers[ZPREV]) : 0, d.has_z, (void *)TG_HPTR(buffers[DX]),
+        TG_LD(buffers[DX]), 1, g, stream, &s);
+    tg_cuda_launch_check(e, s, "tg_linear_bwd");
+  }
+  float *db = a->beta == 0.0f ? TG_PTR(buffers[DB]) : NULL;
+  int lt_dw = lt && tg_lt_ran(tg_cuda_linear_bwd_weight_lt(
+                                  lt, lowp, rows, in, out, TG_HPTR(buffers[DZ]),
+                                  TG_LD(buffers[DZ]), TG_HPTR(buffers[XIN]), TG_LD(buffers[XIN]),
+                                  a->beta, TG_PTR(buffers[DW]), TG_LD(buffers[DW]), db, g, wsn,
+                                  stream),
+                              "tg_linear_bwd");
+  if (!lt_dw)
+    TG_CUBLAS_CHECK(tg_cuda_gemm_lowp_aligned(
+        h, lowp, 1, 0, out, in, rows, 1.0f, TG_HPTR(buffers[DZ]), TG_LD(buffers[DZ]),
+        TG_HPTR(buffers[XIN]), TG_LD(buffers[XIN]), a->beta, TG_F32, TG_PTR(buffers[DW]),
+        TG_LD(buffers[DW]), (uint16_t *)(g + (size_t)rows * in)));
+  if (!lt_dw || !db)
+    TG_CUDA_CHECK(tg_cuda_bias_grad_lowp(lowp, rows, out, TG_HPTR(buffers[DZ]),
+                                         TG_LD(buffers[DZ]), a->beta, TG_PTR(buffers[DB]), stream));
 }
 #endif
 

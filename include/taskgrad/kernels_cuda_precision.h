@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 
 #include "taskgrad/dtype.h"
 
@@ -112,6 +113,39 @@ cudaError_t tg_cuda_linear_bwd_data_lowp(cublasHandle_t handle, tg_dtype lowp, i
                                          const void *Zprev, int ldzp, int zp16, void *dX,
                                          int lddx, int dx16, float *work, cudaStream_t stream,
                                          cublasStatus_t *cublas_status);
+
+/* The 16-bit linear layer on cuBLASLt (gemm_lt.c): one GEMM whose
+ * epilogue does the rest, every output written once in its type.
+ *   fwd:        Z = X W^T + b (act TG_ACT_NONE), or Z = X W^T + b and
+ *               H = gelu(Z) of the unrounded Z (TG_ACT_GELU: ldz a multiple
+ *               of 8); b may be NULL;
+ *   bwd_data:   dX = dZ W, times gelu'(Zprev) with TG_ACT_GELU (ldzp a
+ *               multiple of 8);
+ *   bwd_weight: dW = beta dW + dZ^T X (dW f32), and db (f32, NULL: none) =
+ *               the column sums of dZ, written (beta does not apply).
+ * X, W, dZ, b, Z, H, Zprev and dX are `lowp` (TG_BF16 or TG_F16), summed
+ * in f32.  work: device memory (the codelet's scratch), at most
+ * TG_LT_WORKSPACE_MAX bytes of it used.  CUBLAS_STATUS_NOT_SUPPORTED,
+ * with nothing queued, for what cuBLASLt cannot do here (ReLU, k == 0, an
+ * aux ld not a multiple of 8, no algorithm): the caller then takes
+ * tg_cuda_linear_*_lowp. */
+#define TG_LT_WORKSPACE_MAX ((size_t)32 << 20)
+cublasStatus_t tg_cuda_linear_fwd_lt(cublasLtHandle_t lt, tg_dtype lowp, int rows, int in,
+                                     int out, const uint16_t *X, int ldx, const uint16_t *W,
+                                     int ldw, const uint16_t *b, int act, uint16_t *Z, int ldz,
+                                     uint16_t *H, int ldh, void *work, size_t work_bytes,
+                                     cudaStream_t stream);
+cublasStatus_t tg_cuda_linear_bwd_data_lt(cublasLtHandle_t lt, tg_dtype lowp, int rows, int in,
+                                          int out, const uint16_t *dZ, int lddz,
+                                          const uint16_t *W, int ldw, int act,
+                                          const uint16_t *Zprev, int ldzp, uint16_t *dX,
+                                          int lddx, void *work, size_t work_bytes,
+                                          cudaStream_t stream);
+cublasStatus_t tg_cuda_linear_bwd_weight_lt(cublasLtHandle_t lt, tg_dtype lowp, int rows,
+                                            int in, int out, const uint16_t *dZ, int lddz,
+                                            const uint16_t *X, int ldx, float beta, float *dW,
+                                            int lddw, float *db, void *work, size_t work_bytes,
+                                            cudaStream_t stream);
 
 /* The tied classifier with bf16 lnf and wte (lm_classifier_lowp.cu): the
  * fused form (dlogits NULL: dwte, f32, accumulated when non-NULL) or the

@@ -14,11 +14,20 @@
  *            low-precision adapter on bf16 / fp16 X, W, Z, H within half an
  *            ulp of the type (on cuda; bit for bit on device and cpu);
  *            The backward-data likewise (dZ, W, Zprev, dX 16-bit).  On a GPU
- *            these run the tensor-core path (linear_lowp.cu);
+ *            these run cuBLASLt (gemm_lt.c) where the bias and outputs are
+ *            16-bit and the activation is GELU or none, else the
+ *            tensor-core path (linear_lowp.cu);
  *  cuda-emu  both launchers (cuBLAS on OpenBLAS + the epilogue kernels), and
  *            their 16-bit twins against the CPU kernels on the same values:
  *            outputs 16-bit or f32, bias 16-bit or f32, within one ulp of
  *            the type norm-relative (each side rounds its own f32 sum once);
+ *            the cuBLASLt twins (gemm_lt.c: bias, GELU with the
+ *            pre-activation as aux, dGELU, in the GEMM's epilogue, on the
+ *            emulated cuBLASLt) likewise with every output 16-bit, each run
+ *            through one matmul with its epilogue, the heuristic asked once
+ *            per problem; ReLU and an aux ld not a multiple of 8 handed
+ *            back (NOT_SUPPORTED, nothing run), and the emulated library's
+ *            own refusals (aux ld, bias type, missing bias, mixed types);
  *  lowp      the forward with GELU (X, W, Z, H 16-bit, b f32), the
  *            backward-data through GELU (dZ, W, Zprev, dX 16-bit): equal to
  *            the f32 codelets' results rounded once, bit for bit, with 1
@@ -474,9 +483,175 @@ static void emu_linear_lowp(void) {
         }
 }
 
+/* a leading dimension >= n + 2 that cuBLASLt takes for the aux matrix */
+static int ld8(int n) { return (n + 2 + 7) / 8 * 8; }
+
+/* tg_cuda_linear_fwd_lt / _bwd_data_lt: cuBLASLt's BIAS, GELU_AUX_BIAS and
+ * DGELU epilogues (the emulated library, tests/cuda_emu/emu_cublaslt.cpp)
+ * against tg_cpu_linear_* on the same 16-bit values: every output 16-bit,
+ * within one ulp of the type norm-relative as compare_out says (the CPU's
+ * f32 result rounded once here; the GELU formulas, tanhf in the emulator
+ * and the CPU's exp form, differ by a few f32 ulp, far below that).  Each
+ * call must really run one cuBLASLt matmul with the expected epilogue, and
+ * the second call of a problem must not ask the heuristic again (the
+ * launchers' cache). */
+static void emu_linear_lt(void) {
+  cublasLtHandle_t lt;
+  ok("tg_cuda_linear_fwd_lt", "cublasLtCreate", cublasLtCreate(&lt));
+  static const int shapes[][3] = {{7, 33, 257}, {33, 257, 7}, {1, 1, 1}, {64, 48, 40}};
+  const size_t wbytes = 1 << 16;
+  void *work = malloc(wbytes);
+  for (int d = 0; d < 2; d++)
+    for (int s = 0; s < 4; s++)
+      for (int act = 1; act < 3; act++) /* GELU, none */
+        for (int bias = 0; bias < 2; bias++) {
+          FULL_ONLY(s != 0 || d != 0);
+          const tg_dtype t = g_lowp[d];
+          const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+          float *x = input(rows, in, in + 1, 1.0f), *w = input(out, in, in, 0.5f);
+          float *b = input(1, out, out, 1.0f);
+          uint16_t *X = to16(t, x, rows, in, in + 1, 1), *W = to16(t, w, out, in, in, 0);
+          uint16_t *B16 = to16(t, b, 1, out, out, 0);
+          const int ld = ld8(out);
+          float *zc = fmalloc((size_t)rows * ld), *hc = fmalloc((size_t)rows * ld);
+          uint16_t *Z = to16(t, zc, rows, 0, ld, ld), *H = to16(t, hc, rows, 0, ld, ld);
+          if (ops_row_is("linear_fwd")) {
+            const int calls = tg_emu_lt_matmul_calls(), heur = tg_emu_lt_heuristic_calls();
+            for (int rep = 0; rep < 2; rep++)
+              ok("tg_cuda_linear_fwd_lt", "",
+                 tg_cuda_linear_fwd_lt(lt, t, rows, in, out, X, in + 1, W, in,
+                                       bias ? B16 : NULL, act, Z, ld, act == 2 ? NULL : H, ld,
+                                       work, wbytes, NULL));
+            const int want = act == 1 ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                              : CUBLASLT_EPILOGUE_GELU_AUX)
+                                      : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+            CHECK(tg_emu_lt_matmul_calls() == calls + 2 && tg_emu_lt_last_epilogue() == want,
+                  "tg_cuda_linear_fwd_lt: %d matmuls, epilogue %d (want 2, %d)",
+                  tg_emu_lt_matmul_calls() - calls, tg_emu_lt_last_epilogue(), want);
+            CHECK(tg_emu_lt_heuristic_calls() <= heur + 1,
+                  "tg_cuda_linear_fwd_lt: the heuristic asked %d times for one problem",
+                  tg_emu_lt_heuristic_calls() - heur);
+            tg_cpu_linear_fwd(rows, in, out, x, in + 1, w, in, bias ? b : NULL, act, zc, ld,
+                              act == 2 ? NULL : hc, ld);
+            compare_out("tg_cuda_linear_fwd_lt", "Z", t, 1, Z, zc, rows, out, ld);
+            if (act != 2) compare_out("tg_cuda_linear_fwd_lt", "H", t, 1, H, hc, rows, out, ld);
+          }
+          if (ops_row_is("linear_bwd_data")) {
+            const int ldzp = ld8(in), ldx = ld8(in);
+            float *dz = input(rows, out, out, 1.0f), *zp = input(rows, in, ldzp, 2.0f);
+            uint16_t *DZ = to16(t, dz, rows, out, out, 0);
+            uint16_t *ZP = to16(t, zp, rows, in, ldzp, ldzp - in);
+            float *dxc = fmalloc((size_t)rows * ldx);
+            uint16_t *DX = to16(t, dxc, rows, 0, ldx, ldx);
+            const int calls = tg_emu_lt_matmul_calls();
+            ok("tg_cuda_linear_bwd_data_lt", "",
+               tg_cuda_linear_bwd_data_lt(lt, t, rows, in, out, DZ, out, W, in, act,
+                                          act == 2 ? NULL : ZP, ldzp, DX, ldx, work, wbytes,
+                                          NULL));
+            const int want = act == 1 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
+            CHECK(tg_emu_lt_matmul_calls() == calls + 1 && tg_emu_lt_last_epilogue() == want,
+                  "tg_cuda_linear_bwd_data_lt: %d matmuls, epilogue %d (want 1, %d)",
+                  tg_emu_lt_matmul_calls() - calls, tg_emu_lt_last_epilogue(), want);
+            tg_cpu_linear_bwd_data(rows, in, out, dz, out, w, in, act, act == 2 ? NULL : zp,
+                                   ldzp, dxc, ldx);
+            compare_out("tg_cuda_linear_bwd_data_lt", "dX", t, 1, DX, dxc, rows, in, ldx);
+            free(dz); free(zp); free(DZ); free(ZP); free(dxc); free(DX);
+          }
+          free(x); free(w); free(b); free(X); free(W); free(B16);
+          free(zc); free(hc); free(Z); free(H);
+        }
+  free(work);
+  cublasLtDestroy(lt);
+}
+
+/* What the launchers hand back to the caller (NOT_SUPPORTED, nothing run),
+ * and what the emulated cuBLASLt itself refuses as the library documents:
+ * an aux ld not a multiple of 8, a bias of a type other than D's, a
+ * missing bias, an epilogue it does not emulate, mixed A and B types. */
+static void emu_lt_refusals(void) {
+  cublasLtHandle_t lt;
+  ok("tg_cuda_linear_fwd_lt", "cublasLtCreate", cublasLtCreate(&lt));
+  const int rows = 4, in = 8, out = 8, ld = 12;
+  uint16_t X[4 * 8] = {0}, W[8 * 8] = {0}, b[8] = {0}, Z[4 * 16], H[4 * 16];
+  const int calls = tg_emu_lt_matmul_calls();
+  CHECK(tg_cuda_linear_fwd_lt(lt, TG_BF16, rows, in, out, X, in, W, in, b, 0, Z, ld, H, ld, NULL,
+                              0, NULL) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "tg_cuda_linear_fwd_lt: ReLU not refused");
+  CHECK(tg_cuda_linear_fwd_lt(lt, TG_BF16, rows, in, out, X, in, W, in, b, 1, Z, ld, H, ld, NULL,
+                              0, NULL) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "tg_cuda_linear_fwd_lt: an aux ld of 12 not refused");
+  CHECK(tg_cuda_linear_bwd_data_lt(lt, TG_BF16, rows, in, out, Z, ld, W, in, 0, X, in, H, ld,
+                                   NULL, 0, NULL) == CUBLAS_STATUS_NOT_SUPPORTED,
+        "tg_cuda_linear_bwd_data_lt: ReLU not refused");
+  CHECK(tg_emu_lt_matmul_calls() == calls, "a refused launcher ran a matmul");
+
+  /* the stand-in's own refusals, one descriptor at a time */
+  typedef struct {
+    const char *what;
+    uint32_t epilogue;
+    int64_t aux_ld;
+    int32_t bias_type, b_type;
+    int set_bias;
+    cublasStatus_t want;
+  } refusal;
+  const refusal cases[] = {
+      {"aux ld 12", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 12, -1, CUDA_R_16BF, 1,
+       CUBLAS_STATUS_INVALID_VALUE},
+      {"aux ld below D's rows", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 0, -1, CUDA_R_16BF, 1,
+       CUBLAS_STATUS_INVALID_VALUE},
+      {"f32 bias, bf16 D", CUBLASLT_EPILOGUE_BIAS, 0, CUDA_R_32F, CUDA_R_16BF, 1,
+       CUBLAS_STATUS_INVALID_VALUE},
+      {"no bias pointer", CUBLASLT_EPILOGUE_BIAS, 0, -1, CUDA_R_16BF, 0,
+       CUBLAS_STATUS_INVALID_VALUE},
+      {"ReLU bit mask", CUBLASLT_EPILOGUE_RELU_AUX, 16, -1, CUDA_R_16BF, 0,
+       CUBLAS_STATUS_NOT_SUPPORTED},
+      {"bf16 A, fp16 B", CUBLASLT_EPILOGUE_DEFAULT, 0, -1, CUDA_R_16F, 0,
+       CUBLAS_STATUS_NOT_SUPPORTED},
+      {"the control", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 16, -1, CUDA_R_16BF, 1,
+       CUBLAS_STATUS_SUCCESS},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const refusal *c = &cases[i];
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    ok("cublasLt", "desc", cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const void *bias = b;
+    void *aux = Z;
+    ok("cublasLt", "epilogue", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                              &c->epilogue, sizeof c->epilogue));
+    if (c->set_bias)
+      ok("cublasLt", "bias", cublasLtMatmulDescSetAttribute(
+                                 desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (c->bias_type != -1)
+      ok("cublasLt", "bias type",
+         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c->bias_type,
+                                        sizeof c->bias_type));
+    ok("cublasLt", "aux", cublasLtMatmulDescSetAttribute(
+                              desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    ok("cublasLt", "aux ld", cublasLtMatmulDescSetAttribute(
+                                 desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c->aux_ld,
+                                 sizeof c->aux_ld));
+    ok("cublasLt", "A", cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, 8, 8, 8));
+    ok("cublasLt", "B", cublasLtMatrixLayoutCreate(&lb, (cudaDataType_t)c->b_type, 8, 4, 8));
+    ok("cublasLt", "D", cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, 8, 4, 16));
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st = cublasLtMatmul(lt, desc, &one, W, la, X, lb, &zero, H, lc, H, lc,
+                                             NULL, NULL, 0, NULL);
+    CHECK(st == c->want, "emulated cublasLtMatmul, %s: status %d, want %d", c->what, (int)st,
+          (int)c->want);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  cublasLtDestroy(lt);
+}
+
 static void emu_linear_all(void) {
   emu_linear();
   emu_linear_lowp();
+  emu_linear_lt();
+  if (ops_row_is("linear_fwd")) emu_lt_refusals();
 }
 #endif /* OPS_EMU */
 
@@ -557,7 +732,8 @@ static const ops_row rows[] = {
     {.name = "linear_fwd",
      .doc = "fused linear forward `Z = X W^T + b; H = act(Z)`",
      .buffers = "X (R), W (R), b (R), Z (W), H (W)",
-     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd tg_cuda_linear_fwd_lowp",
+     .covers = "tg_linear_fwd_cl tg_linear_fwd_insert tg_cuda_linear_fwd tg_cuda_linear_fwd_lowp "
+               "tg_cuda_linear_fwd_lt",
      .kernels = "tg_cpu_linear_fwd tg_cpu_linear_fwd_lowp",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
              [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),
@@ -566,7 +742,8 @@ static const ops_row rows[] = {
     {.name = "linear_bwd_data",
      .doc = "fused linear backward-data `dX = (dZ W) * act'(Zprev)`",
      .buffers = "dZ (R), W (R), dX (W), Zprev (R)",
-     .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data tg_cuda_linear_bwd_data_lowp",
+     .covers = "tg_linear_bwd_data_cl tg_linear_bwd_data_insert tg_cuda_linear_bwd_data "
+               "tg_cuda_linear_bwd_data_lowp tg_cuda_linear_bwd_data_lt",
      .kernels = "tg_cpu_linear_bwd_data tg_cpu_linear_bwd_data_lowp",
      .run = {[OPS_REF] = linear_ref, [OPS_CPU] = linear_cpu, [OPS_CUDA] = linear_pair,
              [OPS_DEVICE] = linear_pair, [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_all),

@@ -13,7 +13,11 @@
  *            and off (the adapter keeps dZ and W in bf16 in one case and
  *            widens them in the other; the fused task must do the same),
  *            with 1 and 2 CPU workers; mixed element types and 16-bit
- *            buffers without opts.lowp refused.
+ *            buffers without opts.lowp refused;
+ *  cuda-emu  its cuBLASLt weight launcher (dW and db in one GEMM, the bias
+ *            gradient in the epilogue), against the CPU's 16-bit GEMM and
+ *            bias gradient (tolerances at the case); the other launchers
+ *            it runs are in the linear_bwd_data, gemm_lowp and bias rows.
  *
  * Row linear_layernorm_bwd: the same task with the backward of the
  * LayerNorm that fed the layer after it (tg_linear_layernorm_bwd_insert,
@@ -421,19 +425,75 @@ static void linear_bwd_lowp_body(void) {
 
 static void linear_bwd_lowp(void) { ops_run_worker_counts(linear_bwd_lowp_body); }
 
+#ifdef OPS_EMU
+#include "cuda_emu/emu_test.h"
+
+/* ---- cuda-emu ---------------------------------------------------------------- */
+
+/* tg_cuda_linear_bwd_weight_lt (gemm_lt.c: dW and db in one cuBLASLt call,
+ * the bias gradient its BGRADB epilogue, on the emulated cuBLASLt) against
+ * tg_cpu_gemm_lowp and tg_cpu_bias_grad_lowp on the same 16-bit dZ and X:
+ * dW f32 overwritten (beta 0 over NaN) and accumulated (beta 1), within
+ * kTolRed (an f32 sum of k = rows <= 257 products in another order); db
+ * f32, written (cuBLASLt has no beta for it), within kTolRed too (a sum of
+ * rows values: the emulator's double sum rounded once, the GPU's f32 sums
+ * in its own order); a NULL db runs the plain GEMM.  dW's padding must
+ * survive. */
+static void emu_linear_bwd_weight_lt(void) {
+  cublasLtHandle_t lt;
+  ok("tg_cuda_linear_bwd_weight_lt", "cublasLtCreate", cublasLtCreate(&lt));
+  static const int shapes[][3] = {{7, 33, 257}, {257, 7, 33}, {33, 257, 7}, {1, 1, 1}};
+  const size_t wbytes = 1 << 16;
+  void *work = malloc(wbytes);
+  for (int d = 0; d < 2; d++)
+    for (int s = 0; s < 4; s++)
+      for (int beta = 0; beta < 2; beta++)
+        for (int with_db = 0; with_db < 2; with_db++) {
+          FULL_ONLY(s != 0 || d != 0);
+          const tg_dtype t = g_lowp[d];
+          const int rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+          float *dz = input(rows, out, out, 1.0f), *x = input(rows, in, in + 1, 1.0f);
+          uint16_t *DZ = to16(t, dz, rows, out, out, 0), *X = to16(t, x, rows, in, in + 1, 0);
+          float *dW[2], *db[2];
+          outputs(dW, out, in, in + 1, beta);
+          outputs(db, 1, out, out, 0);
+          const int calls = tg_emu_lt_matmul_calls();
+          ok("tg_cuda_linear_bwd_weight_lt", "",
+             tg_cuda_linear_bwd_weight_lt(lt, t, rows, in, out, DZ, out, X, in, (float)beta,
+                                          dW[0], in + 1, with_db ? db[0] : NULL, work, wbytes,
+                                          NULL));
+          const int want = with_db ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+          CHECK(tg_emu_lt_matmul_calls() == calls + 1 && tg_emu_lt_last_epilogue() == want,
+                "tg_cuda_linear_bwd_weight_lt: %d matmuls, epilogue %d (want 1, %d)",
+                tg_emu_lt_matmul_calls() - calls, tg_emu_lt_last_epilogue(), want);
+          float *gw = fmalloc(tg_cpu_gemm_lowp_work_floats(out, in, rows));
+          tg_cpu_gemm_lowp(t, 1, 0, out, in, rows, 1.0f, DZ, out, X, in, (float)beta, TG_F32,
+                           dW[1], in + 1, gw);
+          compare("tg_cuda_linear_bwd_weight_lt", "dW", dW[0], dW[1], (size_t)out * (in + 1),
+                  kTolRed);
+          if (with_db) {
+            tg_cpu_bias_grad_lowp(t, rows, out, DZ, out, 0.0f, db[1]);
+            compare("tg_cuda_linear_bwd_weight_lt", "db", db[0], db[1], (size_t)out, kTolRed);
+          }
+          free2(dW); free2(db); free(dz); free(x); free(DZ); free(X); free(gw);
+        }
+  free(work);
+  cublasLtDestroy(lt);
+}
+#endif /* OPS_EMU */
+
 static const ops_row rows[] = {
     {.name = "linear_bwd",
      .doc = "a linear layer's backward in one task: linear_bwd_data, then linear_bwd_weight",
      .buffers = "dZ, W, X (R), dX (W), dW, db (W / RW / REDUX), [Zprev (R)], scratch",
-     .covers = "tg_linear_bwd_cl tg_linear_bwd_insert",
+     .covers = "tg_linear_bwd_cl tg_linear_bwd_insert tg_cuda_linear_bwd_weight_lt",
      .kernels = "",
      .run = {[OPS_CPU] = cpu_linear_bwd, [OPS_CUDA] = pair_linear_bwd,
-             [OPS_DEVICE] = pair_linear_bwd, [OPS_LOWP] = linear_bwd_lowp},
+             [OPS_DEVICE] = pair_linear_bwd, [OPS_LOWP] = linear_bwd_lowp,
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_linear_bwd_weight_lt)},
      .why_not = {[OPS_REF] = "no kernel of its own: the linear_bwd_data and linear_bwd_weight "
                              "rows' kernels, checked there",
-                 [OPS_CUDA_EMU] = "no launcher of its own: tg_cuda_linear_bwd_data(_lowp), "
-                                  "tg_cuda_gemm(_lowp_aligned), tg_cuda_bias_grad(_lowp), "
-                                  "each in its row"}},
+                 [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "linear_layernorm_bwd",
      .doc = "linear_bwd, then the backward of the LayerNorm that fed the layer, in one task",
      .buffers = "linear_bwd's (no activation), then the LayerNorm's x, w, mean, rstd (R), "
