@@ -217,6 +217,8 @@ static const tg_env_var tg_env_vars[] = {
      * gemm_libs.h (the kernel layer's, which the base does not call) */
     ROW("TG_GEMM_LIB", TG_ENV_NAME, 0, 0, "openblas|onednn|libxsmm|auto", NULL, TG_EMPTY_OK),
     ROW("TG_GEMM_BF16", TG_ENV_NAME, 0, 0, "native|widen|auto", NULL, TG_EMPTY_OK),
+    /* codelets/cublaslt.c: 0 turns the cuBLASLt GEMMs off (A/B on one GPU) */
+    ROW("TG_CUBLASLT", TG_ENV_NAME, 0, 0, "0|1", NULL, TG_EMPTY_OK),
     ROW("TG_EMULATED_DEVICES", TG_ENV_INT, 0, TG_MAX_EMULATED_DEVICES, NULL, "number of devices",
         TG_EMPTY_OK),
     ROW("TG_MEMAWARE_PRESSURE", TG_ENV_FLOAT, 0, 1, NULL, "fraction", TG_EMPTY_OK),
