@@ -105,6 +105,8 @@ static int parse_flags(int argc, char **argv, bench_gpt *r) {
     tg_cli_die("--padded-vocab %d is below --vocab %d", r->cfg.padded_vocab_size,
                r->cfg.vocab_size);
   tg_cli_instrument_check(&r->ro.rt);
+  tg_cli_path_in("--init-from", r->init_from);
+  tg_cli_paths_check(); /* --trace must not replace it */
   return 0;
 }
 
@@ -146,6 +148,7 @@ static void build_model(bench_gpt *r, tg_optimizer_config *opt) {
   int B = r->ro.cfg.B, T = r->ro.cfg.T;
   r->ro.rt.profiling = 1;
   if (tg_init(&r->ro.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_end_on_signals();
   tg_cli_machine_line(stdout);
   tg_cli_instrument_begin_bench(&r->ro.rt);
   r->threads = tg_ncpu_workers();

@@ -191,6 +191,7 @@ int tg_cmd_bench_mlp(int argc, char **argv) {
   if (parse_flags(argc, argv, &r)) return 0;
   r.rt.profiling = 1;
   if (tg_init(&r.rt) < 0) tg_cli_die_last("starting StarPU");
+  tg_cli_end_on_signals();
   tg_cli_machine_line(stdout);
   if (!r.micro) r.micro = tg_cli_auto_micro_batches(r.batch, 1, 0, TG_MLP_AUTO_MIN_SAMPLES);
   tg_cli_instrument_begin_bench(&r.rt);

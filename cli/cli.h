@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdnoreturn.h>
+#include <sys/types.h>
 
 #include "taskgrad/checkpoint.h"
 #include "taskgrad/gpt.h"
@@ -131,6 +132,20 @@ int tg_cli_mpi_check(tg_runtime_config *rc);
  * not itself a directory); flag names it in the message */
 void tg_cli_check_output(const char *flag, const char *path);
 void tg_cli_refuse_mpi(const char *command);
+/* The files a command reads and writes (cli/output_paths.c): register each
+ * (NULL or empty: ignored), then tg_cli_paths_check, before any work, exits
+ * 2 naming both flags when an output is another output or an input of the
+ * command, compared as files (realpath; a missing file's directory
+ * resolved; st_dev/st_ino for hard links), and clears the list.
+ * tg_cli_path_may_replace allows one output flag to replace one input
+ * flag's file (--checkpoint DIR continuing --resume DIR). */
+void tg_cli_path_in(const char *flag, const char *path);
+void tg_cli_path_out(const char *flag, const char *path);
+/* the file `name` in directory dir (ignored when dir is NULL) */
+void tg_cli_path_in_dir(const char *flag, const char *dir, const char *name);
+void tg_cli_path_out_dir(const char *flag, const char *dir, const char *name);
+void tg_cli_path_may_replace(const char *out_flag, const char *in_flag);
+void tg_cli_paths_check(void);
 /* stderr progress and summaries only on rank 0 */
 int tg_cli_is_root(void);
 /* --trace FILE.json and --stats: the CLI's instrumentation, not runtime
@@ -175,11 +190,22 @@ void tg_cli_precision_mlp(const tg_cli_precision *p, tg_mlp_config *model,
   "                       65536; bf16: only when given)\n"                      \
   "  --loss-scale-window N  clean steps before the scale doubles (2000)\n"
 
-/* Checkpoints (cli/checkpoint_cli.c): tg_cli_checkpoint_dir creates the
- * --checkpoint directory and its parents if missing and requires that it
- * can be written, or exits 2; tg_cli_catch_signals (after tg_init, whose
- * StarPU handlers would end the process) makes SIGINT/SIGTERM set
- * tg_cli_signal, for the training loop to stop after the current step. */
+/* Checkpoints and signals (cli/checkpoint_cli.c).  tg_cli_checkpoint_dir
+ * creates the --checkpoint directory and its parents if missing, requires
+ * that it can be written, exits 2 when it already holds a checkpoint
+ * (exists(dir) > 0; `file` names it) unless --resume names that directory,
+ * and removes the temporaries killed writers left there
+ * (tg_checkpoint_remove_stale).  tg_cli_catch_signals (after tg_init, whose
+ * StarPU handlers would end the process) makes the first SIGINT/SIGTERM set
+ * tg_cli_signal, for each phase to stop at its next safe point (the
+ * training loop after the current step); a second one ends the process (the
+ * default action).  tg_cli_interrupted(phase): 0 without a signal, else
+ * 128 + the signal, the exit status, after saying (rank 0) that the run
+ * stopped during `phase` (NULL: silently).  tg_cli_forward_signals(child)
+ * passes SIGINT/SIGTERM on to a child process the command waits for;
+ * tg_cli_forward_signals(0) once it is reaped restores the default action
+ * and exits 128 + the signal if one came.  tg_cli_signalled(ranks) polls
+ * the flag, in agreement over MPI ranks. */
 extern volatile sig_atomic_t tg_cli_signal;
 
 /* The process's argv, set by main, for a restart of the same command. */
@@ -191,7 +217,19 @@ extern char **tg_cli_argv;
  * returns and the run carries on as it is. */
 void tg_cli_restart_with_clean_buffers(void);
 void tg_cli_catch_signals(void);
-void tg_cli_checkpoint_dir(const char *dir);
+void tg_cli_checkpoint_dir(const char *dir, const char *resume, const char *file,
+                           int (*exists)(const char *dir));
+int tg_cli_interrupted(const char *phase);
+/* 1 when a signal came; with ranks > 1 on any rank (a collective: every
+ * rank calls it at the same point, and all stop together, those without a
+ * signal of their own as for SIGTERM) */
+int tg_cli_signalled(int ranks);
+void tg_cli_forward_signals(pid_t child);
+/* After tg_init, for commands that write nothing worth finishing (bench,
+ * simulate): SIGINT/SIGTERM end the process at once (the default action;
+ * not StarPU's handler, which keeps a disposition inherited as ignored, as
+ * a script's background job has it), exit status 130/143 to the shell. */
+void tg_cli_end_on_signals(void);
 /* The loss scaler as a checkpoint stores it (scale 1, the rest 0 when off),
  * and back into a scaler (nothing when off or saved without scaling). */
 tg_loss_scaler_state tg_cli_scaler_state(const tg_loss_scaler *s);

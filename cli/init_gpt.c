@@ -166,6 +166,10 @@ int tg_cmd_init_gpt(int argc, char **argv) {
   for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
     if (!required[k].given)
       tg_cli_die("'init gpt' needs %s (see --help)", required[k].flag);
+  /* two outputs, two files (cli/output_paths.c) */
+  tg_cli_path_out("--out", out);
+  tg_cli_path_out("--safetensors", st_out);
+  tg_cli_paths_check();
   c.padded_vocab_size = padded ? padded : (c.vocab_size + 63) / 64 * 64;
   if (tg_gpt_config_check(&c) < 0) tg_cli_die_last("init gpt");
 

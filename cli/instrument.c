@@ -27,6 +27,8 @@ void tg_cli_instrument_check(tg_runtime_config *rc) {
   rc->sched_policy = tg_sched_policy_requested(rc->sched);
   if (tg_cli_instr.trace || tg_cli_instr.stats) rc->profiling = 1;
   if (tg_cli_instr.trace) tg_cli_check_output("--trace", tg_cli_instr.trace);
+  /* against the command's other files (its tg_cli_paths_check) */
+  tg_cli_path_out("--trace", tg_cli_instr.trace);
 }
 
 void tg_cli_check_output(const char *flag, const char *path) {

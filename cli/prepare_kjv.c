@@ -149,6 +149,10 @@ int tg_cmd_prepare_kjv(int argc, char **argv) {
     }
   }
   if (!out) tg_cli_die("'prepare kjv' needs --out DIR (see --help)");
+  /* two outputs, two files: not hard links of one (cli/output_paths.c) */
+  tg_cli_path_out_dir("--out", out, "kjv_train.bin");
+  tg_cli_path_out_dir("--out", out, "kjv_val.bin");
+  tg_cli_paths_check();
   make_dirs(out);
 
   size_t n;

@@ -283,6 +283,7 @@ static void run_child(char **argv, sim_row *row) {
     _exit(127);
   }
   close(fd[1]);
+  tg_cli_forward_signals(pid); /* SIGINT/SIGTERM end the child too */
   FILE *f = fdopen(fd[0], "r");
   if (!f) tg_cli_die("simulate: fdopen: %s", strerror(errno));
   char line[1024];
@@ -297,6 +298,7 @@ static void run_child(char **argv, sim_row *row) {
   fclose(f);
   int status;
   if (waitpid(pid, &status, 0) < 0) tg_cli_die("simulate: waitpid: %s", strerror(errno));
+  tg_cli_forward_signals(0); /* exits 128 + the signal after one */
   row->ok = seen == 2 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -427,8 +429,10 @@ static int run_in_sim_process(int argc, char **argv) {
     fprintf(stderr, "taskgrad: error: simulate: cannot run %s: %s\n", prog, strerror(errno));
     _exit(TG_EXIT_USAGE);
   }
+  tg_cli_forward_signals(pid); /* SIGINT/SIGTERM end the simulation too */
   int status;
   if (waitpid(pid, &status, 0) < 0) tg_cli_die("simulate: waitpid: %s", strerror(errno));
+  tg_cli_forward_signals(0); /* exits 128 + the signal after one (atexit: tmp removed) */
   if (WIFSIGNALED(status)) {
     fprintf(stderr, "taskgrad: error: the simulation died of signal %d\n", WTERMSIG(status));
     return 1;
@@ -655,6 +659,9 @@ int tg_cmd_simulate(int argc, char **argv) {
     const char *chart = c.chart ? c.chart : def;
     tg_cli_check_output("--chart", chart);
     if (c.csv) tg_cli_check_output("--csv", c.csv);
+    tg_cli_path_out("--chart", chart);
+    tg_cli_path_out("--csv", c.csv);
+    tg_cli_paths_check();
     c.pass[c.npass++] = "--cost";
     c.pass[c.npass++] = o->cost == TG_SIM_COST_EXPECTED ? "expected" : "peak";
     return run_many(o, c.pass, c.npass, c.gpus, c.ngpus, c.sched, c.nsched, chart, c.csv);

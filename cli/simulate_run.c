@@ -301,6 +301,7 @@ int tg_sim_run(const tg_sim_options *o, tg_runtime_config *rt) {
   rt->mpi = 1;
 #endif
   if (tg_init(rt) < 0) tg_cli_die_last("starting StarPU's simulation");
+  tg_cli_end_on_signals();
   if ((int)starpu_cuda_worker_get_count() != o->gpus) {
     int got = (int)starpu_cuda_worker_get_count();
     tg_shutdown();

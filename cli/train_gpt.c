@@ -54,7 +54,8 @@ static void gpt_usage(void) {
        "                       and config.json beside it, never over a foreign one)\n"
        "  --checkpoint DIR     write DIR/checkpoint.bin (model, AdamW state, data\n"
        "                       position, seeds) every --checkpoint-every steps, at\n"
-       "                       the end and on SIGINT/SIGTERM; DIR is created\n"
+       "                       the end and on SIGINT/SIGTERM; DIR is created; one\n"
+       "                       that holds a checkpoint needs --resume DIR\n"
        "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
        "                       end and on a signal)\n"
        "  --resume DIR         continue the run saved in DIR/checkpoint.bin: model,\n"
@@ -78,8 +79,11 @@ static void gpt_usage(void) {
   puts("  -h, --help           this text\n"
        "\n"
        "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
-       "--checkpoint is given, and the exit status is 130/143.  A non-finite loss\n"
-       "stops the run (exit status 2) without writing a checkpoint.\n"
+       "--checkpoint is given, and the exit status is 130/143; after training,\n"
+       "validation, --save and --sample stop at their next batch, slice or token\n"
+       "(an unfinished --save leaves no file).  A second signal ends the process\n"
+       "at once.  A non-finite loss stops the run (exit status 2) without writing\n"
+       "a checkpoint.  No output may replace an input or another output.\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
        "(--batch and --micro-batches must be multiples of the number of ranks)\n"
@@ -208,22 +212,25 @@ static float lr_at(const gpt_opts *o, int step) {
   return (float)(o->opt.lr * 0.5 * (1.0 + cos(M_PI * frac)));
 }
 
-static double validate(tg_gpt *g, tg_loader *vl, int nbatches) {
-  double loss;
+/* The validation loss over nbatches batches; returns 1 without one when a
+ * signal stops it between two batches. */
+static int validate(tg_gpt *g, tg_loader *vl, int nbatches, int R, double *loss) {
   if (tg_gpt_loss(g, NULL, 1) < 0) tg_cli_die_last("resetting the loss");
   int nb = tg_loader_batches_per_epoch(vl);
   if (nbatches > nb) nbatches = nb;
   for (int k = 0; k < nbatches; k++) {
+    if (tg_cli_signalled(R)) return 1;
     tg_batch b;
     if (tg_loader_next(vl, &b) < 0) tg_cli_die_last("validation data");
     if (tg_gpt_evaluate(g, &b) < 0) tg_cli_die_last("validation");
   }
-  if (tg_gpt_loss(g, &loss, 1) < 0) tg_cli_die_last("validation loss");
-  return loss;
+  if (tg_gpt_loss(g, loss, 1) < 0) tg_cli_die_last("validation loss");
+  return 0;
 }
 
 /* Samples n tokens after a newline, from the softmax over the first V
- * logits divided by the temperature, with a seeded generator. */
+ * logits divided by the temperature, with a seeded generator; a signal
+ * stops it between two tokens. */
 static void sample(tg_gpt *g, int n, int T, double temperature, uint64_t seed) {
   const tg_gpt_config *c = &g->cfg;
   int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(n + 1));
@@ -232,7 +239,7 @@ static void sample(tg_gpt *g, int n, int T, double temperature, uint64_t seed) {
   ctx[0] = c->vocab_size > '\n' ? '\n' : 0;
   uint64_t s = seed ^ 0x5DEECE66DULL;
   fputs("sample:\n", stdout);
-  for (int i = 1; i <= n; i++) {
+  for (int i = 1; i <= n && !tg_cli_signal; i++) {
     int len = i < T ? i : T;
     tg_tensor tok;
     if (tg_tensor_alloc(&tok, len, 1, TG_I32) < 0) tg_cli_die_last("sampling");
@@ -256,6 +263,7 @@ static void sample(tg_gpt *g, int n, int T, double temperature, uint64_t seed) {
     ctx[i] = pick;
     if (c->vocab_size <= 256) putchar(pick);
     else printf("%d ", pick);
+    fflush(stdout); /* a token at a time, as it comes */
   }
   putchar('\n');
   free(ctx);
@@ -295,12 +303,12 @@ static int train_loop(gpt_session *s, tg_progress *bar, int *step, long long *ba
       bar->extra = scale;
       tg_progress_update(bar, k + 1, last_loss, -1, tokens_per_step / dt);
     }
-    if (s->vl && o->val_every && (k + 1) % o->val_every == 0) {
-      double v = validate(g, s->vl, o->val_batches);
-      if (root) printf("step %d val loss %.6f\n", k + 1, v);
-    }
+    double v;
+    if (s->vl && o->val_every && (k + 1) % o->val_every == 0 &&
+        !validate(g, s->vl, o->val_batches, s->R, &v) && root)
+      printf("step %d val loss %.6f\n", k + 1, v);
     /* ranks get a signal at different moments: they stop after the same step */
-    if (s->R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
+    tg_cli_signalled(s->R);
     if (root && o->checkpoint && o->checkpoint_every && (k + 1) % o->checkpoint_every == 0 &&
         k + 1 < o->steps && !tg_cli_signal)
       save_checkpoint(g, o, *batches);
@@ -312,8 +320,11 @@ static int train_loop(gpt_session *s, tg_progress *bar, int *step, long long *ba
   return 0;
 }
 
-/* a slice of the parameters, for the streamed llm.c writer */
+/* a slice of the parameters, for the streamed llm.c writer; a signal
+ * abandons the file between two slices (its temporary removed, a previous
+ * file at the path untouched) */
 static int param_slice(void *ctx, int p, size_t off, float *dst, size_t n) {
+  if (tg_cli_signal) return tg_fail(EINTR, "interrupted by a signal");
   return checkpoint_slice(ctx, p, TG_GPT_STATE_VALUE, off, dst, n);
 }
 
@@ -325,19 +336,26 @@ static void save_model(gpt_session *s) {
   size_t len = strlen(path);
   int st = len > 12 && !strcmp(path + len - 12, ".safetensors");
   if ((st ? tg_safetensors_write_gpt2_from(path, &s->cfg, param_slice, &s->g)
-          : tg_llmc_model_write_from(path, &s->cfg, param_slice, &s->g)) < 0)
+          : tg_llmc_model_write_from(path, &s->cfg, param_slice, &s->g)) < 0) {
+    if (tg_cli_signal) {
+      fprintf(stderr, "taskgrad: %s not written (interrupted)\n", path);
+      return;
+    }
     tg_cli_die_last("--save");
+  }
   fprintf(stderr, "taskgrad: saved %s\n", path);
 }
 
 /* After the last step: the final validation, the summary, the parameters'
- * checksum, --save and --sample. */
-static void finish_run(gpt_session *s, double t_train) {
+ * checksum, --save and --sample.  Returns 0, or the exit status when a
+ * signal stopped one of them (each phase stops at its next safe point). */
+static int finish_run(gpt_session *s, double t_train) {
   const gpt_opts *o = &s->o;
   tg_gpt *g = &s->g;
   int root = s->root;
   if (s->vl && (!o->val_every || o->steps % o->val_every)) {
-    double v = validate(g, s->vl, o->val_batches);
+    double v;
+    if (validate(g, s->vl, o->val_batches, s->R, &v)) return tg_cli_interrupted("validation");
     if (root) printf("val loss %.6f\n", v);
   }
   double tokens_per_step = (double)o->run.cfg.B * o->run.cfg.T;
@@ -351,8 +369,11 @@ static void finish_run(gpt_session *s, double t_train) {
   if (s->R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)params_checksum(g, &s->cfg));
+  if (tg_cli_signalled(s->R)) return tg_cli_interrupted("the summary");
   if (o->save && root) save_model(s);
+  if (tg_cli_signal) return tg_cli_interrupted(o->save ? "--save" : "the summary");
   if (o->sample && root) sample(g, o->sample, o->run.cfg.T, o->temperature, o->seed);
+  return tg_cli_interrupted("sampling");
 }
 
 int tg_cmd_train_gpt(int argc, char **argv) {
@@ -392,7 +413,10 @@ int tg_cmd_train_gpt(int argc, char **argv) {
   }
   if (o->checkpoint && s->root) save_checkpoint(&s->g, o, batches);
   if (o->demo && s->root) tg_progress_end(&bar);
-  finish_run(s, tg_cli_now() - t_all);
+  /* a signal during the final checkpoint: it is written, then the run stops */
+  int rc = tg_cli_signalled(s->R) ? tg_cli_interrupted(o->checkpoint ? "the final checkpoint (written)"
+                                                               : "the last step")
+                           : finish_run(s, tg_cli_now() - t_all);
   gpt_teardown(s);
-  return 0;
+  return rc;
 }

@@ -139,10 +139,24 @@ static void load_checkpoint_moments(gpt_session *s) {
   s->ck_reader = NULL;
 }
 
+/* No output replaces another or an input (cli/output_paths.c), before any
+ * work: --checkpoint DIR may replace only the checkpoint --resume reads. */
+static void check_paths(const gpt_opts *o) {
+  tg_cli_path_in("--init-from", o->init_from);
+  tg_cli_path_in("--data", o->data);
+  tg_cli_path_in("--val", o->val);
+  tg_cli_path_in_dir("--resume", o->resume, TG_CHECKPOINT_FILE);
+  tg_cli_path_out("--save", o->save);
+  tg_cli_path_out_dir("--checkpoint", o->checkpoint, TG_CHECKPOINT_FILE);
+  tg_cli_path_may_replace("--checkpoint", "--resume");
+  tg_cli_paths_check(); /* with --trace, registered by tg_cli_instrument_check */
+}
+
 /* The model and its initial parameters: the demonstration's, a
  * checkpoint's, or --init-from's; everything checked before StarPU starts. */
 void gpt_setup_model(gpt_session *s) {
   gpt_opts *o = &s->o;
+  check_paths(o);
   if (o->resume && !resume_from_checkpoint(o)) {
     /* the first run of a requeued job: nothing saved yet */
     fprintf(stderr, "taskgrad: no checkpoint in %s yet: starting from %s\n", o->resume,
@@ -179,7 +193,8 @@ void gpt_setup_data(gpt_session *s) {
   if (save_len > 12 && !strcmp(o->save + save_len - 12, ".safetensors") &&
       tg_safetensors_gpt2_config_check(o->save) < 0)
     tg_cli_die_last("--save");
-  if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
+  if (o->checkpoint)
+    tg_cli_checkpoint_dir(o->checkpoint, o->resume, TG_CHECKPOINT_FILE, tg_checkpoint_exists);
   if (o->run.cfg.T > s->cfg.max_seq_len)
     tg_cli_die("--seq %d exceeds the model's maximum sequence length %d", o->run.cfg.T,
                s->cfg.max_seq_len);

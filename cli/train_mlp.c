@@ -74,7 +74,8 @@ static void train_usage(void) {
        "  --checkpoint DIR     write DIR/" TG_MLP_CHECKPOINT_FILE " (parameters,\n"
        "                       optimizer state, data position, loss scale) every\n"
        "                       --checkpoint-every steps, at the end and on\n"
-       "                       SIGINT/SIGTERM; DIR is created\n"
+       "                       SIGINT/SIGTERM; DIR is created; one that holds a\n"
+       "                       checkpoint needs --resume DIR\n"
        "  --checkpoint-every N checkpoint interval in steps (default: only at the\n"
        "                       end and on a signal)\n"
        "  --resume DIR         continue the run saved in DIR; the model, optimizer,\n"
@@ -85,8 +86,10 @@ static void train_usage(void) {
        "                       run and every restart\n"
        "\n"
        "SIGINT/SIGTERM: the current step finishes, a checkpoint is written when\n"
-       "--checkpoint is given, and the exit status is 130/143.  A non-finite\n"
-       "training loss stops the run (exit status 2) without writing a checkpoint.\n"
+       "--checkpoint is given, and the exit status is 130/143 (after the last\n"
+       "step: before --save).  A second signal ends the process at once.  A\n"
+       "non-finite training loss stops the run (exit status 2) without writing a\n"
+       "checkpoint.  No output may replace an input or another output.\n"
        "\n"
        "Under mpirun, every rank takes an equal part of each global --batch\n"
        "(--batch and --micro-batches must be multiples of the number of ranks)\n"
@@ -386,10 +389,31 @@ typedef struct mlp_run {
   double test_acc, test_loss, t_train; /* t_train: evaluations excluded */
 } mlp_run;
 
+/* No output replaces another or an input (cli/output_paths.c): the data
+ * set's files (either name the loader reads), the checkpoint --resume reads
+ * (which --checkpoint DIR may replace), --trace. */
+static void check_paths(const train_opts *o) {
+  static const char *const data[] = {
+      "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+      "t10k-labels-idx1-ubyte"};
+  char gz[64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(gz, sizeof gz, "%s.gz", data[i]);
+    tg_cli_path_in_dir("--data-dir", o->data_dir, data[i]);
+    tg_cli_path_in_dir("--data-dir", o->data_dir, gz);
+  }
+  tg_cli_path_in_dir("--resume", o->resume, TG_MLP_CHECKPOINT_FILE);
+  tg_cli_path_out("--save", o->save);
+  tg_cli_path_out_dir("--checkpoint", o->checkpoint, TG_MLP_CHECKPOINT_FILE);
+  tg_cli_path_may_replace("--checkpoint", "--resume");
+  tg_cli_paths_check();
+}
+
 /* The outputs' places, the data and the checkpoint to resume from, all
  * checked before any work. */
 static void load_inputs(mlp_run *r) {
   train_opts *o = &r->o;
+  check_paths(o);
   if (o->save) tg_cli_check_output("--save", o->save);
   struct stat st;
   if (stat(o->data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -400,7 +424,9 @@ static void load_inputs(mlp_run *r) {
   if (o->batch > r->train.n)
     tg_cli_die("--batch %d is larger than the %d training samples", o->batch, r->train.n);
   o->model.widths[0] = r->train.features;
-  if (o->checkpoint) tg_cli_checkpoint_dir(o->checkpoint);
+  if (o->checkpoint)
+    tg_cli_checkpoint_dir(o->checkpoint, o->resume, TG_MLP_CHECKPOINT_FILE,
+                          tg_mlp_checkpoint_exists);
   /* the checkpoint, and whether it continues this run, before any work */
   r->shape = run_shape(o, r->train.n);
   r->have_ck = o->resume && resume_checkpoint(o, &r->shape, &r->ck);
@@ -527,8 +553,7 @@ static int train_loop(mlp_run *r, long long *done) {
       bar.extra = NULL;
     }
     /* ranks get a signal at different moments: they stop after the same step */
-    if (R > 1 && !tg_dist_all_ok(!tg_cli_signal) && !tg_cli_signal) tg_cli_signal = SIGTERM;
-    stopped = tg_cli_signal;
+    stopped = tg_cli_signalled(R) ? tg_cli_signal : 0;
     int epoch_end = k + 1 == bpe, last = s + 1 == total;
     int periodic = o->checkpoint_every && (s + 1) % o->checkpoint_every == 0;
     int save = o->checkpoint && root && (periodic || last || stopped);
@@ -555,8 +580,10 @@ static void teardown(mlp_run *r) {
   tg_dataset_free(&r->test);
 }
 
-/* After the last step: the test figures, the checksum, --save, the summary. */
-static void finish(mlp_run *r) {
+/* After the last step: the test figures, the checksum, --save, the summary;
+ * returns the exit status (128 + the signal when one stopped it before
+ * --save: the checkpoint of the last step is already written). */
+static int finish(mlp_run *r) {
   const train_opts *o = &r->o;
   tg_mlp *m = &r->m;
   if (r->test_acc < 0) /* nothing left to run */
@@ -569,14 +596,18 @@ static void finish(mlp_run *r) {
   if (r->R > 1 || tg_deterministic())
     fprintf(stderr, "taskgrad: rank %d parameters fnv1a64 %016llx\n", tg_dist_rank(),
             (unsigned long long)sum);
-  if (r->root && o->save) save_params(m, o->save);
+  int rc = tg_cli_signalled(r->R) ? tg_cli_interrupted("the final evaluation") : 0;
+  /* small: once started, --save finishes (under a second) */
+  if (!rc && r->root && o->save) save_params(m, o->save);
   teardown(r);
+  if (rc) return rc;
   if (r->root) {
     long long ran = r->total - r->start;
     fprintf(stderr, "taskgrad: trained %lld steps in %.2f s (%.0f samples/s)\n", ran, r->t_train,
             r->t_train > 0 ? (double)ran * o->batch / r->t_train : 0.0);
     printf("test accuracy: %.4f\n", r->test_acc);
   }
+  return tg_cli_interrupted(NULL); /* a signal during --save */
 }
 
 int tg_cmd_train_mlp(int argc, char **argv) {
@@ -603,6 +634,5 @@ int tg_cmd_train_mlp(int argc, char **argv) {
     teardown(&r);
     return 128 + stopped;
   }
-  finish(&r);
-  return 0;
+  return finish(&r);
 }

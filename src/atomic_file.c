@@ -1,8 +1,11 @@
 /*
  * Crash-safe file writing; see atomic_file.h.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,6 +29,45 @@ static void sync_parent_dir(const char *path) {
     close(fd);
   }
   free(dir);
+}
+
+/* 1 when `name` is `base`.tmp.<digits> and the digits are the PID of no
+ * live process on this host (a writer killed before it renamed or removed
+ * its temporary: SIGKILL, out of memory, power loss). */
+static int stale_temp(const char *name, const char *base, size_t blen) {
+  if (strncmp(name, base, blen) || strncmp(name + blen, ".tmp.", 5)) return 0;
+  const char *d = name + blen + 5;
+  size_t nd = strspn(d, "0123456789");
+  if (nd == 0 || nd > 9 || d[nd]) return 0;
+  long pid = strtol(d, NULL, 10);
+  if (pid <= 0 || pid == (long)getpid()) return 0;
+  /* EPERM: alive (another user's); 0: alive, perhaps a reused PID: kept */
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int tg_atomic_remove_stale(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+                                   : strndup(path, (size_t)(slash - path));
+  if (!dir) return -ENOMEM;
+  DIR *d = *base ? opendir(dir) : NULL;
+  int removed = 0;
+  size_t blen = strlen(base), dlen = strlen(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (!stale_temp(e->d_name, base, blen)) continue;
+    size_t n = dlen + strlen(e->d_name) + 2;
+    char *full = malloc(n);
+    if (!full) break;
+    snprintf(full, n, "%s/%s", dir, e->d_name);
+    struct stat st;
+    /* only regular files: never a directory or a link of that name */
+    if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && unlink(full) == 0) removed++;
+    free(full);
+  }
+  if (d) closedir(d);
+  free(dir);
+  return removed;
 }
 
 /* Creates the temporary file exclusively; a stale regular file of the same
@@ -66,6 +108,7 @@ int tg_atomic_open(tg_atomic_file *af, const char *path) {
   af->tmp = malloc(len);
   if (!af->tmp) return tg_fail(ENOMEM, "%s: out of memory", path);
   snprintf(af->tmp, len, "%s.tmp.%ld", path, (long)getpid());
+  (void)tg_atomic_remove_stale(path); /* an earlier writer's, killed */
   int fd = create_temp(af->tmp);
   if (fd < 0) {
     int e = errno ? errno : EIO;

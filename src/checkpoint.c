@@ -45,7 +45,9 @@
  * (O_EXCL; a stale regular file of that name is replaced, anything else
  * refused), checked writes, fflush, fsync, fclose, rename over
  * checkpoint.bin, fsync of the directory.  On any failure the temporary file
- * is removed and the previous checkpoint is untouched.
+ * is removed and the previous checkpoint is untouched.  A temporary that a
+ * killed writer left is removed by the next save, and by
+ * tg_checkpoint_remove_stale when a run opens the directory.
  */
 #include <errno.h>
 #include <limits.h>
@@ -318,3 +320,17 @@ int tg_checkpoint_load(const char *dir, tg_checkpoint *c) {
 }
 
 int tg_checkpoint_exists(const char *dir) { return tg_ck_exists(dir, TG_CHECKPOINT_FILE); }
+
+int tg_checkpoint_remove_stale(const char *dir) {
+  int removed = 0;
+  const char *names[] = {TG_CHECKPOINT_FILE, TG_MLP_CHECKPOINT_FILE};
+  for (int i = 0; i < 2; i++) {
+    char *path = tg_ck_join(dir, names[i]);
+    if (!path) return tg_fail(ENOMEM, "%s: out of memory", dir);
+    int rc = tg_atomic_remove_stale(path);
+    free(path);
+    if (rc < 0) return tg_fail(-rc, "%s: out of memory", dir);
+    removed += rc;
+  }
+  return removed;
+}

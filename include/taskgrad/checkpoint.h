@@ -94,6 +94,11 @@ void tg_checkpoint_close(tg_checkpoint_reader *r);
  * that is started again with the same --resume DIR begins fresh the first
  * time; a negative errno when it cannot be told (permissions, not a file). */
 int tg_checkpoint_exists(const char *dir);
+/* Removes <dir>/checkpoint.bin.tmp.<pid> and mlp-checkpoint.bin.tmp.<pid>
+ * left by writers that were killed mid-write (their pid is no live process
+ * on this host; exactly those names, regular files only); returns how many,
+ * or a negative errno. */
+int tg_checkpoint_remove_stale(const char *dir);
 
 /* ---- MLP training checkpoints (format in src/mlp_checkpoint.c) ---------
  * <dir>/mlp-checkpoint.bin: the state `taskgrad train mlp` needs to go on
