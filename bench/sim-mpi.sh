@@ -18,7 +18,8 @@
 # STARPU_COMM_STATS's bytes between ranks) and OUTDIR/<model>-<precision>.csv
 # (nodes, step ms, tokens/s, efficiency vs the first NODES entry, peak host
 # anonymous memory in MB, bench/sim-mpi/peak-host-mem.sh).
-# Roofline predictions: no calibrated H100 history exists.  Needs xsltproc.
+# Roofline predictions (no history is prepared here, so the H100 histories
+# that `taskgrad simulate` takes by default are not used).  Needs xsltproc.
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: bench/sim-mpi.sh SIM_MPI_DIR OUTDIR d4|124m [fp32|bf16] [NODES...]" >&2; exit 2; }
 prog="$(cd "$1" && pwd)/taskgrad-sim-mpi" out="$2" model="$3"

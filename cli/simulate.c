@@ -9,7 +9,11 @@
  * private perfmodel directory (STARPU_PERF_MODEL_DIR, with
  * STARPU_HOSTNAME=NAME), together with the codelets/ of --perfmodels DIR
  * when given: calibrated history files from a real machine, which then take
- * precedence over the roofline (codelets/sim_cost.c).
+ * precedence over the roofline (codelets/sim_cost.c).  A platform whose
+ * roofline file names a `history` manifest (platforms/h100.history) ships
+ * such histories: without --perfmodels or --cost, a run takes them (--cost
+ * calibrated), each codelet's only while the sources it was measured with
+ * are unchanged (prepare_history).
  *
  * Lists (--gpus 1,2,4,8 or --sched A,B) run each combination in a child
  * process of this binary (SimGrid's engine runs once per process), then
@@ -38,8 +42,9 @@ static void simulate_usage(void) {
        "\n"
        "Runs the training step on a simulated machine (StarPU + SimGrid; needs a\n"
        "build configured with -DTG_SIMGRID=ON).  Task times come from calibrated\n"
-       "perfmodels when given, otherwise from a roofline on each task's flops and\n"
-       "bytes: GPU figures are predictions until calibrated on real hardware.\n"
+       "histories where they match (the H100 platforms ship some; --perfmodels),\n"
+       "otherwise from a model of each task's flops and bytes: GPU figures are\n"
+       "predictions until calibrated on real hardware.\n"
        "\n"
        "  --platform NAME      platforms/NAME.* (h100x1, h100x2, h100x4, h100x8, ...;\n"
        "                       TG_PLATFORM_DIR overrides the directory)\n"
@@ -49,18 +54,25 @@ static void simulate_usage(void) {
        "  --ncpus N            CPU workers (default 0: every task on the GPUs)\n"
        "  --sched A[,B...]     scheduling policy; a list compares them (chart)\n"
        "  --perfmodels DIR     a StarPU sampling directory (DIR/codelets/45/...)\n"
-       "                       whose calibrated histories take precedence\n"
+       "                       whose calibrated histories take precedence (over\n"
+       "                       the platform's own, if it has them)\n"
        "  --steps N            measured steps (default 3)\n"
-       "  --warmup N           steps before them (default 1)\n"
+       "  --warmup N|auto      untimed steps before them (default auto: 2 to 6,\n"
+       "                       until a step is within 2% of the one before)\n"
        "  --chart FILE.png     chart of a sweep or comparison (default\n"
        "                       simulate-<model>.png in the current directory)\n"
        "  --csv FILE           the sweep's or comparison's rows\n"
        "  --trace FILE.json    Chrome trace in simulated time (single run)\n"
-       "  --cost peak|expected|both  task times from the peak roofline (an upper\n"
-       "                       bound), from the expected model (per-class fractions\n"
-       "                       of the peaks in platforms/NAME.roofline), or both:\n"
-       "                       a second simulation (default: both for a single run\n"
-       "                       on a platform with the factors, peak otherwise)\n"
+       "  --cost calibrated|peak|expected|both  task times from calibrated\n"
+       "                       histories (--perfmodels, or the platform's: the H100\n"
+       "                       platforms ship those of a real H100) and the\n"
+       "                       expected model for the tasks they miss; from the\n"
+       "                       peak roofline (an upper bound); from the expected\n"
+       "                       model (per-class fractions of the peaks in\n"
+       "                       platforms/NAME.roofline); or both: peak, then a\n"
+       "                       second simulation with the expected model (default:\n"
+       "                       calibrated where histories exist, else both for a\n"
+       "                       single run on a platform with the factors, else peak)\n"
        "  --no-priorities      every task at priority 0\n"
        "  --host-memory GB     the host's memory, against which the model's\n"
        "                       host-backed state is checked (default: the\n"
@@ -135,7 +147,7 @@ static int platform_hosts(const char *dir, const char *name, int *cpus) {
 }
 
 static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r,
-                          double *host_mem) {
+                          double *host_mem, char *history, size_t history_size) {
   char path[4096], line[512], key[64];
   snprintf(path, sizeof path, "%.2000s/%.64s.roofline", dir, name);
   FILE *f = fopen(path, "r");
@@ -161,6 +173,15 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r,
     double v;
     if (line[0] == '#' || line[0] == '\n') continue;
     int k = 0;
+    /* optional, not a rate: the manifest of the platform's calibrated
+     * histories, a file of the same directory (prepare_history) */
+    char file[128];
+    if (sscanf(line, "%63s %127s", key, file) == 2 && !strcmp(key, "history")) {
+      if (strchr(file, '/') || strchr(file, '\''))
+        tg_cli_die("%s: bad history file name '%s'", path, file);
+      snprintf(history, history_size, "%.2000s/%s", dir, file);
+      continue;
+    }
     /* optional, not a rate: the host's memory (bytes) */
     if (sscanf(line, "%63s %lf", key, &v) == 2 && !strcmp(key, "host_mem_bytes") && v > 0) {
       *host_mem = v;
@@ -207,7 +228,133 @@ static void link_or_die(const char *target, const char *link) {
     tg_cli_die("simulate: cannot link %s to %s: %s", link, target, strerror(errno));
 }
 
-static void prepare_model_dir(const char *dir, const char *name, const char *perfmodels) {
+/* ---- shipped histories ------------------------------------------------------- */
+
+/* FNV-1a, 64 bits, of each file's path and bytes (each followed by a 0),
+ * as platforms/gen-history.py computes it; 0 when a file cannot be read. */
+static unsigned long long hash_sources(const char *root, char **files, int nfiles) {
+  unsigned long long h = 1469598103934665603ULL;
+  for (int i = 0; i < nfiles; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%.2000s/%.2000s", root, files[i]);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    for (const char *c = files[i];; c++) {
+      h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+      if (!*c) break;
+    }
+    int ch;
+    while ((ch = getc(f)) != EOF) h = (h ^ (unsigned char)ch) * 1099511628211ULL;
+    h *= 1099511628211ULL; /* the 0 after the bytes */
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return 0;
+  }
+  return h;
+}
+
+/* The platform's calibrated histories, as platforms/gen-history.py lists
+ * them in the manifest (platforms/h100.history):
+ *   source ID TARBALL HOST COMMIT LABEL...   a tarball of a StarPU sampling
+ *                                            directory (bench/results/...)
+ *   codelet SYMBOL ID HASH FILE...           SYMBOL's history of source ID,
+ *                                            measured with FILE... whose
+ *                                            hash was HASH
+ * A codelet's history is linked into the run's codelets/45/ (renamed for
+ * host NAME) only while the hash of its FILE... in this source tree is
+ * still HASH: a kernel changed since the measurement is refused, with a
+ * note, and its tasks take the expected model.  The first accepted line
+ * of a SYMBOL wins (the manifest lists the newest lease first).  Sets
+ * TG_SIM_HISTORY to the sources used, for the report's cost-model line. */
+#define MAX_SOURCES 8
+static void prepare_history(const char *manifest, const char *name, const char *codelets) {
+  const char *src_env = getenv("TG_SOURCE_DIR");
+  const char *root = src_env && *src_env ? src_env : TG_SOURCE_DIR_DEFAULT;
+  FILE *f = fopen(manifest, "r");
+  if (!f) tg_cli_die("--platform %s: cannot read %s: %s", name, manifest, strerror(errno));
+  struct { char id[32], tar[1024], host[64], commit[64], label[256]; int used, unpacked; }
+      src[MAX_SOURCES];
+  int nsrc = 0, accepted = 0;
+  char line[4096], refused[2048] = "", placed[4096] = " ";
+  while (fgets(line, sizeof line, f)) {
+    char *tok[64];
+    int n = 0;
+    line[strcspn(line, "\n")] = 0;
+    if (line[0] == '#' || !line[0]) continue;
+    char *label = NULL;
+    for (char *p = strtok(line, " "); p && n < 64; p = strtok(NULL, " ")) {
+      tok[n++] = p;
+      if (n == 5 && !strcmp(tok[0], "source")) {
+        label = strtok(NULL, "");
+        break;
+      }
+    }
+    if (n == 5 && label && nsrc < MAX_SOURCES) {
+      snprintf(src[nsrc].id, sizeof src[0].id, "%s", tok[1]);
+      snprintf(src[nsrc].tar, sizeof src[0].tar, "%s", tok[2]);
+      snprintf(src[nsrc].host, sizeof src[0].host, "%s", tok[3]);
+      snprintf(src[nsrc].commit, sizeof src[0].commit, "%s", tok[4]);
+      snprintf(src[nsrc].label, sizeof src[0].label, "%s", label);
+      src[nsrc].used = src[nsrc].unpacked = 0;
+      nsrc++;
+      continue;
+    }
+    int k = 0;
+    if (n >= 5 && !strcmp(tok[0], "codelet"))
+      for (k = 0; k < nsrc && strcmp(src[k].id, tok[2]); k++) {}
+    if (n < 5 || strcmp(tok[0], "codelet") || k == nsrc || strchr(tok[1], '/') ||
+        strchr(src[k].tar, '\''))
+      tg_cli_die("%s: bad line '%s' (see platforms/gen-history.py)", manifest, line);
+    char key[80];
+    snprintf(key, sizeof key, " %.64s ", tok[1]);
+    if (strstr(placed, key)) continue; /* an earlier source's history stands */
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", hash_sources(root, tok + 4, n - 4));
+    if (strcmp(hex, tok[3])) {
+      size_t len = strlen(refused);
+      snprintf(refused + len, sizeof refused - len, "%s%s (%s)", len ? ", " : "", tok[1],
+               src[k].commit);
+      continue;
+    }
+    char dir[128], from[4400], to[4200];
+    snprintf(dir, sizeof dir, "%s/src-%s", tg_sim_tmp, src[k].id);
+    if (!src[k].unpacked) {
+      char cmd[4400];
+      snprintf(cmd, sizeof cmd, "mkdir -p '%s' && tar -xJf '%.2000s/%s' -C '%s'", dir, root,
+               src[k].tar, dir);
+      if (system(cmd) != 0)
+        tg_cli_die("%s: cannot unpack %s/%s (tar with xz)", manifest, root, src[k].tar);
+      src[k].unpacked = 1;
+    }
+    snprintf(from, sizeof from, "%s/sampling/codelets/45/%s.%s", dir, tok[1], src[k].host);
+    snprintf(to, sizeof to, "%s/%s.%s", codelets, tok[1], name);
+    if (access(from, R_OK) != 0)
+      tg_cli_die("%s: %s has no %s.%s", manifest, src[k].tar, tok[1], src[k].host);
+    link_or_die(from, to);
+    src[k].used = 1;
+    accepted++;
+    size_t len = strlen(placed);
+    snprintf(placed + len, sizeof placed - len, "%s", key + 1);
+  }
+  fclose(f);
+  char used[1024] = "";
+  for (int k = 0; k < nsrc; k++) {
+    if (!src[k].used) continue;
+    size_t len = strlen(used);
+    snprintf(used + len, sizeof used - len, "%s%s, commit %s", len ? "; " : "", src[k].label,
+             src[k].commit);
+  }
+  printf("calibrated history: %d codelets from %s (%s)\n", accepted, *used ? used : "none",
+         manifest);
+  if (*refused)
+    printf("calibrated history refused (their sources changed since the commit measured; "
+           "the expected model times them): %s\n", refused);
+  if (setenv("TG_SIM_HISTORY", *used ? used : "none", 1) != 0)
+    tg_cli_die("simulate: setenv failed");
+}
+
+static void prepare_model_dir(const char *dir, const char *name, const char *perfmodels,
+                              const char *history) {
   snprintf(tg_sim_tmp, sizeof tg_sim_tmp, "/tmp/taskgrad-sim-XXXXXX");
   if (!mkdtemp(tg_sim_tmp)) tg_cli_die("simulate: cannot create a temporary directory");
   atexit(remove_tmp);
@@ -232,6 +379,10 @@ static void prepare_model_dir(const char *dir, const char *name, const char *per
     link_or_die(from, to);
   } else if (mkdir(to, 0700) != 0) {
     tg_cli_die("simulate: mkdir %s: %s", to, strerror(errno));
+  } else if (history) {
+    strcat(to, "/45"); /* StarPU's perfmodel format version */
+    if (mkdir(to, 0700) != 0) tg_cli_die("simulate: mkdir %s: %s", to, strerror(errno));
+    prepare_history(history, name, to);
   }
   /* big host tensors are folded mappings of one file (src/tensor.c), one
    * mapping per fold: 16 MiB folds keep GPT 350M on 8 GPUs far below
@@ -451,6 +602,7 @@ typedef struct sim_cmd {
   char *pass[MAX_PASS];          /* the flags a child of a sweep gets */
   int npass;
   char dir[4096];                /* the platform files' directory */
+  char history[4200];            /* the platform's history manifest, or "" */
   int gpus[MAX_LIST], ngpus;
   char sched[MAX_LIST][64];
   int nsched;
@@ -478,7 +630,10 @@ static int parse_flags(int argc, char **argv, sim_cmd *c) {
     else if (!strcmp(a, "--cost")) c->cost_text = VAL, keep = 0;
     else if (!strcmp(a, "--ncpus")) o->ncpus = INT(0, 4096);
     else if (!strcmp(a, "--steps")) o->steps = INT(1, 1 << 20);
-    else if (!strcmp(a, "--warmup")) o->warmup = INT(0, 1 << 20);
+    else if (!strcmp(a, "--warmup")) {
+      const char *v = VAL;
+      o->warmup = !strcmp(v, "auto") ? TG_SIM_WARMUP_AUTO : (int)tg_cli_int(a, v, 0, 1 << 20);
+    }
     else if (!strcmp(a, "--no-priorities")) c->rt.no_priorities = 1;
     else if (!strcmp(a, "--host-memory")) o->host_mem = tg_cli_double(a, VAL, 1e-3, 1e7) * 1e9;
     else if (!o->is_gpt && !strcmp(a, "--hidden")) {
@@ -510,14 +665,27 @@ static void check_cost(sim_cmd *c) {
   tg_sim_options *o = &c->o;
   int expected = has_expected(&o->roofline);
   int many = c->ngpus > 1 || (c->sched_text && strchr(c->sched_text, ','));
+  /* histories to calibrate with: --perfmodels, or the platform's; in the
+   * simulation process (TG_SIM_PREPARED), those its parent prepared
+   * (TG_SIM_HISTORY; bench/sim-mpi.sh prepares none) */
+  const char *prepared = getenv("TG_SIM_PREPARED");
+  int calibrated = prepared ? getenv("TG_SIM_HISTORY") != NULL : c->perfmodels || *c->history;
   if (!c->cost_text) {
-    o->cost = expected && !many ? TG_SIM_COST_BOTH : TG_SIM_COST_PEAK;
+    o->cost = calibrated ? TG_SIM_COST_CALIBRATED
+              : expected && !many ? TG_SIM_COST_BOTH : TG_SIM_COST_PEAK;
+    return;
+  }
+  if (!strcmp(c->cost_text, "calibrated")) {
+    if (!calibrated)
+      tg_cli_die("--cost calibrated: platform %s ships no calibrated history (a 'history' line "
+                 "in its .roofline) and no --perfmodels DIR was given", o->platform);
+    o->cost = TG_SIM_COST_CALIBRATED;
     return;
   }
   if (!strcmp(c->cost_text, "peak")) o->cost = TG_SIM_COST_PEAK;
   else if (!strcmp(c->cost_text, "expected")) o->cost = TG_SIM_COST_EXPECTED;
   else if (!strcmp(c->cost_text, "both")) o->cost = TG_SIM_COST_BOTH;
-  else tg_cli_die("--cost: '%s' is not peak, expected or both", c->cost_text);
+  else tg_cli_die("--cost: '%s' is not calibrated, peak, expected or both", c->cost_text);
   if (o->cost != TG_SIM_COST_PEAK && !expected)
     tg_cli_die("--cost %s: platforms/%s.roofline has no expected model (expected_* factors, "
                "see platforms/gen-h100.py)", c->cost_text, o->platform);
@@ -535,7 +703,7 @@ static void check_machine(sim_cmd *c) {
   if (o->ncpus > have_cpus)
     tg_cli_die("--ncpus %d: platform %s has %d CPU core(s)", o->ncpus, o->platform, have_cpus);
   double host_mem = 0;
-  read_roofline(c->dir, o->platform, &o->roofline, &host_mem);
+  read_roofline(c->dir, o->platform, &o->roofline, &host_mem, c->history, sizeof c->history);
   if (o->host_mem == 0) o->host_mem = host_mem; /* --host-memory wins */
   c->ngpus = tg_cli_int_list("--gpus", c->gpus_text, c->gpus, MAX_LIST, 0, 64);
   check_cost(c);
@@ -637,10 +805,12 @@ int tg_cmd_simulate(int argc, char **argv) {
   }
   if (argc < 2 || (strcmp(argv[1], "gpt") && strcmp(argv[1], "mlp")))
     tg_cli_die("'taskgrad simulate' needs a model: gpt or mlp (see --help)");
+  if (!getenv("TG_SIM_PREPARED") && unsetenv("TG_SIM_HISTORY") != 0)
+    tg_cli_die("simulate: unsetenv failed"); /* set by prepare_history only */
   static sim_cmd c; /* zeroed */
   tg_sim_options *o = &c.o;
   *o = (tg_sim_options){
-      .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = 1,
+      .is_gpt = !strcmp(argv[1], "gpt"), .ncpus = 0, .steps = 3, .warmup = TG_SIM_WARMUP_AUTO,
       .mlp = {.nlayers = 3, .widths = {784, 512, 256, 10}, .act = TG_ACT_RELU, .tiles = 1}};
   c.cmd = o->is_gpt ? TG_RUN_SIMULATE_GPT : TG_RUN_SIMULATE_MLP;
   tg_cli_gpt_run_default(&o->run, c.cmd);
@@ -663,7 +833,9 @@ int tg_cmd_simulate(int argc, char **argv) {
     tg_cli_path_out("--csv", c.csv);
     tg_cli_paths_check();
     c.pass[c.npass++] = "--cost";
-    c.pass[c.npass++] = o->cost == TG_SIM_COST_EXPECTED ? "expected" : "peak";
+    c.pass[c.npass++] = o->cost == TG_SIM_COST_EXPECTED     ? "expected"
+                        : o->cost == TG_SIM_COST_CALIBRATED ? "calibrated"
+                                                            : "peak";
     return run_many(o, c.pass, c.npass, c.gpus, c.ngpus, c.sched, c.nsched, chart, c.csv);
   }
   check_single_run(&c);
@@ -672,7 +844,13 @@ int tg_cmd_simulate(int argc, char **argv) {
   c.rt.ncuda = o->gpus;
   tg_cli_instrument_check(&c.rt);
   if (getenv("TG_SIM_PREPARED")) return tg_sim_run(o, &c.rt); /* in taskgrad-sim */
-  prepare_model_dir(c.dir, o->platform, c.perfmodels);
+  int calibrated = o->cost == TG_SIM_COST_CALIBRATED;
+  if (calibrated && c.perfmodels) {
+    char label[4200];
+    snprintf(label, sizeof label, "--perfmodels %.4000s", c.perfmodels);
+    if (setenv("TG_SIM_HISTORY", label, 1) != 0) tg_cli_die("simulate: setenv failed");
+  }
+  prepare_model_dir(c.dir, o->platform, c.perfmodels, calibrated ? c.history : NULL);
   int rc = run_in_sim_process(argc, argv);
   if (rc != 0 || o->cost != TG_SIM_COST_BOTH) return rc;
   return run_expected(&c);

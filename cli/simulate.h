@@ -18,7 +18,9 @@
 typedef struct tg_sim_options {
   int is_gpt;
   const char *platform; /* host name of the platform files */
-  int gpus, ncpus, steps, warmup;
+  int gpus, ncpus, steps;
+  int warmup;           /* untimed steps first; TG_SIM_WARMUP_AUTO: until
+                           steady (simulate_run.c, timed_steps) */
   /* the run options (gpt_run_options.h): the GPT's model and run.cfg;
    * the MLP uses run.cfg.B, run.cfg.nmicro and run.prec */
   tg_cli_gpt_run run;
@@ -30,8 +32,18 @@ typedef struct tg_sim_options {
 } tg_sim_options;
 
 /* --cost: the peak roofline, the expected model (per-class fractions of
- * the peaks, platforms/<platform>.roofline), or both (two simulations) */
-enum { TG_SIM_COST_PEAK, TG_SIM_COST_EXPECTED, TG_SIM_COST_BOTH };
+ * the peaks, platforms/<platform>.roofline), both (two simulations), or
+ * calibrated: the histories of a real device (the platform's `history`
+ * manifest, or --perfmodels), the expected model for the tasks they miss */
+enum { TG_SIM_COST_PEAK, TG_SIM_COST_EXPECTED, TG_SIM_COST_BOTH, TG_SIM_COST_CALIBRATED };
+
+/* --warmup's default: warm-up steps until one comes within
+ * TG_SIM_WARMUP_TOLERANCE of the one before, at least TG_SIM_WARMUP_MIN and
+ * at most TG_SIM_WARMUP_MAX of them */
+#define TG_SIM_WARMUP_AUTO (-1)
+#define TG_SIM_WARMUP_MIN 2
+#define TG_SIM_WARMUP_MAX 6
+#define TG_SIM_WARMUP_TOLERANCE 0.02
 
 typedef struct tg_sim_result {
   double step_ms;     /* simulated, mean over the measured steps */
@@ -48,6 +60,8 @@ typedef struct tg_sim_result {
   int fused_blocks;    /* GPT: 1 when each block's forward and backward are a task each */
   int linear_tiles;   /* GPT: tasks per linear layer (graphs/gpt_tiles.c) */
   double host_bytes;  /* GPT: host-backed bytes (state, buffers), an estimate */
+  int warmup_steps;   /* warm-up steps run */
+  double warmup_ms[TG_SIM_WARMUP_MAX]; /* each one's simulated length */
 } tg_sim_result;
 
 /* Starts the simulation (tg_init with rt), runs the model, prints the

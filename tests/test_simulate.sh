@@ -13,7 +13,10 @@
 #    are packed (the header says so), idle less than with
 #    --no-packed-layers and not slower;
 #  - --cost both prints the expected model's step (longer than the peak
-#    roofline's) after the report, and --cost expected times one run with it.
+#    roofline's) after the report, and --cost expected times one run with it;
+#  - on h100x1 the shipped H100 histories time tasks by default, and a
+#    codelet whose sources changed is refused from them; --cost peak uses
+#    none.
 # These check the simulation's plumbing, not the roofline's figures.
 source "$TG_SOURCE_DIR/tests/cli_testlib.sh"
 
@@ -117,7 +120,7 @@ if run "$work/mlp" mlp --platform h100x4 --gpus 4 --ncpus 0 --steps 2; then
   check_run mlp "$work/mlp"
 fi
 if run "$work/gpt" "${gpt[@]}" --platform h100x4 --gpus 4 --ncpus 0 --steps 2 \
-  --trace "$work/gpt.json"; then
+  --cost both --trace "$work/gpt.json"; then
   check_run gpt "$work/gpt"
   if "$py" - "$work/gpt.json" <<'PY'
 import json, sys
@@ -128,7 +131,8 @@ assert sum(1 for e in ev if e.get("ph") == "X") > 0, "no task events"
 assert any("CUDA" in n for n in names), names
 PY
   then ok "gpt: trace is JSON with CUDA worker tracks"; else bad "gpt: trace"; fi
-  # --cost both (the default for a single run on h100x4): the expected
+  # --cost both (the default for a single run on h100x4 before the
+  # shipped histories made it --cost calibrated): the expected
   # model's run follows; every GPU task class is at <= 90% of its peak
   # there, so its step is longer than the peak roofline's
   peak_ms=$(value "simulated step ms" "$work/gpt")
@@ -202,6 +206,44 @@ for n in 8 64; do
     fi
   fi
 done
+
+# the H100 platforms' shipped histories (platforms/h100.history), the
+# default there: a codelet's history is taken while its sources hash as they
+# did at the measured commit, refused once one of them changes.  On a copy
+# of the sources with codelets/linear.c changed by one comment line, the
+# linear layers' histories must be refused, the others still taken.
+hist_count() { sed -n 's/^calibrated history: \([0-9]*\) codelets from .*/\1/p' "$1"; }
+src="$work/src"
+mkdir -p "$src/bench/results/2026-11-27-h100-2"
+cp -r "$TG_SOURCE_DIR/platforms" "$TG_SOURCE_DIR/codelets" "$src/"
+mkdir -p "$src/kernels" && cp -r "$TG_SOURCE_DIR/kernels/cuda" "$src/kernels/"
+cp "$TG_SOURCE_DIR"/bench/results/2026-11-27-h100-2/perfmodels-4.tar.xz "$src/bench/results/2026-11-27-h100-2/"
+if run "$work/hist" "${gpt[@]}" --platform h100x1 --steps 1 &&
+  TG_SOURCE_DIR="$src" run "$work/hist-same" "${gpt[@]}" --platform h100x1 --steps 1; then
+  n=$(hist_count "$work/hist")
+  if [ "${n:-0}" -ge 10 ] && [ "$(hist_count "$work/hist-same")" = "$n" ] &&
+    grep -q '^cost model: [0-9]* estimates from calibrated history (H100 lease .*commit [0-9a-f]*), [0-9]* from the expected model' "$work/hist" &&
+    ! grep -q '^calibrated history refused.*taskgrad_linear_fwd' "$work/hist"; then
+    ok "h100x1 by default: $n codelets' histories, the rest timed by the expected model"
+  else
+    bad "h100x1 by default: '$(grep -E '^(calibrated history|cost model)' "$work/hist")'"
+  fi
+  echo "/* changed */" >> "$src/codelets/linear.c"
+  if TG_SOURCE_DIR="$src" run "$work/hist-changed" "${gpt[@]}" --platform h100x1 --steps 1 &&
+    [ "$(hist_count "$work/hist-changed")" = "$((n - 2))" ] &&
+    grep -q '^calibrated history refused.*taskgrad_linear_bwd_data.*taskgrad_linear_fwd' "$work/hist-changed"; then
+    ok "codelets/linear.c changed: linear_fwd's and linear_bwd_data's histories refused"
+  else
+    bad "codelets/linear.c changed: '$(grep '^calibrated history' "$work/hist-changed")'"
+  fi
+fi
+if run "$work/hist-peak" "${gpt[@]}" --platform h100x1 --steps 1 --cost peak &&
+  grep -q '^cost model: 0 estimates from calibrated history, [0-9]* from the peak roofline (an upper bound' "$work/hist-peak" &&
+  ! grep -q '^calibrated history' "$work/hist-peak"; then
+  ok "h100x1 --cost peak: the roofline alone, an upper bound"
+else
+  bad "h100x1 --cost peak: '$(grep '^cost model' "$work/hist-peak")'"
+fi
 
 # a sweep writes its rows and chart
 if "$tg" simulate mlp --platform h100x2 --gpus 1,2 --steps 1 --warmup 0 \

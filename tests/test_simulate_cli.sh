@@ -42,10 +42,12 @@ sed -i 's/^expected_memory_fraction .*/expected_memory_fraction 0.9/; s/^expecte
   "$work/plat/h100x1.roofline"
 TG_PLATFORM_DIR="$work/plat" expect_fail "flash fraction above 1" \
   "an expected_\*_fraction above 1" simulate mlp --platform h100x1
-expect_fail "unknown cost model" "--cost: 'fast' is not peak, expected or both" \
+expect_fail "unknown cost model" "--cost: 'fast' is not calibrated, peak, expected or both" \
   simulate mlp --platform h100x1 --cost fast
 expect_fail "expected model on a platform without it" "--cost expected: platforms/cpu2.roofline has no expected model" \
   simulate mlp --platform cpu2 --gpus 0 --ncpus 1 --cost expected
+expect_fail "calibrated without histories" "--cost calibrated: platform cpu2 ships no calibrated history" \
+  simulate mlp --platform cpu2 --gpus 0 --ncpus 1 --cost calibrated
 expect_fail "both models of a sweep" "--cost both runs one configuration twice" \
   simulate mlp --platform h100x4 --gpus 1,2 --cost both
 
