@@ -93,6 +93,7 @@ int sched_run_child(char *const argv[], const char *home, int calibrate, int tim
     fprintf(stderr, "taskgrad: error: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
+  tg_cli_forward_signals(pid); /* SIGINT/SIGTERM end the run in progress too */
   close(outp[1]);
   close(errp[1]);
   size_t cap = 65536, len = 0, elen = 0;
@@ -162,6 +163,7 @@ int sched_run_child(char *const argv[], const char *home, int calibrate, int tim
   int status;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return 0;
+  tg_cli_forward_signals(0); /* after a signal: exits 128 + it, the run ended */
   if (WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) r->signal = WTERMSIG(status);
   return 0;

@@ -72,4 +72,42 @@ grep -q '^| scheduler | median ms' "$work/stdout" && grep -q '^| lws | ' "$work/
 [ -d "$work/perfmodels/.starpu/sampling" ] && ok "perfmodels calibrated in --perfmodel-dir" \
   || bad "no perfmodels in $work/perfmodels"
 
+# SIGINT while a scheduler's run is in progress: the run (a child process)
+# ends too, and bench sched exits 130 within 5 s
+"$tg" bench sched --model mlp --steps 4096 --warmup 1 --batch 512 --hidden 256 \
+  --schedulers eager --perfmodel-dir "$work/perfmodels" --out-dir "$work/results" \
+  >"$work/int.out" 2>"$work/int.err" &
+pid=$!
+# the measured run (not the calibration run before it) is in progress
+for _ in $(seq 1 300); do
+  grep -q "round 1/" "$work/int.err" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 0.5
+children=$(pgrep -P "$pid" | tr '\n' ' ')
+kill -INT "$pid"
+t0=$SECONDS
+for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  bad "bench sched still running 10 s after SIGINT"
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+else
+  wait "$pid"
+  rc=$?
+  [ "$rc" -eq 130 ] && [ $((SECONDS - t0)) -le 5 ] && ok "SIGINT: exit 130 in $((SECONDS - t0)) s" \
+    || bad "SIGINT: exit $rc after $((SECONDS - t0)) s"
+fi
+sleep 0.5
+left=""
+for c in $children; do kill -0 "$c" 2>/dev/null && left="$left $c"; done
+if [ -z "$children" ]; then
+  bad "no scheduler run was in progress when SIGINT was sent"
+elif [ -n "$left" ]; then
+  bad "the scheduler's run ($left) outlived bench sched"
+  kill -KILL $left 2>/dev/null
+else
+  ok "the scheduler's run ($children) ended with bench sched"
+fi
+
 finish test_bench_sched
