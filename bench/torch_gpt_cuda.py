@@ -9,14 +9,26 @@ and tokens/s, the figures `bench gpt` prints.
 
   python3 bench/torch_gpt_cuda.py --layers 12 --channels 768 --heads 12 \
       --batch 8 --seq 1024 [--compile]
+
+Also prints the first step's time (with --compile: torch.compile's warm-up,
+about 20-30 s of the 34 s the compiled part took in the 2026-11-26 lease)
+and the wall time from start.  --parse-only checks the flags and exits 0
+before importing torch (bench/gpu-session.sh --dry-run, tests/test_gpu_check.sh).
 """
 import argparse
 import statistics
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+T_START = time.perf_counter()
+
+
+def define_model():
+    """The model's classes, once torch is imported (after the flags are read)."""
+    global torch, nn, F, GPT
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    GPT = make_classes(nn, F)
 
 
 def attention(q, k, v):  # q, k, v: (B, NH, T, hs)
@@ -28,39 +40,41 @@ def attention(q, k, v):  # q, k, v: (B, NH, T, hs)
     return att.softmax(-1) @ v
 
 
-class Block(nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.NH = NH
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+def make_classes(nn, F):
+    class Block(nn.Module):
+        def __init__(self, C, NH):
+            super().__init__()
+            self.NH = NH
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
 
-    def forward(self, x):  # x: (B, T, C)
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
-        y = attention(q, k, v)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        def forward(self, x):  # x: (B, T, C)
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
+            y = attention(q, k, v)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
+    class GPT(nn.Module):
+        def __init__(self, L, C, NH, Vp, maxT):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(maxT, C)
+            self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+            self.lnf = nn.LayerNorm(C)
+            for p in self.parameters():  # GPT-2's initialisation, as the random taskgrad model
+                if p.dim() == 2:
+                    nn.init.normal_(p, 0.0, 0.02)
 
-class GPT(nn.Module):
-    def __init__(self, L, C, NH, Vp, maxT):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(maxT, C)
-        self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
-        self.lnf = nn.LayerNorm(C)
-        for p in self.parameters():  # GPT-2's initialisation, as the random taskgrad model
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02)
+        def forward(self, idx, targets, V):  # idx, targets: (B, T)
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            for b in self.blocks:
+                x = b(x)
+            logits = F.linear(self.lnf(x), self.wte.weight)[..., :V]  # tied head, first V
+            return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
 
-    def forward(self, idx, targets, V):  # idx, targets: (B, T)
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = F.linear(self.lnf(x), self.wte.weight)[..., :V]  # tied head, first V
-        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+    return GPT
 
 
 def sync(dev):
@@ -75,7 +89,13 @@ def main():
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu only to try the script")
+    ap.add_argument("--parse-only", action="store_true",
+                    help="check the flags and exit, without importing torch")
     a = ap.parse_args()
+    if a.parse_only:
+        print(f"torch_gpt_cuda: flags ok: {vars(a)}")
+        return
+    define_model()
     torch.manual_seed(0)
     dev = a.device
     Vp = (a.vocab + 127) // 128 * 128
@@ -94,6 +114,8 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync(dev)
+        if i == 0:
+            first = (time.perf_counter() - t0) * 1e3
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     ms = statistics.median(times)
@@ -102,6 +124,8 @@ def main():
           f"{torch.cuda.get_device_name() if dev == 'cuda' else dev}, {n} parameters, loss {loss.item():.4f}")
     print(f"torch median step ms: {ms:.2f} (min {min(times):.2f}, max {max(times):.2f})")
     print(f"torch tokens/s: {a.batch * a.seq / ms * 1e3:.0f}")
+    print(f"torch first step ms: {first:.0f} ({'torch.compile warm-up included' if a.compile else 'eager warm-up'}); "
+          f"wall from start {time.perf_counter() - T_START:.1f} s")
 
 
 if __name__ == "__main__":

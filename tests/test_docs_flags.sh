@@ -45,7 +45,9 @@ EXTERNAL='
 --cflags          pkg-config
 --libs            pkg-config
 --with-fxt        configure
---dry-run         gpu-check
+--dry-run         gpu-check|gpu-session|lease-compare
+--bin             gpu-session
+--build-dir       gpu-bundle|gpu-check
 '
 
 # flags < text: the --flag tokens of a text, one per line, sorted, unique
