@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "gpt_run_options.h"
+#include "taskgrad/precision_mode.h"
 #include "taskgrad/runtime.h"
 #include "micro_batches.h"
 #include "simulate.h"
@@ -70,7 +71,7 @@ static const run_option options[] = {
     {"--max-seq", "T", K_INT, F(model.max_seq_len), 1, 1 << 20, -1, BENCH | SIM,
      "its maximum sequence length (default %d)"},
     {"--attention", "NAME", K_ATTENTION, F(cfg.attention), 0, 0, -1, GPT,
-     "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there), flash\n(chunked; in bf16 on CUDA workers flash kernels on\nthe tensor cores, head sizes 16, 32, 64, 128) or\nauto: gemm with CUDA workers, else chunked (default\nauto)"},
+     "naive, chunked, gemm (chunked with its products on\ncuBLAS on CUDA workers, O(T^2) memory there), flash\n(chunked; in bf16 on CUDA workers flash kernels on\nthe tensor cores, head sizes 16, 32, 64, 128), cudnn\n(chunked; in bf16 and fp16 on CUDA workers cuDNN's\nfused attention, else gemm's kernels) or auto: cudnn\nwith CUDA workers in 16-bit runs, gemm in f32 ones,\nelse chunked (default auto)"},
     {"--chunk", "K", K_INT, F(cfg.chunk), 1, 1 << 16, -1, GPT, "attention chunk (default %d)"},
     {"--attn-splits", "S", K_INT, F(cfg.attn_splits), 1, TG_MAX_SPLIT, -1, GPT,
      "attention tasks per micro-batch (default: one per\nCPU worker, dividing B/M; 1 with devices)"},
@@ -195,10 +196,12 @@ static int parse_one(const run_option *o, int argc, char **argv, int *i, tg_cli_
     r->cfg.attention = TG_ATTN_GEMM;
   } else if (!strcmp(v, "flash")) {
     r->cfg.attention = TG_ATTN_FLASH;
+  } else if (!strcmp(v, "cudnn")) {
+    r->cfg.attention = TG_ATTN_CUDNN;
   } else if (!strcmp(v, "auto")) {
     r->cfg.attention = TG_CLI_ATTN_AUTO;
   } else {
-    tg_cli_die("%s: '%s' is not naive, chunked, gemm, flash or auto", a, v);
+    tg_cli_die("%s: '%s' is not naive, chunked, gemm, flash, cudnn or auto", a, v);
   }
   if (o->given >= 0) *field(r, (size_t)o->given) = 1;
   return 1;
@@ -251,8 +254,13 @@ void tg_cli_gpt_run_help(FILE *f, unsigned cmd, unsigned skip) {
 tg_gpt_run_config tg_cli_gpt_run_config(const tg_cli_gpt_run *r, int B, int T, int nmicro) {
   tg_gpt_run_config run = r->cfg;
   /* after tg_init: the workers are known (simulate's are the simulated) */
+  /* CUDA workers: cuDNN's fused attention in 16-bit runs (the gemm kind's
+   * kernels where cuDNN is missing or refuses), the gemm kind in f32; the
+   * CPU's chunked kernels without them */
   if (run.attention == TG_CLI_ATTN_AUTO)
-    run.attention = tg_ncuda_workers() > 0 ? TG_ATTN_GEMM : TG_ATTN_CHUNKED;
+    run.attention = tg_ncuda_workers() == 0                       ? TG_ATTN_CHUNKED
+                    : tg_precision_lowp(r->prec.precision) != TG_F32 ? TG_ATTN_CUDNN
+                                                                     : TG_ATTN_GEMM;
   /* on a GPU, larger chunks: fewer passes over dwte and fuller GEMMs (124M
    * bf16 on an H100, bench/results/2026-11-27-h100-native-bf16.md) */
   if (!r->classifier_chunk_given && tg_ncuda_workers() > 0) run.classifier_chunk = 1024;
@@ -271,6 +279,7 @@ const char *tg_cli_attention_name(tg_attention_kind kind) {
   case TG_ATTN_CHUNKED: return "chunked";
   case TG_ATTN_GEMM: return "gemm";
   case TG_ATTN_FLASH: return "flash";
+  case TG_ATTN_CUDNN: return "cudnn";
   }
   return "auto";
 }

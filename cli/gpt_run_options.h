@@ -74,7 +74,7 @@ double tg_cli_device_memory(void);
 /* cfg.recompute and cfg.offload_optimizer until tg_cli_gpt_fit: off, and
  * not to be turned on (--no-recompute, --no-offload-optimizer) */
 #define TG_CLI_FORCED_OFF (-1)
-/* "naive", "chunked", "gemm", "flash" ("auto" for TG_CLI_ATTN_AUTO) */
+/* "naive", "chunked", "gemm", "flash", "cudnn" ("auto" for TG_CLI_ATTN_AUTO) */
 const char *tg_cli_attention_name(tg_attention_kind kind);
 
 #endif

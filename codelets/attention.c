@@ -13,13 +13,26 @@
  *  - gemm: chunked's contract, state and CPU kernels; on CUDA the products
  *    on cuBLAS (attention_gemm.cu), the (NH, T, T) scores of a sequence in
  *    the scratch, O(T^2), while that fits TG_ATTN_GEMM_MAX_FLOATS (scratch_sizes.h),
- *    else the flash kernels.
+ *    else the flash kernels;
+ *  - cudnn: chunked's contract, state and CPU kernels; on CUDA in bf16 and
+ *    fp16 cuDNN's fused attention (attention_cudnn.cpp, through
+ *    attention_sdpa.c), which the scratch sizes for next to the gemm
+ *    kind's needs: where cuDNN is missing (not installed, or a build
+ *    without its frontend), cannot be loaded or refuses a shape, the task
+ *    runs as the gemm kind (its bf16 kernels, or in fp16 its f32 kernels
+ *    through the adapter), and stderr says so once.  In f32 the gemm
+ *    kind's kernels.  Keeping room for both costs the gemm kind's scratch,
+ *    which the default kind on CUDA used before; it keeps the fallback
+ *    exact without building a cuDNN graph on the submitting thread.
  * A task handles b = n / T whole sequences; graphs split a micro-batch into
  * several such tasks (row blocks of whole sequences) so that several
  * workers process one layer's attention at once.
  */
+#include <stdatomic.h>
+
 #include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "codelet_common.h"
+#include "hooks.h"
 #include "taskgrad/kernels_cpu.h"
 #ifdef TG_HAVE_CUDA
 #include "taskgrad/kernels_cuda_precision.h"
@@ -82,6 +95,9 @@ static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
                                  TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]));
 }
 
+/* the kinds whose CUDA f32 path is the cuBLAS one (cudnn's fallback) */
+static inline int tg_attn_gemm_like(int kind) { return kind == TG_ATTN_GEMM || kind == TG_ATTN_CUDNN; }
+
 /* Which bf16 path a CUDA worker runs for a task of b sequences in a
  * low-precision run (lowp) whose scratch holds scratch_floats: TG_BF16_FLASH
  * (attention_flash_lowp.cu, the flash kind, a head size it has; its scratch,
@@ -92,6 +108,9 @@ static void tg_attention_bwd_cpu(void *buffers[], void *cl_arg) {
  * declares that the simulator charges (the gemm path runs the full T x T). */
 static int tg_attn_bf16_path(const tg_attn_args *a, int lowp, int C, int b,
                              size_t scratch_floats) {
+  /* cuDNN: the causal blocks on the tensor cores, in bf16 and fp16 (the
+   * simulator charges the flash kernels' rate: no cuDNN history yet) */
+  if (a->kind == TG_ATTN_CUDNN) return lowp == TG_BF16 || lowp == TG_F16 ? TG_BF16_FLASH : 0;
   if (lowp != TG_BF16) return 0;
   if (a->kind == TG_ATTN_FLASH) return tg_attn_flash_lowp_hs_ok(C / a->NH) ? TG_BF16_FLASH : 0;
   if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&
@@ -109,7 +128,7 @@ static void tg_attention_fwd_cuda(void *buffers[], void *cl_arg) {
     TG_CUDA_CHECK(tg_cuda_attention_naive_fwd(b, a->T, C, a->NH, TG_PTR(buffers[0]),
                                               TG_LD(buffers[0]), TG_PTR(buffers[2]),
                                               TG_PTR(buffers[1]), TG_LD(buffers[1]), s));
-  else if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, a->T, a->NH))
+  else if (tg_attn_gemm_like(a->kind) && tg_attn_gemm_fits(b, a->T, a->NH))
     TG_CUDA_CHECK(tg_cuda_attention_gemm_fwd(
         starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
         TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
@@ -129,7 +148,7 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
         b, a->T, C, a->NH, TG_PTR(buffers[0]), TG_LD(buffers[0]), TG_PTR(buffers[2]),
         TG_PTR(buffers[3]), TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]),
         TG_VPTR(buffers[5]), s));
-  else if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, a->T, a->NH))
+  else if (tg_attn_gemm_like(a->kind) && tg_attn_gemm_fits(b, a->T, a->NH))
     TG_CUDA_CHECK(tg_cuda_attention_gemm_bwd(
         starpu_cublas_get_local_handle(), b, a->T, C, a->NH, TG_PTR(buffers[0]),
         TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
@@ -142,12 +161,46 @@ static void tg_attention_bwd_cuda(void *buffers[], void *cl_arg) {
         TG_LD(buffers[3]), TG_PTR(buffers[4]), TG_LD(buffers[4]), TG_VPTR(buffers[5]), s));
 }
 
+/* One line on stderr the first time a cudnn-kind task does not run on
+ * cuDNN (the reason: missing library, refused shape, workspace) */
+static atomic_int g_cudnn_noted;
+static void tg_attn_cudnn_note(int path, const char *why) {
+  if (path != TG_SDPA_CUDNN && !atomic_exchange(&g_cudnn_noted, 1))
+    fprintf(stderr, "taskgrad: note: cuDNN attention unavailable (%s); using the gemm kind\n",
+            why[0] ? why : "unknown reason");
+}
+
+/* a cudnn-kind task's 16-bit run (attention_sdpa.c): 0 done, 1 the adapter's
+ * f32 path (fp16 without cuDNN: the gemm kind's f32 kernels) */
+static int tg_attn_cudnn_done(cudaError_t e, int path, cublasStatus_t s, const char *why,
+                              const char *op) {
+  if (e == cudaErrorNotSupported && path == 0) {
+    tg_attn_cudnn_note(path, why);
+    return 1;
+  }
+  if (e != cudaSuccess && path == TG_SDPA_CUDNN) fprintf(stderr, "taskgrad: %s: %s\n", op, why);
+  tg_cuda_launch_check(e, s, op);
+  tg_attn_cudnn_note(path, why);
+  return 0;
+}
+
 static int tg_attention_fwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype lowp,
                                         float *ws) {
   (void)ws;
   const tg_attn_args *a = cl_arg;
   int b = TG_ATTN_B(buffers[0], a->T), C = TG_ATTN_C(buffers[0]);
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1])) return 1;
+  if (a->kind == TG_ATTN_CUDNN) {
+    char why[256] = "";
+    int path;
+    cublasStatus_t s;
+    cudaError_t e = tg_cuda_attention_sdpa_fwd(
+        starpu_cublas_get_local_handle(), lowp, b, a->T, C, a->NH, TG_HPTR(buffers[0]),
+        TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
+        TG_VPTR(buffers[3]), STARPU_VECTOR_GET_NX(buffers[3]), starpu_cuda_get_local_stream(),
+        &path, &s, why, sizeof why);
+    return tg_attn_cudnn_done(e, path, s, why, "tg_attention_fwd");
+  }
   const int path = tg_attn_bf16_path(a, lowp, C, b, STARPU_VECTOR_GET_NX(buffers[3]));
   if (path == TG_BF16_FLASH) {
     TG_CUDA_CHECK(tg_cuda_attention_flash_fwd_lowp(
@@ -173,6 +226,18 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
   if (!tg_is16(buffers[0]) || !tg_is16(buffers[1]) || !tg_is16(buffers[3]) ||
       !tg_is16(buffers[4]))
     return 1;
+  if (a->kind == TG_ATTN_CUDNN) {
+    char why[256] = "";
+    int path;
+    cublasStatus_t s;
+    cudaError_t e = tg_cuda_attention_sdpa_bwd(
+        starpu_cublas_get_local_handle(), lowp, b, a->T, C, a->NH, TG_HPTR(buffers[0]),
+        TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_LD(buffers[1]), TG_PTR(buffers[2]),
+        TG_HPTR(buffers[3]), TG_LD(buffers[3]), TG_HPTR(buffers[4]), TG_LD(buffers[4]),
+        TG_VPTR(buffers[5]), STARPU_VECTOR_GET_NX(buffers[5]), starpu_cuda_get_local_stream(),
+        &path, &s, why, sizeof why);
+    return tg_attn_cudnn_done(e, path, s, why, "tg_attention_bwd");
+  }
   const int path = tg_attn_bf16_path(a, lowp, C, b, STARPU_VECTOR_GET_NX(buffers[5]));
   if (path == TG_BF16_FLASH) {
     TG_CUDA_CHECK(tg_cuda_attention_flash_bwd_lowp(
@@ -191,6 +256,12 @@ static int tg_attention_bwd_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
       TG_VPTR(buffers[5]), starpu_cuda_get_local_stream(), &s);
   tg_cuda_launch_check(e, s, "tg_attention_bwd");
   return 0;
+}
+
+/* the cuDNN graphs and handles go at tg_shutdown (registered before main,
+ * on one thread, as codelets/cublaslt.c does) */
+__attribute__((constructor)) static void tg_attention_cudnn_register(void) {
+  tg_at_shutdown(tg_cuda_attention_cudnn_release);
 }
 #endif
 
@@ -244,7 +315,7 @@ static size_t tg_attn_task_scratch(tg_attention_kind kind, int b, int T, int C, 
                                    const tg_task_opts *opts) {
   size_t bytes = tg_attention_scratch_bytes(kind, b, T, C, NH, chunk);
 #if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
-  if (kind == TG_ATTN_GEMM && opts && opts->lowp == TG_BF16 &&
+  if (tg_attn_gemm_like(kind) && opts && opts->lowp == TG_BF16 &&
       starpu_matrix_get_elemsize(qkv) == 2 && tg_attn_gemm_lowp_fits(b, T, NH)) {
     size_t lowp = tg_attn_gemm_lowp_scratch_floats(b, T, NH) * sizeof(float);
     if (lowp > bytes) bytes = lowp;
@@ -265,10 +336,13 @@ size_t tg_attention_scratch_bytes(tg_attention_kind kind, int b, int T, int C, i
     floats = tg_attention_chunked_scratch_floats(T, C, NH, chunk);
 #if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
     /* the CUDA paths' too, in the SimGrid build as well (scratch_sizes.h) */
-    size_t cuda = kind == TG_ATTN_GEMM && tg_attn_gemm_fits(b, T, NH)
+    size_t cuda = tg_attn_gemm_like(kind) && tg_attn_gemm_fits(b, T, NH)
                       ? tg_attn_gemm_scratch_floats(b, T, NH)
                       : tg_attn_flash_scratch_floats(b, T, NH);
     if (cuda > floats) floats = cuda;
+    /* cudnn: cuDNN's statistics and workspace beside the gemm kind's */
+    if (kind == TG_ATTN_CUDNN && tg_attn_cudnn_scratch_floats(b, T, C, NH) > floats)
+      floats = tg_attn_cudnn_scratch_floats(b, T, C, NH);
 #else
     (void)b;
 #endif
@@ -285,7 +359,7 @@ static int tg_attn_check(const char *op, tg_attention_kind kind, int T, int NH, 
   snprintf(what, sizeof what, "%s: qkv", op);
   TG_TRY(tg_shape(qkv, what, &n, &c3));
   if (kind != TG_ATTN_NAIVE && kind != TG_ATTN_CHUNKED && kind != TG_ATTN_GEMM &&
-      kind != TG_ATTN_FLASH)
+      kind != TG_ATTN_FLASH && kind != TG_ATTN_CUDNN)
     return tg_fail(EINVAL, "%s: unknown attention kind %d", op, (int)kind);
   if (T < 1 || n % T) return tg_fail(EINVAL, "%s: T = %d does not divide the %d rows", op, T, n);
   if (c3 % 3 || NH < 1 || (c3 / 3) % NH)

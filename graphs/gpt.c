@@ -104,7 +104,8 @@ size_t tg_gpt_managed_bytes(const tg_gpt_config *cfg, const tg_gpt_run_config *r
     size_t mrows = rows / (size_t)run->nmicro, Vp = (size_t)cfg->padded_vocab_size;
     size_t cls = 2 * mrows * C + Vp * C, mlp = mrows * 9 * C + 4 * C * C;
     scratch += sizeof(float) * (cls > mlp ? cls : mlp);
-    if (run->attention == TG_ATTN_GEMM) /* bf16 P and dS (attention_gemm_lowp.cu) */
+    /* bf16 P and dS (attention_gemm_lowp.cu; cudnn's fallback too) */
+    if (run->attention == TG_ATTN_GEMM || run->attention == TG_ATTN_CUDNN)
       scratch += sizeof(float) * (size_t)cfg->num_heads * run->T * run->T;
     return sizeof(float) * N * tg_sum_buffers(nworkers) + 2 * acts + scratch * w;
   }
@@ -336,7 +337,8 @@ static int tg_gpt_check_run(const tg_gpt_config *c, tg_gpt_run_config *r) {
     return tg_fail(EINVAL, "GPT: %d attention tasks do not divide the %d sequences of a "
                    "micro-batch", r->attn_splits, b);
   if (r->attention != TG_ATTN_NAIVE && r->attention != TG_ATTN_CHUNKED &&
-      r->attention != TG_ATTN_GEMM && r->attention != TG_ATTN_FLASH)
+      r->attention != TG_ATTN_GEMM && r->attention != TG_ATTN_FLASH &&
+      r->attention != TG_ATTN_CUDNN)
     return tg_fail(EINVAL, "GPT: unknown attention kind %d", (int)r->attention);
   if (r->chunk < 1) return tg_fail(EINVAL, "GPT: attention chunk must be >= 1");
   if (r->classifier_chunk < 1) return tg_fail(EINVAL, "GPT: classifier chunk must be >= 1");

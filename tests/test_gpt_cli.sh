@@ -107,9 +107,10 @@ else
   bad "bench gpt --classifier-chunk 3: $(head -3 "$work/cc.out")"
 fi
 
-# --attention: auto (the default) is chunked without CUDA workers; gemm
-# and flash run chunked's CPU kernels there, and the header names the kind run
-for a in auto:chunked gemm:gemm flash:flash chunked:chunked naive:naive; do
+# --attention: auto (the default) is chunked without CUDA workers; gemm,
+# flash and cudnn run chunked's CPU kernels there, and the header names the
+# kind run
+for a in auto:chunked gemm:gemm flash:flash cudnn:cudnn chunked:chunked naive:naive; do
   if "$tg" bench gpt --layers 1 --channels 16 --heads 2 --max-seq 8 --seq 8 --batch 2 --steps 1 \
        --warmup 0 --quiet --ncuda 0 --attention "${a%%:*}" >"$work/att.out" 2>/dev/null &&
      grep -q "micro-batches, ${a#*:} attention" "$work/att.out"; then
@@ -118,7 +119,7 @@ for a in auto:chunked gemm:gemm flash:flash chunked:chunked naive:naive; do
     bad "bench gpt --attention ${a%%:*}: $(grep -m1 '^bench gpt' "$work/att.out")"
   fi
 done
-expect_fail "bench gpt: --attention fast" "'fast' is not naive, chunked, gemm, flash or auto" \
+expect_fail "bench gpt: --attention fast" "'fast' is not naive, chunked, gemm, flash, cudnn or auto" \
   bench gpt --attention fast
 
 # --micro-batches: a count or auto (the default: one per worker, within

@@ -243,6 +243,11 @@ typedef enum tg_attention_kind {
                           the flash kernels on the tensor cores (WMMA,
                           attention_flash_lowp.cu) for head sizes 16, 32, 64
                           and 128, else chunked's */
+  TG_ATTN_CUDNN = 4,   /* chunked's contract and CPU kernels; on CUDA in bf16
+                          and fp16 cuDNN's fused attention (attention_cudnn.cpp,
+                          loaded at first use), where cuDNN is missing or
+                          refuses the shape the gemm kind's kernels; its
+                          scratch holds both */
 } tg_attention_kind;
 /* out (n, C) = causal attention of qkv (n, 3C); `state` as above.  The
  * chunked variants use a STARPU_SCRATCH workspace of

@@ -195,6 +195,56 @@ cudaError_t tg_cuda_attention_flash_bwd_lowp(int b, int T, int C, int NH, const 
                                              uint16_t *dqkv, int lddqkv, float *scratch,
                                              cudaStream_t stream);
 
+/* Causal attention on cuDNN's fused SDPA (attention_cudnn.cpp, through
+ * the cuDNN frontend's graph API; cuDNN loaded with dlopen at first use):
+ * the chunked kernels' contract with 16-bit (lowp: TG_BF16 or TG_F16) qkv,
+ * out, dout and dqkv, f32 lse, scale 1/sqrt(hs).  scratch holds
+ * scratch_floats floats: the statistics in cuDNN's (b, NH, T) order, then
+ * the plan's workspace (tg_attn_cudnn_scratch_floats, scratch_sizes.h).
+ * cudaErrorNotSupported, with nothing queued and the reason in why (a
+ * buffer of whylen bytes), when cuDNN is missing (a build without the
+ * frontend: a stub), cannot be loaded or refuses the shape, or its plan
+ * needs more workspace than the scratch holds; any other error is a
+ * failure after work was queued.  Graphs are cached per shape and thread;
+ * tg_cuda_attention_cudnn_release frees them and the threads' handles. */
+cudaError_t tg_cuda_attention_cudnn_fwd(tg_dtype lowp, int b, int T, int C, int NH,
+                                        const uint16_t *qkv, int ldqkv, uint16_t *out, int ldo,
+                                        float *lse, float *scratch, size_t scratch_floats,
+                                        cudaStream_t stream, char *why, size_t whylen);
+cudaError_t tg_cuda_attention_cudnn_bwd(tg_dtype lowp, int b, int T, int C, int NH,
+                                        const uint16_t *qkv, int ldqkv, const uint16_t *out,
+                                        int ldo, const float *lse, const uint16_t *dout,
+                                        int lddo, uint16_t *dqkv, int lddqkv, float *scratch,
+                                        size_t scratch_floats, cudaStream_t stream, char *why,
+                                        size_t whylen);
+void tg_cuda_attention_cudnn_release(void);
+/* lse (b T, NH) to cuDNN's statistics (b, NH, T) and back
+ * (attention_cudnn_stats.cu): to_bhs 1 reads lse and writes bhs, 0 the
+ * reverse */
+cudaError_t tg_cuda_attention_lse_permute(int b, int T, int NH, float *lse, float *bhs,
+                                          int to_bhs, cudaStream_t stream);
+/* The cudnn kind on a CUDA worker (attention_sdpa.c): cuDNN first; where it
+ * refuses (cudaErrorNotSupported, nothing queued) the gemm kind's bf16
+ * kernels: attention_gemm_lowp.cu when scratch_floats holds
+ * tg_attn_gemm_lowp_scratch_floats, else the flash kernels for their head
+ * sizes.  *path: TG_SDPA_CUDNN, TG_SDPA_GEMM or TG_SDPA_FLASH, the one that
+ * ran; cudaErrorNotSupported with *path 0 and nothing queued when none can
+ * (fp16 without cuDNN: the caller runs the f32 gemm kernels); why: cuDNN's
+ * reason when it did not run. */
+enum { TG_SDPA_CUDNN = 1, TG_SDPA_GEMM = 2, TG_SDPA_FLASH = 3 };
+cudaError_t tg_cuda_attention_sdpa_fwd(cublasHandle_t handle, tg_dtype lowp, int b, int T, int C,
+                                       int NH, const uint16_t *qkv, int ldqkv, uint16_t *out,
+                                       int ldo, float *lse, float *scratch,
+                                       size_t scratch_floats, cudaStream_t stream, int *path,
+                                       cublasStatus_t *status, char *why, size_t whylen);
+cudaError_t tg_cuda_attention_sdpa_bwd(cublasHandle_t handle, tg_dtype lowp, int b, int T, int C,
+                                       int NH, const uint16_t *qkv, int ldqkv,
+                                       const uint16_t *out, int ldo, const float *lse,
+                                       const uint16_t *dout, int lddo, uint16_t *dqkv,
+                                       int lddqkv, float *scratch, size_t scratch_floats,
+                                       cudaStream_t stream, int *path, cublasStatus_t *status,
+                                       char *why, size_t whylen);
+
 /* *flag = 1 (device memory) when g holds an Inf or NaN, else unchanged */
 cudaError_t tg_cuda_nonfinite_check(const float *g, size_t n, float *flag,
                                     cudaStream_t stream);

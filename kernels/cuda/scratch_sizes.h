@@ -47,6 +47,27 @@ static inline int tg_attn_gemm_lowp_fits(int b, int T, int NH) {
   return tg_attn_gemm_lowp_scratch_floats(b, T, NH) <= TG_ATTN_GEMM_MAX_FLOATS;
 }
 
+/* The cudnn kind's cuDNN part (attention_cudnn.cpp): the softmax
+ * statistics in cuDNN's (b, NH, T) order, padded to 64 floats (256 bytes),
+ * then the plan's workspace, capped at TG_ATTN_CUDNN_WORKSPACE_FLOATS: the
+ * backward's f32 dQ accumulator (b T C floats) and its row sums (two
+ * (b, NH, T)), and 16 MiB for what else an engine asks; the forward's
+ * plans ask for little or none.  A plan that asks for more is refused
+ * (the gemm kind's kernels run). */
+static inline size_t tg_attn_cudnn_stats_floats(int b, int T, int NH) {
+  if (b <= 0 || T <= 0 || NH <= 0) return 0;
+  return ((size_t)b * T * NH + 63) / 64 * 64;
+}
+
+static inline size_t tg_attn_cudnn_workspace_floats(int b, int T, int C, int NH) {
+  if (b <= 0 || T <= 0 || C <= 0 || NH <= 0) return 0;
+  return (size_t)b * T * C + 2 * (size_t)b * T * NH + ((size_t)1 << 22);
+}
+
+static inline size_t tg_attn_cudnn_scratch_floats(int b, int T, int C, int NH) {
+  return tg_attn_cudnn_stats_floats(b, T, NH) + tg_attn_cudnn_workspace_floats(b, T, C, NH);
+}
+
 /* R, the row blocks of the LayerNorm backward's dw / db partial sums: at
  * least 64 rows each, at most 64 blocks (0 when n <= 0) */
 static inline int tg_ln_row_blocks(int n) {

@@ -34,13 +34,17 @@
  * Inputs q, k are scaled so that scores spread over a few units (softmax far
  * from uniform).
  *
- * pair: the three kinds (gemm: the cuBLAS path on a GPU), T in {1, 17, 64,
- * 100} (not a multiple of the chunk 16).
+ * pair: the five kinds (gemm and cudnn in f32: the cuBLAS path on a GPU), T
+ * in {1, 17, 64, 100} (not a multiple of the chunk 16); on a GPU (cuda)
+ * also the cudnn kind on bf16 and fp16 tensors, cuDNN against the CPU's
+ * 16-bit kernels (pair_attention_cudnn says the tolerances).
  * lowp: every kind on bf16 and fp16 tensors through StarPU, against the f32
  * codelet on the widened inputs, rounded, bit for bit (the chunked kinds run
  * the 16-bit kernels; naive the adapter); ref checks the 16-bit kernels
  * against the f32 ones at padded strides and odd shapes.
- * cuda-emu: the six launchers (naive, chunked and cuBLAS), T = 1 and T not a multiple of the tile or
+ * cuda-emu: the cudnn kind's launchers without cuDNN (the stub refuses, the
+ * fallback runs the gemm or flash kernels: emu_attention_cudnn), the lse
+ * permutation, and the six launchers (naive, chunked and cuBLAS), T = 1 and T not a multiple of the tile or
  * above the naive kernels' 256-wide chunks, head sizes 8 to 256; dqkv
  * compared per q / k / v third.
  */
@@ -69,7 +73,7 @@ static int attn_bwd(const void *v, const tg_task_opts *o, tg_tensor *out) {
 static void pair_attention(void) {
   static const int Ts[] = {1, 17, 64, 100};
   const int b = 2, C = 32, NH = 4, chunk = 16;
-  for (int kind = 0; kind < 4; kind++)
+  for (int kind = 0; kind < 5; kind++)
     for (int t = 0; t < 4; t++) {
       int T = Ts[t], n = b * T;
       size_t srows = kind == TG_ATTN_NAIVE ? (size_t)b * NH * T : (size_t)n;
@@ -85,7 +89,7 @@ static void pair_attention(void) {
       new_tensor(&Q, n, 3 * C, qkv); new_tensor(&O, n, C, out);
       new_tensor(&S, (int)srows, scols, state); new_tensor(&DO, n, C, dout);
       char what[64];
-      static const char *const names[] = {"naive", "chunked", "gemm", "flash"};
+      static const char *const names[] = {"naive", "chunked", "gemm", "flash", "cudnn"};
       const char *kn = names[kind];
       gctx c = {.h = {Q.handle, O.handle, S.handle, DO.handle},
                 .T = T,
@@ -111,6 +115,87 @@ static void pair_attention(void) {
     }
 }
 
+/* ---- cuda: the cudnn kind in 16-bit, a CPU worker against a CUDA one ---------- */
+
+typedef struct cudnn_ctx {
+  tg_dtype t;
+  int T, NH;
+  starpu_data_handle_t qkv, out, state, dout;
+} cudnn_ctx;
+
+static int cudnn_fwd16(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const cudnn_ctx *c = v;
+  tg_task_opts w = *o;
+  w.lowp = c->t;
+  return tg_attention_fwd_insert(TG_ATTN_CUDNN, c->T, c->NH, 16, c->qkv, out[0].handle,
+                                 out[1].handle, &w);
+}
+
+static int cudnn_bwd16(const void *v, const tg_task_opts *o, tg_tensor *out) {
+  const cudnn_ctx *c = v;
+  tg_task_opts w = *o;
+  w.lowp = c->t;
+  return tg_attention_bwd_insert(TG_ATTN_CUDNN, c->T, c->NH, 16, c->qkv, c->out, c->state,
+                                 c->dout, out[0].handle, &w);
+}
+
+/* The cudnn kind on 16-bit tensors: the CPU worker runs the chunked 16-bit
+ * kernels (f32 arithmetic on the 16-bit values, each output rounded once),
+ * the CUDA worker cuDNN's fused attention (or, without cuDNN, the gemm
+ * kind's kernels, and stderr says so).  cuDNN rounds P to the 16-bit type
+ * before P V, and dS and P before the gradients' products, as
+ * FlashAttention-2 does: out within 2^-8 normwise (P rounded, then out:
+ * two bf16 half-ulps; fp16's are 8 times smaller), dqkv 2^-7 (one rounding
+ * more); lse is f32 from f32 scores of the same 16-bit values: 1e-4 (the
+ * device's exp, and the order of its sums).  The backward starts from the
+ * CPU forward's out and lse, so it checks the backward alone.  Head sizes
+ * 64 and 128. */
+static void pair_attention_cudnn(void) {
+  static const struct { int T, C, NH; } shapes[] = {{17, 128, 2}, {64, 128, 2}, {33, 256, 2}};
+  const int b = 2;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      const tg_dtype t = LOWP[k];
+      const int T = shapes[i].T, C = shapes[i].C, NH = shapes[i].NH, n = b * T;
+      float *qkv = rnd((size_t)n * 3 * C, 2), *dout = rnd((size_t)n * C, 1);
+      float *lse = xmalloc(sizeof(float) * n * NH), *out = xmalloc(sizeof(float) * n * C);
+      tg_tensor Q, O, S, DO;
+      new_low(&Q, t, n, 3 * C, qkv);
+      new_low(&DO, t, n, C, dout);
+      /* out and lse as the CPU's 16-bit forward writes them */
+      float *q16 = read_as_f32(&Q, t);
+      float *scratch = xmalloc(tg_attention_chunked_scratch_floats(T, C, NH, 16) * sizeof(float));
+      tg_cpu_attention_chunked_fwd(b, T, C, NH, 16, q16, 3 * C, out, C, lse, scratch);
+      new_low(&O, t, n, C, out);
+      new_tensor(&S, n, NH, lse);
+      cudnn_ctx c = {.t = t, .T = T, .NH = NH, .qkv = Q.handle, .out = O.handle,
+                     .state = S.handle, .dout = DO.handle};
+      char what[96];
+      if (ops_row_is("attention_fwd")) {
+        out16 fo[2] = {{.name = "out", .rows = n, .cols = C, .dt = t, .init = NULL, .tol = 0x1p-8},
+                       {.name = "state", .rows = n, .cols = NH, .dt = TG_F32, .init = NULL,
+                        .tol = 1e-4}};
+        snprintf(what, sizeof what, "attention_fwd cudnn %s T=%d hs=%d", tg_dtype_name(t), T,
+                 C / NH);
+        run_pair16(what, cudnn_fwd16, &c, 2, fo);
+      } else {
+        out16 bo = {.name = "dqkv", .rows = n, .cols = 3 * C, .dt = t, .init = NULL,
+                    .tol = 0x1p-7};
+        snprintf(what, sizeof what, "attention_bwd cudnn %s T=%d hs=%d", tg_dtype_name(t), T,
+                 C / NH);
+        run_pair16(what, cudnn_bwd16, &c, 1, &bo);
+      }
+      free(qkv); free(dout); free(lse); free(out); free(q16); free(scratch);
+      tg_tensor_free(&Q); tg_tensor_free(&O); tg_tensor_free(&S); tg_tensor_free(&DO);
+    }
+}
+
+/* cuda: the four f32 kinds, then the cudnn kind in 16-bit */
+static void pair_attention_cuda(void) {
+  pair_attention();
+  pair_attention_cudnn();
+}
+
 /* ---- lowp: 16-bit tensors through the codelets ------------------------------- */
 
 /* Each kind in bf16 and fp16, through StarPU: the forward's out and the
@@ -118,13 +203,13 @@ static void pair_attention(void) {
  * for bit, and the state equal.  Chunked, gemm and flash run the 16-bit
  * kernels on the 16-bit buffers (tg_lowp_cpu_keep16), naive the adapter. */
 static void attention_lowp_body(void) {
-  static const char *const names[] = {"naive", "chunked", "gemm", "flash"};
+  static const char *const names[] = {"naive", "chunked", "gemm", "flash", "cudnn"};
   static const struct { int T, C, NH; } shapes[] = {{17, 24, 2}, {64, 64, 4}};
   const int b = 2, chunk = 16;
   tg_rng rng = {.s = 77};
   const int fwd = ops_row_is("attention_fwd");
   for (int k = 0; k < 2; k++)
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
       for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const tg_dtype t = LOWP[k];
         const int T = shapes[i].T, C = shapes[i].C, NH = shapes[i].NH, n = b * T;
@@ -415,7 +500,155 @@ static void attention_case(int b, int T, int C, int NH, int naive) {
   free(cpu_scratch); free(scratch); free(qkv); free(dout);
 }
 
+/* The cudnn kind on a CUDA worker (attention_sdpa.c).  cuDNN is absent
+ * here (the stub of attention_cudnn_stub.c: the emulator has no cuDNN), so
+ * the launchers must refuse with a reason and nothing written, and the
+ * fallback must run the gemm kind's bf16 kernels when the scratch holds
+ * their scores (the codelet's cudnn scratch does), the flash kernels when
+ * it holds only cuDNN's part, and nothing in fp16 (the codelet then widens
+ * to f32).  The fallback's outputs against the CPU's chunked kernels with
+ * the gemm kind's bf16 tolerances (attention_lowp_case_pad: out 2^-8,
+ * dqkv 2^-7, lse f32).  cuDNN itself needs a GPU: the op table's cuda case
+ * (test_ops_cuda) runs the cudnn kind through StarPU there. */
+static void attention_cudnn_case(int b, int T, int C, int NH) {
+  const int fwd = ops_row_is("attention_fwd");
+  const int n = b * T, chunk = 16, ldq = 3 * C + 8, ldo = C + 8;
+  float *qkv = input(n, 3 * C, ldq, 2.0f), *dout = input(n, C, ldo, 1.0f);
+  uint16_t *Q16 = to16(TG_BF16, qkv, n, 3 * C, ldq, 8);
+  uint16_t *D16 = to16(TG_BF16, dout, n, C, ldo, 8);
+  float *out = fmalloc((size_t)n * ldo), *lse = fmalloc((size_t)n * NH);
+  float *cpu_scratch = fmalloc(tg_attention_chunked_scratch_floats(T, C, NH, chunk));
+  /* the codelet's cudnn scratch, and cuDNN's part alone */
+  size_t full = tg_attn_gemm_lowp_scratch_floats(b, T, NH);
+  const size_t own = tg_attn_cudnn_scratch_floats(b, T, C, NH);
+  if (own > full) full = own;
+  float *gs = tg_const_mat(1, (int)full, (int)full, NAN, NAN);
+  tg_cpu_attention_chunked_fwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, cpu_scratch);
+  float *nan_out = tg_const_mat(n, C, ldo, NAN, NAN);
+  float *nan_dq = tg_const_mat(n, 3 * C, ldq, NAN, NAN);
+  char why[256];
+  int path = -1;
+  cublasStatus_t cs;
+  const char *L = fwd ? "tg_cuda_attention_sdpa_fwd" : "tg_cuda_attention_sdpa_bwd";
+  const char *R = fwd ? "tg_cuda_attention_cudnn_fwd" : "tg_cuda_attention_cudnn_bwd";
+  /* the stub: refused, a reason, nothing written */
+  {
+    uint16_t *O16 = to16(TG_BF16, nan_out, n, C, ldo, 8);
+    float *glse = tg_const_mat(n, NH, NH, NAN, NAN);
+    why[0] = 0;
+    cudaError_t e =
+        fwd ? tg_cuda_attention_cudnn_fwd(TG_BF16, b, T, C, NH, Q16, ldq, O16, ldo, glse, gs,
+                                          full, NULL, why, sizeof why)
+            : tg_cuda_attention_cudnn_bwd(TG_BF16, b, T, C, NH, Q16, ldq, O16, ldo, lse, D16,
+                                          ldo, O16, ldo, gs, full, NULL, why, sizeof why);
+    int untouched = 1;
+    for (size_t i = 0; i < (size_t)n * NH; i++) untouched &= isnan(glse[i]);
+    for (size_t i = 0; i < (size_t)n * ldo; i++) untouched &= O16[i] == (i % ldo < (size_t)C ? O16[0] : 0xabcd);
+    CHECK(e == cudaErrorNotSupported && why[0] && untouched,
+          "%s: without cuDNN: status %d, reason '%s', outputs untouched %d", R, (int)e, why,
+          untouched);
+    record(R, 0.0);
+    free(O16); free(glse);
+  }
+  for (int small = 0; small < 2; small++) {
+    /* small: cuDNN's part of the scratch only: no room for the scores */
+    const size_t ns = small ? own : full;
+    if (small && ns >= tg_attn_gemm_lowp_scratch_floats(b, T, NH)) continue;
+    const int want = small ? (tg_cuda_attention_flash_lowp_supported(C, NH) ? TG_SDPA_FLASH : 0)
+                           : TG_SDPA_GEMM;
+    char what[48];
+    snprintf(what, sizeof what, "%s scratch", small ? "cuDNN's" : "the codelet's");
+    if (fwd) {
+      uint16_t *O16 = to16(TG_BF16, nan_out, n, C, ldo, 8);
+      float *glse = tg_const_mat(n, NH, NH, NAN, NAN);
+      cudaError_t e = tg_cuda_attention_sdpa_fwd(g_blas, TG_BF16, b, T, C, NH, Q16, ldq, O16,
+                                                 ldo, glse, gs, ns, NULL, &path, &cs, why,
+                                                 sizeof why);
+      CHECK(path == want, "%s (%s): path %d, %d expected (reason '%s')", L, what, path, want, why);
+      if (want) {
+        ok(L, what, e);
+        float *got = widen_out16(O16, n, C, ldo), *a = fmalloc((size_t)n * C), *w = fmalloc((size_t)n * C);
+        for (int r = 0; r < n; r++)
+          for (int j = 0; j < C; j++) {
+            a[(size_t)r * C + j] = got[(size_t)r * ldo + j];
+            w[(size_t)r * C + j] = out[(size_t)r * ldo + j];
+            CHECK(j || got[(size_t)r * ldo + C] == kSentinel, "%s: padding of out overwritten", L);
+          }
+        compare(L, "out", a, w, (size_t)n * C, 0x1p-8);
+        compare(L, "lse", glse, lse, (size_t)n * NH, kTolRed);
+        free(got); free(a); free(w);
+      }
+      free(O16); free(glse);
+    } else {
+      uint16_t *OUT16 = to16(TG_BF16, out, n, C, ldo, 8);
+      uint16_t *DQ16 = to16(TG_BF16, nan_dq, n, 3 * C, ldq, 8);
+      float *dq = fmalloc((size_t)n * ldq);
+      tg_cpu_attention_chunked_bwd(b, T, C, NH, chunk, qkv, ldq, out, ldo, lse, dout, ldo, dq,
+                                   ldq, cpu_scratch);
+      cudaError_t e = tg_cuda_attention_sdpa_bwd(g_blas, TG_BF16, b, T, C, NH, Q16, ldq, OUT16,
+                                                 ldo, lse, D16, ldo, DQ16, ldq, gs, ns, NULL,
+                                                 &path, &cs, why, sizeof why);
+      CHECK(path == want, "%s (%s): path %d, %d expected (reason '%s')", L, what, path, want, why);
+      if (want) {
+        ok(L, what, e);
+        float *got = widen_out16(DQ16, n, 3 * C, ldq);
+        compare_qkv_tol(L, got, dq, n, C, ldq, T, 0x1p-7);
+        free(got);
+      }
+      free(OUT16); free(DQ16); free(dq);
+    }
+  }
+  /* fp16: no 16-bit gemm kernels; refused with nothing written, the codelet widens */
+  {
+    uint16_t *O16 = to16(TG_F16, nan_out, n, C, ldo, 8), *Q = to16(TG_F16, qkv, n, 3 * C, ldq, 8);
+    float *glse = tg_const_mat(n, NH, NH, NAN, NAN);
+    cudaError_t e =
+        fwd ? tg_cuda_attention_sdpa_fwd(g_blas, TG_F16, b, T, C, NH, Q, ldq, O16, ldo, glse, gs,
+                                         full, NULL, &path, &cs, why, sizeof why)
+            : tg_cuda_attention_sdpa_bwd(g_blas, TG_F16, b, T, C, NH, Q, ldq, O16, ldo, lse, O16,
+                                         ldo, Q, ldq, gs, full, NULL, &path, &cs, why, sizeof why);
+    int untouched = 1;
+    for (size_t i = 0; i < (size_t)n * NH; i++) untouched &= isnan(glse[i]);
+    CHECK(e == cudaErrorNotSupported && path == 0 && untouched,
+          "%s fp16 without cuDNN: status %d, path %d, untouched %d", L, (int)e, path, untouched);
+    free(O16); free(Q); free(glse);
+  }
+  free(qkv); free(dout); free(Q16); free(D16); free(out); free(lse); free(cpu_scratch); free(gs);
+  free(nan_out); free(nan_dq);
+}
+/* lse (b T, NH) to cuDNN's (b, NH, T) and back (attention_cudnn_stats.cu) */
+static void attention_lse_permute_case(int b, int T, int NH) {
+  const size_t n = (size_t)b * T * NH;
+  float *lse = fmalloc(n), *bhs = tg_const_mat(1, (int)n, (int)n, NAN, NAN);
+  float *back = tg_const_mat(1, (int)n, (int)n, NAN, NAN);
+  for (size_t i = 0; i < n; i++) lse[i] = (float)i;
+  const char *P = "tg_cuda_attention_lse_permute";
+  ok(P, "to", tg_cuda_attention_lse_permute(b, T, NH, lse, bhs, 1, NULL));
+  ok(P, "from", tg_cuda_attention_lse_permute(b, T, NH, back, bhs, 0, NULL));
+  int bad = 0;
+  for (int s = 0; s < b; s++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < NH; h++) {
+        const size_t i = ((size_t)s * T + t) * NH + h, j = ((size_t)s * NH + h) * T + t;
+        bad += bhs[j] != lse[i] || back[i] != lse[i];
+      }
+  CHECK(!bad, "%s b %d T %d NH %d: %d elements misplaced", P, b, T, NH, bad);
+  record(P, bad ? INFINITY : 0.0);
+  free(lse); free(bhs); free(back);
+}
+static void emu_attention_cudnn(void) {
+  tg_cuda_attention_cudnn_release(); /* nothing to release: the stub */
+  record("tg_cuda_attention_cudnn_release", 0.0);
+  attention_lse_permute_case(2, 17, 3);
+  attention_cudnn_case(2, 33, 128, 2); /* hs 64 */
+  if (!g_quick) {
+    attention_lse_permute_case(1, 1, 1);
+    attention_cudnn_case(1, 100, 256, 2); /* hs 128 */
+    attention_cudnn_case(2, 17, 48, 2);   /* hs 24: no flash kernels */
+  }
+}
 static void emu_attention(void) {
+  emu_attention_cudnn();
   /* the codelet's choice: GPT-2's 4 x 1024 tokens of 12 heads on cuBLAS, a
    * 64-head sequence of 8192 (2 x 64 x 8192^2 floats of scores) on the flash
    * kernels */
@@ -469,15 +702,17 @@ static void emu_attention(void) {
 
 static const ops_row rows[] = {
     {.name = "attention_fwd",
-     .doc = "causal attention, naive (reference), chunked (flash-style), gemm (chunked; products on cuBLAS on CUDA) or flash (chunked; in bf16 on CUDA flash kernels on the tensor cores)",
+     .doc = "causal attention, naive (reference), chunked (flash-style), gemm (chunked; products on cuBLAS on CUDA), flash (chunked; in bf16 on CUDA flash kernels on the tensor cores) or cudnn (chunked; in 16-bit on CUDA cuDNN's fused attention, else gemm's kernels)",
      .buffers = "qkv (R), out (W), state: probabilities or log-sum-exp (W), scratch",
      .covers = "tg_attention_fwd_cl tg_attention_fwd_insert tg_cuda_attention_naive_fwd "
                "tg_cuda_attention_chunked_fwd tg_cuda_attention_gemm_fwd tg_cuda_attention_gemm_fwd_lowp "
-               "tg_cuda_attention_flash_fwd_lowp tg_cuda_attention_flash_lowp_supported",
+               "tg_cuda_attention_flash_fwd_lowp tg_cuda_attention_flash_lowp_supported "
+               "tg_cuda_attention_sdpa_fwd tg_cuda_attention_cudnn_fwd "
+               "tg_cuda_attention_cudnn_release tg_cuda_attention_lse_permute",
      .kernels = "tg_cpu_attention_naive_fwd tg_cpu_attention_chunked_fwd "
                 "tg_cpu_attention_chunked_fwd16 tg_attention_chunked_scratch_floats",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
-             [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
+             [OPS_CUDA] = pair_attention_cuda, [OPS_DEVICE] = pair_attention,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention), [OPS_LOWP] = attention_lowp},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "attention_bwd",
@@ -485,11 +720,12 @@ static const ops_row rows[] = {
      .buffers = "qkv, out, state, dout (R), dqkv (W), scratch",
      .covers = "tg_attention_bwd_cl tg_attention_bwd_insert tg_cuda_attention_naive_bwd "
                "tg_cuda_attention_chunked_bwd tg_cuda_attention_gemm_bwd tg_cuda_attention_gemm_bwd_lowp "
-               "tg_cuda_attention_flash_bwd_lowp",
+               "tg_cuda_attention_flash_bwd_lowp tg_cuda_attention_sdpa_bwd "
+               "tg_cuda_attention_cudnn_bwd",
      .kernels = "tg_cpu_attention_naive_bwd tg_cpu_attention_chunked_bwd "
                 "tg_cpu_attention_chunked_bwd16",
      .run = {[OPS_REF] = attention_ref, [OPS_CPU] = pair_attention,
-             [OPS_CUDA] = pair_attention, [OPS_DEVICE] = pair_attention,
+             [OPS_CUDA] = pair_attention_cuda, [OPS_DEVICE] = pair_attention,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_attention), [OPS_LOWP] = attention_lowp},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
 };

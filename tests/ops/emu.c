@@ -89,7 +89,7 @@ int g_quick;
 #define SANITIZED 0
 #endif
 
-#define MAX_LAUNCHERS 64
+#define MAX_LAUNCHERS 96
 static struct {
   const char *name;
   int cases;
