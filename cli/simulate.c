@@ -165,6 +165,7 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r,
       {.key = "expected_memory_fraction", .v = &r->memory_fraction},
       {.key = "expected_core_fraction", .v = &r->core_fraction},
       {.key = "expected_flash_fraction", .v = &r->flash_fraction},
+      {.key = "expected_cudnn_fraction", .v = &r->cudnn_fraction},
       {.key = "gemm_tile", .v = &r->gemm_tile},
       {.key = "gpu_sms", .v = &r->gpu_sms}};
   enum { REQUIRED = 7 };
@@ -204,9 +205,10 @@ static void read_roofline(const char *dir, const char *name, tg_sim_roofline *r,
   if (optional && optional != all)
     tg_cli_die("%s: the expected model needs all of expected_gemm_fraction, "
                "expected_memory_fraction, expected_core_fraction, expected_flash_fraction, "
+               "expected_cudnn_fraction, "
                "gemm_tile and gpu_sms", path);
   if (optional && !(r->gemm_fraction <= 1 && r->memory_fraction <= 1 && r->core_fraction <= 1 &&
-                   r->flash_fraction <= 1))
+                   r->flash_fraction <= 1 && r->cudnn_fraction <= 1))
     tg_cli_die("%s: an expected_*_fraction above 1", path);
 }
 
@@ -789,10 +791,12 @@ static int run_expected(sim_cmd *c) {
   const tg_sim_roofline *rf = &o->roofline;
   printf("expected step ms: %.3f (the expected model: GEMMs at %.1f%% of peak times their "
          "wave quantization, memory at %.0f%% of the bandwidth, other kernels at %.0f%% of "
-         "the CUDA-core peak, flash attention at %.2f%% of the bf16 peak, from "
+         "the CUDA-core peak, flash attention at %.2f%% and cuDNN's at %.0f%% of the bf16 "
+         "peak, from "
          "platforms/%s.roofline; a prediction)\n",
          r.step_ms, 100 * rf->gemm_fraction, 100 * rf->memory_fraction,
-         100 * rf->core_fraction, 100 * rf->flash_fraction, o->platform);
+         100 * rf->core_fraction, 100 * rf->flash_fraction, 100 * rf->cudnn_fraction,
+         o->platform);
   printf("expected %s: %.0f\n", o->is_gpt ? "tokens/s" : "samples/s", r.rate);
   if (r.mfu > 0) printf("expected MFU: %.1f%%\n", r.mfu);
   return 0;

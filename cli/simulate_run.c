@@ -333,9 +333,9 @@ static void print_report(const tg_sim_options *o, const tg_sim_result *r, const 
     printf("cost model: %ld estimates from calibrated history%s, %ld from the expected model "
            "(GEMMs at %.1f%% of peak times their wave quantization, memory at %.0f%% of the "
            "bandwidth, other kernels at %.0f%% of the CUDA-core peak, flash attention at "
-           "%.2f%% of the bf16 peak; predictions)\n",
+           "%.2f%% and cuDNN's at %.0f%% of the bf16 peak; predictions)\n",
            hist, label, roof, 100 * rf->gemm_fraction, 100 * rf->memory_fraction,
-           100 * rf->core_fraction, 100 * rf->flash_fraction);
+           100 * rf->core_fraction, 100 * rf->flash_fraction, 100 * rf->cudnn_fraction);
   else if (o->cost == TG_SIM_COST_CALIBRATED)
     printf("cost model: %ld estimates from calibrated history%s, %ld from the peak roofline "
            "(an upper bound)\n", hist, label, roof);

@@ -104,13 +104,14 @@ static inline int tg_attn_gemm_like(int kind) { return kind == TG_ATTN_GEMM || k
  * D, is chunked's), TG_BF16_GEMM (attention_gemm_lowp.cu, the gemm kind,
  * with the scratch the insert wrappers size for it), else 0: the adapter
  * runs the f32 kernels.  The CUDA functions and the simulator's cost model
- * both ask it; the values are also the factors on the flops the task
- * declares that the simulator charges (the gemm path runs the full T x T). */
+ * both ask it (the gemm path runs the full T x T: twice the flops the
+ * task declares). */
 static int tg_attn_bf16_path(const tg_attn_args *a, int lowp, int C, int b,
                              size_t scratch_floats) {
   /* cuDNN: the causal blocks on the tensor cores, in bf16 and fp16 (the
-   * simulator charges the flash kernels' rate: no cuDNN history yet) */
-  if (a->kind == TG_ATTN_CUDNN) return lowp == TG_BF16 || lowp == TG_F16 ? TG_BF16_FLASH : 0;
+   * simulator's expected model charges cuDNN's own rate, not our flash
+   * kernels': platforms/gen-h100.py) */
+  if (a->kind == TG_ATTN_CUDNN) return lowp == TG_BF16 || lowp == TG_F16 ? TG_BF16_CUDNN : 0;
   if (lowp != TG_BF16) return 0;
   if (a->kind == TG_ATTN_FLASH) return tg_attn_flash_lowp_hs_ok(C / a->NH) ? TG_BF16_FLASH : 0;
   if (a->kind == TG_ATTN_GEMM && tg_attn_gemm_lowp_fits(b, a->T, a->NH) &&

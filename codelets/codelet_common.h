@@ -76,12 +76,13 @@ uint32_t tg_footprint(struct starpu_task *task);
  * the handles would overstate by the tile count.  -1 for any other task. */
 double tg_tile_task_bytes(struct starpu_task *task);
 double tg_linear_tile_bytes(struct starpu_task *task); /* its linear part */
-/* An attention task's bf16 tensor-core path, which is also how many times
- * its declared (causal) flops it runs there, for the simulator's roofline:
- * TG_BF16_GEMM for the gemm kind's (attention_gemm_lowp.cu: the full T x T
- * products), TG_BF16_FLASH for the flash kind's (attention_flash_lowp.cu),
- * else 0: CUDA cores (codelets/attention.c). */
-enum { TG_BF16_FLASH = 1, TG_BF16_GEMM = 2 };
+/* An attention task's 16-bit tensor-core path, for the simulator's
+ * roofline: TG_BF16_GEMM for the gemm kind's (attention_gemm_lowp.cu: the
+ * full T x T products, twice the declared causal flops), TG_BF16_FLASH for
+ * the flash kind's (attention_flash_lowp.cu), TG_BF16_CUDNN for the cudnn
+ * kind's (cuDNN's fused attention, its own expected rate), else 0: CUDA
+ * cores (codelets/attention.c). */
+enum { TG_BF16_FLASH = 1, TG_BF16_GEMM = 2, TG_BF16_CUDNN = 3 };
 int tg_attention_on_tensor_cores(const struct starpu_task *task);
 /* The memory traffic of a gemm-kind attention task's (NH, T, T) scores in
  * its scratch, which the buffers' sizes do not show (0 for other tasks) */

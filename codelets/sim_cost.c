@@ -56,6 +56,7 @@ int tg_sim_set_roofline(const tg_sim_roofline *r) {
     return tg_fail(EINVAL, "roofline: every rate and the launch cost must be positive");
   if (r->expected && !(tg_fraction_ok(r->gemm_fraction) && tg_fraction_ok(r->memory_fraction) &&
                        tg_fraction_ok(r->core_fraction) && tg_fraction_ok(r->flash_fraction) &&
+                       tg_fraction_ok(r->cudnn_fraction) &&
                        r->gemm_tile >= 1 && r->gpu_sms >= 1))
     return tg_fail(EINVAL, "expected cost model: fractions must lie in (0, 1], the GEMM tile "
                            "and the SM count be >= 1");
@@ -191,7 +192,7 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     int tc = tg_attention_on_tensor_cores(task);
     if (tc) { /* bf16 products: the whole T x T (gemm) or the causal blocks */
       gemm = lowp = 1;
-      flops *= tc;
+      if (tc == TG_BF16_GEMM) flops *= 2;
     }
     peak = !gemm ? tg_roof.gpu_fp32
            : lowp ? tg_roof.gpu_bf16
@@ -199,11 +200,12 @@ double tg_sim_cost(struct starpu_perfmodel *hist, struct starpu_task *task,
     bw = tg_roof.gpu_bw;
     bytes += tg_attention_scratch_traffic(task) + tg_lm_classifier_scratch_traffic(task);
     if (tg_roof.expected) {
-      /* the flash kernels at their own measured rate: far from a GEMM's
-       * (platforms/gen-h100.py) */
-      peak *= tc == TG_BF16_FLASH ? tg_roof.flash_fraction
-              : gemm  ? tg_roof.gemm_fraction * tg_wave_efficiency(task)
-                      : tg_roof.core_fraction;
+      /* the flash kernels at their own measured rate, cuDNN's attention at
+       * its published one: far from a GEMM's (platforms/gen-h100.py) */
+      peak *= tc == TG_BF16_FLASH   ? tg_roof.flash_fraction
+              : tc == TG_BF16_CUDNN ? tg_roof.cudnn_fraction
+              : gemm                ? tg_roof.gemm_fraction * tg_wave_efficiency(task)
+                                    : tg_roof.core_fraction;
       bw *= tg_roof.memory_fraction;
     }
   } else {

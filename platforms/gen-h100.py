@@ -77,6 +77,11 @@ EXPECTED_CORE = 0.50                  # [ASSUME] compute-bound CUDA-core kernels
 EXPECTED_FLASH = 8.5e12 / GPU_BF16    # [H100-4] our flash attention kernels
                                       # (attention_flash_lowp.cu, WMMA) forward and
                                       # backward together, against the bf16 peak
+EXPECTED_CUDNN = 200e12 / GPU_BF16    # [ASSUME] cuDNN's fused attention (the cudnn
+                                      # kind), forward and backward together, head
+                                      # size 64: FlashAttention-2's published 190-230
+                                      # TFLOP/s on an H100 (cuDNN's forward alone is
+                                      # quoted near 290); until a lease measures ours
 GEMM_TILE = 128                       # [ASSUME] output tile edge of cuBLAS's Hopper
                                       # bf16 kernels; tiles run in waves of SMS
 SMS = 132                             # [HOP]
@@ -165,6 +170,7 @@ def roofline():
         "expected_memory_fraction %.6g" % EXPECTED_MEMORY,
         "expected_core_fraction %.6g" % EXPECTED_CORE,
         "expected_flash_fraction %.6g" % EXPECTED_FLASH,
+        "expected_cudnn_fraction %.6g" % EXPECTED_CUDNN,
         "gemm_tile %d" % GEMM_TILE,
         "gpu_sms %d" % SMS,
         "# Histories calibrated on a real H100 (gen-history.py writes the",

@@ -210,8 +210,9 @@ done
 # the H100 platforms' shipped histories (platforms/h100.history), the
 # default there: a codelet's history is taken while its sources hash as they
 # did at the measured commit, refused once one of them changes.  On a copy
-# of the sources with codelets/linear.c changed by one comment line, the
-# linear layers' histories must be refused, the others still taken.
+# of the sources with codelets/embedding.c changed by one comment line, the
+# embedding's histories must be refused, the others still taken (the linear
+# layers' are refused already: their cuBLASLt path came after lease 4).
 hist_count() { sed -n 's/^calibrated history: \([0-9]*\) codelets from .*/\1/p' "$1"; }
 src="$work/src"
 mkdir -p "$src/bench/results/2026-11-27-h100-2"
@@ -223,18 +224,18 @@ if run "$work/hist" "${gpt[@]}" --platform h100x1 --steps 1 &&
   n=$(hist_count "$work/hist")
   if [ "${n:-0}" -ge 10 ] && [ "$(hist_count "$work/hist-same")" = "$n" ] &&
     grep -q '^cost model: [0-9]* estimates from calibrated history (H100 lease .*commit [0-9a-f]*), [0-9]* from the expected model' "$work/hist" &&
-    ! grep -q '^calibrated history refused.*taskgrad_linear_fwd' "$work/hist"; then
+    ! grep -q '^calibrated history refused.*taskgrad_embedding_fwd' "$work/hist"; then
     ok "h100x1 by default: $n codelets' histories, the rest timed by the expected model"
   else
     bad "h100x1 by default: '$(grep -E '^(calibrated history|cost model)' "$work/hist")'"
   fi
-  echo "/* changed */" >> "$src/codelets/linear.c"
+  echo "/* changed */" >> "$src/codelets/embedding.c"
   if TG_SOURCE_DIR="$src" run "$work/hist-changed" "${gpt[@]}" --platform h100x1 --steps 1 &&
     [ "$(hist_count "$work/hist-changed")" = "$((n - 2))" ] &&
-    grep -q '^calibrated history refused.*taskgrad_linear_bwd_data.*taskgrad_linear_fwd' "$work/hist-changed"; then
-    ok "codelets/linear.c changed: linear_fwd's and linear_bwd_data's histories refused"
+    grep -q '^calibrated history refused.*taskgrad_embedding_bwd.*taskgrad_embedding_fwd' "$work/hist-changed"; then
+    ok "codelets/embedding.c changed: embedding_fwd's and embedding_bwd's histories refused"
   else
-    bad "codelets/linear.c changed: '$(grep '^calibrated history' "$work/hist-changed")'"
+    bad "codelets/embedding.c changed: '$(grep '^calibrated history' "$work/hist-changed")'"
   fi
 fi
 if run "$work/hist-peak" "${gpt[@]}" --platform h100x1 --steps 1 --cost peak &&

@@ -35,6 +35,8 @@ typedef struct tg_sim_roofline {
   double core_fraction;   /* non-GEMM GPU tasks: of gpu_fp32 */
   double flash_fraction;  /* the flash attention kernels (bf16 tensor cores):
                              of gpu_bf16, as measured on a GPU */
+  double cudnn_fraction;  /* cuDNN's fused attention (the cudnn kind): of
+                             gpu_bf16, its published rate until measured */
   double gemm_tile;       /* edge of a GEMM's output tile (wave quantization) */
   double gpu_sms;         /* streaming multiprocessors: tiles per wave */
 } tg_sim_roofline;
