@@ -163,6 +163,32 @@ cudaError_t tg_cuda_classifier_lowp(cublasHandle_t handle, int n, int C, int V, 
                                     uint16_t *dlogits, int Vd, float *work,
                                     cudaStream_t stream, cublasStatus_t *status);
 
+/* Softmax, cross-entropy and dlogits in one kernel, in place over bf16
+ * logits (lm_classifier_bf16.cu): dl (rows, ld) bf16, ld a multiple of 8,
+ * dl 16-byte aligned; the softmax over the columns [0, V) in f32, the row
+ * becoming bf16(scale (softmax - onehot)) with the columns [V, ld) zeroed;
+ * the row's loss -log p (f32, unscaled) into losses[row] and scale times it
+ * added to *loss_acc, each when not NULL.  A target outside [0, V): a zero
+ * row and a NaN loss. */
+cudaError_t tg_cuda_fused_classifier_bf16(int rows, int V, uint16_t *dl, int ld,
+                                          const int32_t *targets, float scale, float *losses,
+                                          float *loss_acc, cudaStream_t stream);
+/* The tied classifier on bf16 logits (lm_classifier_bf16.cu): per chunk of
+ * rows, the bf16 logits written once by the forward GEMM into dl, then
+ * tg_cuda_fused_classifier_bf16 in place, then dlnf = grad_scale dl wte[:V]
+ * (f32, or bf16 when dlnf16, through work: chunk * C floats) and, when dwte
+ * is not NULL, dwte[:V] += grad_scale dl^T lnf_c (f32).  dl (n or chunk,
+ * ldd): whole != 0, all n rows (the split form's dlogits, padding columns
+ * zeroed), else one chunk's rows reused.  *status: the cuBLAS status of a
+ * failed GEMM. */
+cudaError_t tg_cuda_classifier_bf16(cublasHandle_t handle, int n, int C, int V, int chunk,
+                                    const uint16_t *lnf, int ldl, const uint16_t *wte,
+                                    const int32_t *targets, float scale, float grad_scale,
+                                    int backward, void *dlnf, int lddl, int dlnf16,
+                                    float *dwte, float *loss_acc, uint16_t *dl, int ldd,
+                                    int whole, float *work, cudaStream_t stream,
+                                    cublasStatus_t *status);
+
 /* Causal attention on cuBLAS with bf16 qkv, out, dout and dqkv
  * (attention_gemm_lowp.cu): tg_cuda_attention_gemm_fwd / _bwd's contract
  * and layout, the products on the bf16 tensor cores, P and dS rounded to

@@ -912,6 +912,138 @@ static void emu_classifier_lowp(void) {
   free(lnf); free(wte); free(L16); free(W16); free(tok);
 }
 
+/* tg_cuda_fused_classifier_bf16 against tg_cpu_softmax_xent on the same
+ * bf16 logits widened: dlogits bf16, within one bf16 ulp in norm (0x1p-8:
+ * each value rounded once from an f32 within kTolRed of the CPU's); the
+ * row losses (f32, unscaled) and the scaled sum kTolRed; the columns
+ * [V, ld) exactly zero although they held NaN; a target outside [0, V): a
+ * zero row and a NaN loss; a misaligned ld refused.  Logits in [-8, 8)
+ * make probabilities over several decades. */
+static void emu_fused_classifier(void) {
+  const char *L = "tg_cuda_fused_classifier_bf16";
+  const int n = 13, V = 250, ld = 264;
+  const float scale = 1.0f / 37.0f;
+  float *x = input(n, V, V, 8.0f);
+  uint16_t *dl = malloc(2 * (size_t)n * ld);
+  for (size_t i = 0; i < (size_t)n * ld; i++) dl[i] = 0x7fc0; /* NaN */
+  tg_cpu_to_lowp(TG_BF16, n, V, x, V, dl, ld);
+  tg_cpu_from_lowp(TG_BF16, n, V, dl, ld, x, V); /* the logits the kernel sees */
+  int32_t *tok = tokens(n, V);
+  tok[5] = V; /* out of range */
+  float *want = fmalloc((size_t)n * ld), *rl = fmalloc(n), *wl = fmalloc(n);
+  float loss = 0.5f, wloss = 0.5f;
+  for (int r = 0; r < n; r++) {
+    wl[r] = 0.0f;
+    if (r == 5) continue;
+    tg_cpu_softmax_xent(1, V, x + (size_t)r * V, V, tok + r, 1.0f, want + (size_t)r * ld, ld,
+                        &wl[r]);
+    wloss += scale * wl[r];
+    for (int c = 0; c < V; c++) want[(size_t)r * ld + c] *= scale;
+    for (int c = V; c < ld; c++) want[(size_t)r * ld + c] = 0.0f;
+  }
+  for (int c = 0; c < ld; c++) want[(size_t)5 * ld + c] = 0.0f;
+  ok(L, "", tg_cuda_fused_classifier_bf16(n, V, dl, ld, tok, scale, rl, &loss, NULL));
+  float *got = widen16(TG_BF16, dl, (size_t)n * ld);
+  CHECK(isnan(rl[5]) && isnan(loss), "%s: the bad target's loss %g, sum %g, want NaN", L,
+        (double)rl[5], (double)loss);
+  rl[5] = wl[5] = 0.0f;
+  compare(L, "dlogits", got, want, (size_t)n * ld, 0x1p-8);
+  compare(L, "row losses", rl, wl, (size_t)n, kTolRed);
+  int pad = 1;
+  for (int r = 0; r < n; r++)
+    for (int c = r == 5 ? 0 : V; c < ld; c++) pad &= dl[(size_t)r * ld + c] == 0;
+  CHECK(pad, "%s: padded columns (or the bad target's row) not zero", L);
+  /* the sum without the bad row */
+  tok[5] = 0;
+  for (size_t i = 0; i < (size_t)n * ld; i++) dl[i] = 0x7fc0;
+  tg_cpu_to_lowp(TG_BF16, n, V, x, V, dl, ld);
+  loss = 0.5f;
+  tg_cpu_softmax_xent(1, V, x + (size_t)5 * V, V, tok + 5, scale, want, ld, &wloss);
+  ok(L, "loss", tg_cuda_fused_classifier_bf16(n, V, dl, ld, tok, scale, NULL, &loss, NULL));
+  compare(L, "loss", &loss, &wloss, 1, kTolRed);
+  cudaError_t e = tg_cuda_fused_classifier_bf16(n, V, dl, 252, tok, scale, NULL, &loss, NULL);
+  CHECK(e == cudaErrorInvalidValue, "%s: ld 252 accepted (status %d)", L, (int)e);
+  tg_emu_reset();
+  free(x); free(dl); free(tok); free(want); free(rl); free(wl); free(got);
+}
+
+/* tg_cuda_classifier_bf16, split (whole) and fused (a chunk's block), dlnf
+ * f32 and bf16: the loss against tg_cpu_softmax_xent on the emulator's own
+ * bf16 logits (tg_cuda_gemm_lowp with a bf16 C, kTolRed); dlogits one bf16
+ * ulp in norm; dlnf against grad_scale dl wte[:V] on its own dlogits
+ * (kTolLong, one bf16 ulp when bf16); dwte's increment against dl^T lnf
+ * (kTolRed).  Padded wte rows hold bf16 3e38 (using them shows). */
+static void emu_classifier_bf16(void) {
+  const char *L = "tg_cuda_classifier_bf16";
+  const int n = 37, C = 33, V = 250, Vp = 256, ld = 264, ldl = C + 1, chunk = 16;
+  const float scale = 1.0f / 37.0f, gs = 2.0f;
+  float *lnf = input(n, C, ldl, 1.0f), *wte = input(Vp, C, C, 1.0f);
+  uint16_t *L16 = to16(TG_BF16, lnf, n, C, ldl, 1), *W16 = to16(TG_BF16, wte, Vp, C, C, 0);
+  for (int i = V * C; i < Vp * C; i++) W16[i] = 0x7f7f;
+  int32_t *tok = tokens(n, V);
+  /* the reference: the same bf16 logits, the CPU softmax */
+  uint16_t *lg = malloc(2 * (size_t)n * ld);
+  ok(L, "logits", tg_cuda_gemm_lowp(g_blas, TG_BF16, 0, 1, n, V, C, 1.0f, L16, ldl, W16, C,
+                                    0.0f, TG_BF16, lg, ld));
+  float *x = fmalloc((size_t)n * V), *want = fmalloc((size_t)n * ld), wloss = 0.5f;
+  tg_cpu_from_lowp(TG_BF16, n, V, lg, ld, x, V);
+  for (size_t i = 0; i < (size_t)n * ld; i++) want[i] = 0.0f;
+  tg_cpu_softmax_xent(n, V, x, V, tok, scale, want, ld, &wloss);
+  for (int form = 0; form < 2; form++)
+    for (int d16 = 0; d16 < 2; d16++) {
+      FULL_ONLY(form != d16);
+      const int whole = form == 0;
+      const size_t dlrows = whole ? (size_t)n : (size_t)chunk;
+      uint16_t *dl = malloc(2 * dlrows * ld);
+      for (size_t i = 0; i < dlrows * ld; i++) dl[i] = 0x7fc0;
+      float *dlnf = tg_const_mat(n, C, ldl, NAN, 0.0f), *work = fmalloc((size_t)chunk * C);
+      uint16_t *dn16 = malloc(2 * (size_t)n * ldl);
+      float *dwte[2], loss = 0.5f;
+      outputs(dwte, Vp, C, C, 1);
+      cublasStatus_t cs;
+      ok(L, whole ? "split" : "fused",
+         tg_cuda_classifier_bf16(g_blas, n, C, V, chunk, L16, ldl, W16, tok, scale, gs, 1,
+                                 d16 ? (void *)dn16 : (void *)dlnf, ldl, d16,
+                                 whole ? NULL : dwte[0], &loss, dl, ld, whole, work, NULL,
+                                 &cs));
+      ok(L, "cublas", cs);
+      compare(L, "loss", &loss, &wloss, 1, kTolRed);
+      /* the dlogits behind dlnf and dwte: the kernel's own (split), or the
+       * reference's rounded (fused: the block is reused) */
+      uint16_t *w16 = malloc(2 * (size_t)n * ld);
+      tg_cpu_to_lowp(TG_BF16, n, ld, want, ld, w16, ld);
+      float *a = widen16(TG_BF16, whole ? dl : w16, (size_t)n * ld);
+      if (whole) compare(L, "dlogits", a, want, (size_t)n * ld, 0x1p-8);
+      float *ref = tg_const_mat(n, C, ldl, 0.0f, 0.0f), *got = tg_const_mat(n, C, ldl, 0.0f, 0.0f);
+      tg_cpu_gemm(0, 0, n, C, V, gs, a, ld, wte, C, 0.0f, ref, ldl);
+      for (int r = 0; r < n; r++)
+        for (int c = 0; c < C; c++)
+          got[(size_t)r * ldl + c] = d16 ? tg_bf16_to_f32(dn16[(size_t)r * ldl + c])
+                                         : dlnf[(size_t)r * ldl + c];
+      compare(L, "dlnf", got, ref, (size_t)n * ldl, d16 || !whole ? 0x1p-8 : kTolLong);
+      if (!whole) {
+        tg_cpu_gemm(1, 0, V, C, n, gs, a, ld, lnf, ldl, 1.0f, dwte[1], C);
+        compare(L, "dwte", dwte[0], dwte[1], (size_t)Vp * C, 0x1p-8);
+      }
+      free(w16); free(a); free(ref); free(got);
+      free(dl); free(dlnf); free(work); free(dn16); free2(dwte);
+    }
+  cublasStatus_t cs;
+  float l = 0.0f;
+  uint16_t d1[8];
+  cudaError_t e = tg_cuda_classifier_bf16(g_blas, 1, C, V, 4, L16, ldl, W16, tok, 1.0f, 1.0f,
+                                          0, NULL, 0, 0, NULL, &l, d1, 252, 1, NULL, NULL, &cs);
+  CHECK(e == cudaErrorInvalidValue, "%s: ld 252 accepted (status %d)", L, (int)e);
+  tg_emu_reset();
+  free(lnf); free(wte); free(L16); free(W16); free(tok); free(lg); free(x); free(want);
+}
+
+static void emu_classifier_dlogits_all(void) {
+  emu_classifier_dlogits();
+  emu_fused_classifier();
+  emu_classifier_bf16();
+}
+
 static void emu_classifier_all(void) {
   emu_classifier();
   emu_classifier_lowp();
@@ -946,12 +1078,13 @@ static const ops_row rows[] = {
             "to a `tg_gemm` or `lm_classifier_dwte` task",
      .buffers = "lnf, wte, targets (R), loss (RW / REDUX), dlogits (W), dlnf (W) [, scratch: "
                 "native bf16]",
-     .covers = "tg_lm_classifier_dlogits_insert tg_cuda_classifier_dlogits",
+     .covers = "tg_lm_classifier_dlogits_insert tg_cuda_classifier_dlogits "
+               "tg_cuda_fused_classifier_bf16 tg_cuda_classifier_bf16",
      .kernels = "tg_cpu_classifier_dlogits tg_cpu_classifier_dlogits_lowp "
                 "tg_cpu_classifier_lowp_scratch_floats",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
              [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
-             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits),
+             [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits_all),
              [OPS_LOWP] = lowp_classifier},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "lm_classifier_dwte",

@@ -52,6 +52,16 @@ struct tg_emu_uint3 {
 };
 typedef tg_emu_uint3 uint3;
 
+/* the 128-bit vector type of vector_types.h: 16-byte aligned, so that a
+ * uint4 load or store through a cast pointer is one access of 16 bytes as on
+ * the GPU (misaligned addresses are the kernel's bug there and here) */
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+  return uint4{x, y, z, w};
+}
+
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1)
