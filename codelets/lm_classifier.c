@@ -93,6 +93,33 @@ static size_t tg_lmc_room(void *buffers[], int nbuf) {
   return room;
 }
 
+/* bf16 logits (lm_classifier_bf16.cu), as llm.c: the forward GEMM writes
+ * them once in bf16 into the split form's dlogits (all rows at once, the
+ * whole buffer being there) or into the fused form's scratch (a (chunk,
+ * V rounded up to 8) bf16 block, half of its room), one kernel turns them
+ * into bf16 dlogits in place, then the backward GEMMs; a 16-bit dlnf's f32
+ * sums in the workspace.  1 where it does not apply (rows of the dlogits
+ * not 8-aligned, no room for those sums): tg_cuda_classifier_lowp below. */
+static int tg_lm_classifier_cuda_bf16(void *buffers[], const tg_lmc_args *a, int n, int C,
+                                      int dlnf16, float *ws, size_t room) {
+  uint16_t *dl = a->keep ? TG_HPTR(buffers[4]) : (uint16_t *)TG_VPTR(buffers[4]);
+  const int ldd = a->keep ? (int)TG_LD(buffers[4]) : (a->V + 7) / 8 * 8;
+  int chunk = a->keep ? n : a->chunk;
+  if (dlnf16 && (size_t)chunk * C > room) chunk = a->chunk;
+  if (ldd % 8 != 0 || ((uintptr_t)dl & 15) != 0 || (dlnf16 && (size_t)chunk * C > room))
+    return 1;
+  cublasStatus_t s;
+  cudaError_t e = tg_cuda_classifier_bf16(
+      starpu_cublas_get_local_handle(), n, C, a->V, chunk, TG_HPTR(buffers[0]),
+      TG_LD(buffers[0]), TG_HPTR(buffers[1]), TG_IPTR(buffers[2]), a->scale, a->grad_scale,
+      a->backward, a->backward ? (void *)STARPU_MATRIX_GET_PTR(buffers[5]) : NULL,
+      a->backward ? TG_LD(buffers[5]) : 0, dlnf16,
+      a->backward && !a->keep ? TG_PTR(buffers[6]) : NULL, TG_PTR(buffers[3]), dl, ldd,
+      a->keep, dlnf16 ? ws : NULL, starpu_cuda_get_local_stream(), &s);
+  tg_cuda_launch_check(e, s, "tg_lm_classifier");
+  return 0;
+}
+
 /* bf16 lnf and wte (and dlogits, split): the tensor cores
  * (lm_classifier_lowp.cu).  The fused form's logits go to its scratch, the
  * split form's to the workspace (the room of dlogits' f32 copy); the rest
@@ -107,12 +134,14 @@ static int tg_lm_classifier_cuda_native(void *buffers[], void *cl_arg, tg_dtype 
     return 1;
   const int n = TG_ROWS(buffers[0]), C = TG_COLS(buffers[0]);
   const int dlnf16 = a->backward && tg_is16(buffers[5]);
+  const size_t room = tg_lmc_room(buffers, nbuf);
+  if (tg_lm_classifier_cuda_bf16(buffers, a, n, C, dlnf16, ws, room) == 0) return 0;
   const size_t logit_floats = (size_t)a->chunk * (((size_t)a->V + 7) / 8 * 8);
   float *logits = a->keep ? ws : TG_VPTR(buffers[4]);
   float *work = a->keep ? ws + logit_floats : ws;
   size_t need = tg_cuda_classifier_lowp_scratch_floats(C, a->V, a->chunk, !a->keep, dlnf16) +
                 (a->keep ? logit_floats : 0);
-  if (need > tg_lmc_room(buffers, nbuf)) return 1;
+  if (need > room) return 1;
   cublasStatus_t s;
   cudaError_t e = tg_cuda_classifier_lowp(
       starpu_cublas_get_local_handle(), n, C, a->V, a->chunk, TG_HPTR(buffers[0]),

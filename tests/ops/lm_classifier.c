@@ -558,6 +558,81 @@ static void pair_classifier(void) {
   tg_tensor_free(&L); tg_tensor_free(&Wt); tg_tensor_free(&tok);
 }
 
+/* cuda, lm_classifier_dlogits row: the f32 pairs, then the bf16 split
+ * (Vp = 256: dlogits rows 8-aligned) and fused forms with a bf16 dlnf on
+ * the CUDA worker, the bf16-logits path (lm_classifier_bf16.cu), against
+ * the f32 codelet on the CPU worker on the same rounded inputs.  The GPU
+ * rounds the logits to bf16 before the softmax (|logit| ~ 2 here: 2^-8 in
+ * each), so the loss within 2^-8 relative and dlogits, dlnf and dwte's
+ * increment within 2e-2 in norm; dlogits' padding columns exactly zero. */
+static void cuda_classifier_bf16(void) {
+  pair_classifier();
+  if (!ops_row_is("lm_classifier_dlogits")) return;
+  const int n = 37, C = 33, V = 250, Vp = 256, chunk = 16;
+  const float scale = 1.0f / 37.0f, gs = 2.0f;
+  tg_rng rng = {.s = 0xC1A55B16ULL};
+  float *lnf = rounded_rand(&rng, TG_BF16, n, C, 1.0f);
+  float *wte = rounded_rand(&rng, TG_BF16, Vp, C, 1.0f);
+  tg_tensor L16, W16, L32, W32, tok;
+  new_low(&L16, TG_BF16, n, C, lnf);
+  new_low(&W16, TG_BF16, Vp, C, wte);
+  new_f32(&L32, n, C, lnf);
+  new_f32(&W32, Vp, C, wte);
+  tokens_tensor(&tok, n, V);
+  tg_task_opts og = on_worker(g_cuda_worker), oc = on_worker(g_cpu_worker);
+  og.lowp = TG_BF16;
+  for (int fused = 0; fused < 2; fused++) {
+    const char *what = fused ? "bf16 fused classifier on CUDA" : "bf16 split classifier on CUDA";
+    tg_tensor l16, l32, dn16, dn32, o16, o32; /* o: dlogits (split) or dwte (fused) */
+    new_f32(&l16, 1, 1, NULL);
+    new_f32(&l32, 1, 1, NULL);
+    new_f32(&dn32, n, C, NULL);
+    CHECK(tg_tensor_alloc(&dn16, n, C, TG_BF16) == 0, "alloc: %s", tg_last_error());
+    if (fused) {
+      new_f32(&o16, Vp, C, NULL);
+      new_f32(&o32, Vp, C, NULL);
+      CHECK(tg_lm_classifier_scaled_insert(V, chunk, scale, gs, L16.handle, W16.handle,
+                                           tok.handle, dn16.handle, o16.handle, TG_ACCUMULATE,
+                                           l16.handle, TG_ACCUMULATE, &og) == 0 &&
+                tg_lm_classifier_scaled_insert(V, chunk, scale, gs, L32.handle, W32.handle,
+                                               tok.handle, dn32.handle, o32.handle,
+                                               TG_ACCUMULATE, l32.handle, TG_ACCUMULATE,
+                                               &oc) == 0,
+            "%s: %s", what, tg_last_error());
+    } else {
+      new_f32(&o32, n, Vp, NULL);
+      CHECK(tg_tensor_alloc(&o16, n, Vp, TG_BF16) == 0, "alloc: %s", tg_last_error());
+      CHECK(tg_lm_classifier_dlogits_insert(V, chunk, scale, gs, L16.handle, W16.handle,
+                                            tok.handle, dn16.handle, o16.handle, l16.handle,
+                                            TG_ACCUMULATE, &og) == 0 &&
+                tg_lm_classifier_dlogits_insert(V, chunk, scale, gs, L32.handle, W32.handle,
+                                                tok.handle, dn32.handle, o32.handle,
+                                                l32.handle, TG_ACCUMULATE, &oc) == 0,
+            "%s: %s", what, tg_last_error());
+    }
+    float *a = read_as_f32(&l16, TG_F32), *b = read_as_f32(&l32, TG_F32);
+    CHECK_REL(fabs(a[0] - b[0]) / fabs(b[0]), 0x1p-8, what);
+    free(a); free(b);
+    a = read_as_f32(&dn16, TG_BF16);
+    b = read_as_f32(&dn32, TG_F32);
+    CHECK_REL(tg_rel_err_f32(a, b, (size_t)n * C), 2e-2, what);
+    free(a); free(b);
+    a = read_as_f32(&o16, fused ? TG_F32 : TG_BF16);
+    b = read_as_f32(&o32, TG_F32);
+    CHECK_REL(tg_rel_err_f32(a, b, (size_t)(fused ? Vp * C : n * Vp)), 2e-2, what);
+    int pad = 1;
+    for (int r = 0; r < n && !fused; r++)
+      for (int v = V; v < Vp; v++) pad &= a[(size_t)r * Vp + v] == 0.0f;
+    CHECK(pad, "%s: dlogits padding columns not zero", what);
+    free(a); free(b);
+    tg_tensor *t[] = {&l16, &l32, &dn16, &dn32, &o16, &o32};
+    for (size_t i = 0; i < 6; i++) tg_tensor_free(t[i]);
+  }
+  tg_tensor *all[] = {&L16, &W16, &L32, &W32, &tok};
+  for (size_t i = 0; i < 5; i++) tg_tensor_free(all[i]);
+  free(lnf); free(wte);
+}
+
 /* the scaled form: c->kind is grad_scale, c->T the order of the outputs
  * (which one is output 0, the one run_pair returns) */
 static const int kScaledOrder[3][3] = {/* dlnf, dwte, loss */ {0, 1, 2}, {1, 0, 2}, {1, 2, 0}};
@@ -1083,7 +1158,7 @@ static const ops_row rows[] = {
      .kernels = "tg_cpu_classifier_dlogits tg_cpu_classifier_dlogits_lowp "
                 "tg_cpu_classifier_lowp_scratch_floats",
      .run = {[OPS_REF] = lm_classifier_ref, [OPS_CPU] = pair_classifier,
-             [OPS_CUDA] = pair_classifier, [OPS_DEVICE] = pair_classifier,
+             [OPS_CUDA] = cuda_classifier_bf16, [OPS_DEVICE] = pair_classifier,
              [OPS_CUDA_EMU] = OPS_EMU_CASE(emu_classifier_dlogits_all),
              [OPS_LOWP] = lowp_classifier},
      .why_not = {[OPS_CUDA_EMU] = OPS_EMU_ONLY}},
