@@ -10,8 +10,9 @@
  * bytes per logit before the two backward GEMMs.  Here, per chunk of rows:
  *   1. the forward GEMM writes the logits once, in bf16 (f32 sums,
  *      tg_cuda_gemm_lowp with a bf16 C), into the dlogits buffer itself;
- *   2. tg_cuda_fused_classifier_bf16, one block per row: pass 1 reads the
- *      row with 128-bit loads (8 bf16) and keeps, per thread, an online
+ *   2. tg_cuda_fused_classifier_bf16, one block per row (the last rows
+ *      first, as llm.c: the GEMM wrote them last): pass 1 reads the row
+ *      from its end down with 128-bit loads (8 bf16) and keeps, per thread, an online
  *      maximum and sum of exp(x - max) in f32 over the columns [0, V) other
  *      than the label (the padded columns never enter); a block reduction
  *      gives m and s_o, then with x_l (read before any write, a barrier
@@ -69,13 +70,17 @@ __global__ void __launch_bounds__(kBlock)
                             const int32_t *__restrict__ labels, float scale,
                             float *__restrict__ losses, float *__restrict__ loss_acc) {
   __shared__ float sh[kBlock / 32];
-  const size_t row = blockIdx.x;
+  /* the last rows first: the forward GEMM wrote them last, so they are the
+   * likeliest to be in L2 still (llm.c's order) */
+  const size_t row = gridDim.x - 1 - blockIdx.x;
   uint4 *x = (uint4 *)(dl + row * ld);
   const int nvec = (int)(ld / 8), vvec = (V + 7) / 8; /* vectors in the row, with logits */
   const int32_t label = labels[row];
   const bool bad = label < 0 || label >= V;
   float m = -INFINITY, s = 0.0f; /* online, columns other than the label */
-  for (int i = threadIdx.x; i < vvec; i += kBlock) {
+  /* from the end of the row down, so that its start, which pass 2 reads
+   * first, is the most recently loaded */
+  for (int i = vvec - 1 - (int)threadIdx.x; i >= 0; i -= kBlock) {
     float v[8];
     unpack8(x[i], v);
     for (int j = 0; j < 8; j++) {
