@@ -5,6 +5,7 @@
  */
 #include "codelet_common.h"
 #include "taskgrad/kernels_cpu.h"
+#include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 
 typedef struct tg_bias_args {
   uint32_t shape;
@@ -33,7 +34,10 @@ static void tg_bias_grad_cuda(void *buffers[], void *cl_arg) {
   const tg_bias_args *a = cl_arg;
   TG_CUDA_CHECK(tg_cuda_bias_grad(TG_ROWS(buffers[0]), TG_COLS(buffers[0]),
                                   TG_PTR(buffers[0]), TG_LD(buffers[0]), a->beta,
-                                  TG_PTR(buffers[1]), starpu_cuda_get_local_stream()));
+                                  TG_PTR(buffers[1]), TG_VPTR(buffers[2]),
+                                  (size_t)STARPU_VECTOR_GET_NX(buffers[2]) *
+                                      STARPU_VECTOR_GET_ELEMSIZE(buffers[2]),
+                                  starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -58,8 +62,14 @@ int tg_bias_grad_insert(starpu_data_handle_t dY, starpu_data_handle_t db,
   TG_TRY(tg_shape(dY, "tg_bias_grad: dY", &rows, &cols));
   TG_TRY(tg_expect(db, "tg_bias_grad", "db", 1, cols, TG_FLOAT_SLOT));
   tg_bias_args args = {.shape = 0, .beta = accum == TG_OVERWRITE ? 0.0f : 1.0f};
-  starpu_data_handle_t h[2] = {dY, db};
-  enum starpu_data_access_mode md[2] = {STARPU_R, tg_accum_mode(accum)};
-  return tg_submit(&tg_bias_grad_cl, 2, h, md, &args, sizeof args,
+  size_t scratch = 1;
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  /* the CUDA kernel's row-split partials, in the SimGrid build too */
+  if (tg_bias_grad_scratch_floats(rows, cols) > scratch)
+    scratch = tg_bias_grad_scratch_floats(rows, cols);
+#endif
+  starpu_data_handle_t h[3] = {dY, db, tg_scratch(scratch * sizeof(float))};
+  enum starpu_data_access_mode md[3] = {STARPU_R, tg_accum_mode(accum), STARPU_SCRATCH};
+  return tg_submit(&tg_bias_grad_cl, 3, h, md, &args, sizeof args,
                    (double)rows * cols, opts);
 }

@@ -239,8 +239,10 @@ static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a
     TG_CUBLAS_CHECK(tg_cuda_gemm(h, 1, 0, out, in, rows, 1.0f, TG_PTR(buffers[DZ]),
                                  TG_LD(buffers[DZ]), TG_PTR(buffers[XIN]), TG_LD(buffers[XIN]),
                                  a->beta, TG_PTR(buffers[DW]), TG_LD(buffers[DW])));
-    TG_CUDA_CHECK(tg_cuda_bias_grad(rows, out, TG_PTR(buffers[DZ]), TG_LD(buffers[DZ]), a->beta,
-                                    TG_PTR(buffers[DB]), stream));
+    void *ws = buffers[d.has_z ? ZPREV + 1 : ZPREV];
+    TG_CUDA_CHECK(tg_cuda_bias_grad(
+        rows, out, TG_PTR(buffers[DZ]), TG_LD(buffers[DZ]), a->beta, TG_PTR(buffers[DB]),
+        d.scratch, (size_t)STARPU_VECTOR_GET_NX(ws) * STARPU_VECTOR_GET_ELEMSIZE(ws), stream));
     return;
   }
   tg_dtype lowp = (tg_dtype)a->lowp;
@@ -281,7 +283,8 @@ static void tg_linear_bwd_cuda_part(void *buffers[], const tg_linear_bwd_args *a
         TG_LD(buffers[DW]), (uint16_t *)(g + (size_t)rows * in)));
   if (!lt_dw || !db)
     TG_CUDA_CHECK(tg_cuda_bias_grad_lowp(lowp, rows, out, TG_HPTR(buffers[DZ]),
-                                         TG_LD(buffers[DZ]), a->beta, TG_PTR(buffers[DB]), stream));
+                                         TG_LD(buffers[DZ]), a->beta, TG_PTR(buffers[DB]), g,
+                                         wsn, stream)); /* g: free after the GEMMs */
 }
 #endif
 
@@ -370,6 +373,11 @@ static int tg_lb_insert(const char *op, starpu_data_handle_t dZ, starpu_data_han
     size_t lnw = sizeof(float) * tg_lb_ln_floats(conv, rows, in);
     if (lnw > work) work = lnw;
   }
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  /* the bias gradient's partials (bias.cu), after the GEMMs */
+  if (sizeof(float) * tg_bias_grad_scratch_floats(rows, out) > work)
+    work = sizeof(float) * tg_bias_grad_scratch_floats(rows, out);
+#endif
   int key[3] = {args.act, args.lowp, args.ln};
   args.shape = tg_hash_ints(key, 3);
   starpu_data_handle_t h[LN_NBUF] = {dZ, W, X, dX, dW, db};

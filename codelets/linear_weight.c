@@ -19,6 +19,7 @@
  */
 #include "codelet_common.h"
 #include "gemm_lowp_pad.h"
+#include "scratch_sizes.h" /* kernels/cuda, plain C, every build */
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision.h"
 #include "taskgrad/precision_kernels.h"
@@ -62,21 +63,24 @@ static void tg_linear_bwd_weight_cuda(void *buffers[], void *cl_arg) {
   tg_linear_weight_dims(buffers, &rows, &in, &out);
   cublasHandle_t h = starpu_cublas_get_local_handle();
   cudaStream_t stream = starpu_cuda_get_local_stream();
+  const size_t wsn =
+      (size_t)STARPU_VECTOR_GET_NX(buffers[4]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[4]);
   if (a->lowp == TG_F32) {
     TG_CUBLAS_CHECK(tg_cuda_gemm(h, 1, 0, out, in, rows, 1.0f, TG_PTR(buffers[0]),
                                  TG_LD(buffers[0]), TG_PTR(buffers[1]), TG_LD(buffers[1]),
                                  a->beta, TG_PTR(buffers[2]), TG_LD(buffers[2])));
     TG_CUDA_CHECK(tg_cuda_bias_grad(rows, out, TG_PTR(buffers[0]), TG_LD(buffers[0]), a->beta,
-                                    TG_PTR(buffers[3]), stream));
+                                    TG_PTR(buffers[3]), TG_VPTR(buffers[4]), wsn, stream));
     return;
   }
   TG_CUBLAS_CHECK(tg_cuda_gemm_lowp_aligned(
       h, (tg_dtype)a->lowp, 1, 0, out, in, rows, 1.0f, TG_HPTR(buffers[0]), TG_LD(buffers[0]),
       TG_HPTR(buffers[1]), TG_LD(buffers[1]), a->beta, TG_F32, TG_PTR(buffers[2]),
       TG_LD(buffers[2]), (uint16_t *)TG_VPTR(buffers[4])));
+  /* after the GEMM on the same stream: the scratch is free again */
   TG_CUDA_CHECK(tg_cuda_bias_grad_lowp((tg_dtype)a->lowp, rows, out, TG_HPTR(buffers[0]),
                                        TG_LD(buffers[0]), a->beta, TG_PTR(buffers[3]),
-                                       stream));
+                                       TG_VPTR(buffers[4]), wsn, stream));
 }
 #endif
 
@@ -110,6 +114,11 @@ int tg_linear_bwd_weight_insert(starpu_data_handle_t dZ, starpu_data_handle_t X,
     size_t pad = sizeof(uint16_t) * tg_gemm_lowp_pad_elems(out, in, rows);
     work = w > pad ? w : pad;
   }
+#if defined(TG_HAVE_CUDA) || defined(TG_SIMGRID)
+  /* the bias gradient's partials (bias.cu), after the GEMM */
+  if (sizeof(float) * tg_bias_grad_scratch_floats(rows, out) > work)
+    work = sizeof(float) * tg_bias_grad_scratch_floats(rows, out);
+#endif
   args.shape = (uint32_t)args.lowp;
   starpu_data_handle_t h[5] = {dZ, X, dW, db, tg_scratch(work)};
   enum starpu_data_access_mode md[5] = {STARPU_R, STARPU_R, tg_accum_mode(accum),

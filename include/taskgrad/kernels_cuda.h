@@ -38,8 +38,13 @@ cublasStatus_t tg_cuda_gemm_strided(cublasHandle_t handle, int transa, int trans
 
 cudaError_t tg_cuda_bias_add(int rows, int cols, float *Y, int ldy,
                              const float *b, cudaStream_t stream);
+/* work: the codelet's scratch, tg_bias_grad_scratch_floats(rows, cols)
+ * floats (kernels/cuda/scratch_sizes.h) for the row-split sums over the
+ * whole GPU; NULL or smaller: one block per 32 columns (the same sums but
+ * for the order of the double additions) */
 cudaError_t tg_cuda_bias_grad(int rows, int cols, const float *dY, int ldy,
-                              float beta, float *db, cudaStream_t stream);
+                              float beta, float *db, void *work, size_t work_bytes,
+                              cudaStream_t stream);
 cudaError_t tg_cuda_relu_fwd(int rows, int cols, const float *X, int ldx,
                              float *Y, int ldy, cudaStream_t stream);
 cudaError_t tg_cuda_relu_bwd(int rows, int cols, const float *X, int ldx,

@@ -24,9 +24,11 @@ extern "C" {
 #endif
 
 /* tg_cpu_bias_grad_lowp on the device: db = beta * db + column sums of a
- * 16-bit dY (lowp TG_BF16 or TG_F16), the sums of tg_cuda_bias_grad */
+ * 16-bit dY (lowp TG_BF16 or TG_F16), the sums of tg_cuda_bias_grad (work
+ * and work_bytes as there) */
 cudaError_t tg_cuda_bias_grad_lowp(tg_dtype lowp, int rows, int cols, const uint16_t *dY,
-                                   int ldy, float beta, float *db, cudaStream_t stream);
+                                   int ldy, float beta, float *db, void *work,
+                                   size_t work_bytes, cudaStream_t stream);
 /* tg_cpu_residual_layernorm_fwd on the device: Y = A + B (rounded to
  * sum_type's values when 16-bit), Z, mean, rstd = LayerNorm(Y) as
  * tg_cuda_layernorm_fwd; Y must not alias A or B */

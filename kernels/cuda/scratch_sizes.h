@@ -82,4 +82,25 @@ static inline size_t tg_ln_bwd_scratch_floats(int n, int C) {
   return 2 * (size_t)tg_ln_row_blocks(n) * (size_t)C;
 }
 
+/* the bias gradient's row blocks (bias.cu): the rows are cut into R slices
+ * so that R * ceil(cols / 32) blocks fill a large GPU (about 264 blocks of
+ * 1024 threads: two per SM of an H100), each slice at least 256 rows, at
+ * most 64 slices; 1 (no partials, no scratch) for a short or wide matrix.
+ * A function of the shape only, so that the codelet sizes the scratch
+ * without the device and the sums do not depend on the GPU. */
+static inline int tg_bias_grad_row_blocks(int rows, int cols) {
+  if (rows <= 0 || cols <= 0) return 1;
+  const int tiles = (cols + 31) / 32;
+  int r = (rows + 255) / 256;
+  const int fill = (264 + tiles - 1) / tiles;
+  if (r > fill) r = fill;
+  return r < 64 ? r : 64;
+}
+
+/* the double partial sums (R, cols) as floats; 0 when R == 1 */
+static inline size_t tg_bias_grad_scratch_floats(int rows, int cols) {
+  const int r = tg_bias_grad_row_blocks(rows, cols);
+  return r > 1 ? 2 * (size_t)r * (size_t)cols : 0;
+}
+
 #endif

@@ -6,7 +6,10 @@
  *  pair      every shape of g_shapes, the accumulation modes of bias_grad
  *            (REDUX included) and dY on the left half of a partitioned
  *            matrix;
- *  cuda-emu  both launchers, beta 0 and 0.5, and zero rows (db = beta db).
+ *  cuda-emu  both launchers, beta 0 and 0.5, and zero rows (db = beta db);
+ *            bias_grad also on tall shapes (8192 x 768, 1000 x 33) that the
+ *            launcher splits into row slices (scratch partials, second
+ *            kernel), and without its scratch (the single-pass fallback).
  */
 
 #include "ref_util.h"
@@ -181,6 +184,30 @@ static void bias_pair(void) {
 
 #ifdef OPS_EMU
 #include "cuda_emu/emu_test.h"
+#include "scratch_sizes.h"
+
+/* tg_cuda_bias_grad against tg_cpu_bias_grad, beta 0 (over NaN) and 0.5,
+ * with the scratch the codelet gives it (exactly its size) or none */
+static void emu_bias_grad(int rows, int cols, int ld, const float *dY, int scratch) {
+  const size_t wf = tg_bias_grad_scratch_floats(rows, cols);
+  float *work = scratch && wf ? tg_test_malloc(sizeof(float) * wf) : NULL;
+  char what[64];
+  snprintf(what, sizeof what, "%dx%d%s", rows, cols, scratch ? "" : " no scratch");
+  for (int beta = 0; beta < 2; beta++) {
+    float *o[2];
+    outputs(o, 1, cols, cols, beta);
+    if (!beta)
+      for (int c = 0; c < cols; c++) o[0][c] = o[1][c] = NAN;
+    ok("tg_cuda_bias_grad", what,
+       tg_cuda_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[0], work,
+                         work ? sizeof(float) * wf : 0, NULL));
+    tg_cpu_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[1]);
+    /* double sums on both sides, rounded once to float */
+    compare("tg_cuda_bias_grad", what, o[0], o[1], cols, kTolEw);
+    free2(o);
+  }
+  free(work);
+}
 
 /* ---- cuda-emu ---------------------------------------------------------------- */
 
@@ -200,22 +227,27 @@ static void emu_bias(void) {
     }
     free2(o);
 
-    for (int beta = 0; beta < 2 && ops_row_is("bias_grad"); beta++) {
-      outputs(o, 1, cols, cols, beta);
-      ok("tg_cuda_bias_grad", "", tg_cuda_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[0], NULL));
-      tg_cpu_bias_grad(rows, cols, dY, ld, 0.5f * beta, o[1]);
-      /* double sums on both sides, rounded once to float */
-      compare("tg_cuda_bias_grad", "db", o[0], o[1], cols, kTolEw);
-      free2(o);
-    }
+    if (ops_row_is("bias_grad")) emu_bias_grad(rows, cols, ld, dY, 1);
     free(B);
     free(dY);
   }
-  /* bias_grad over zero rows: db = beta * db */
   if (!ops_row_is("bias_grad")) return;
+  /* tall shapes: row slices over the whole GPU (1000 x 33: 4 slices of 250
+   * rows, one tile; 8192 x 768: 11 slices of 745 rows, 24 tiles), and the
+   * fallback without scratch */
+  static const int tall[][2] = {{1000, 33}, {8192, 768}};
+  for (int s = 0; s < 2; s++) {
+    const int rows = tall[s][0], cols = tall[s][1], ld = cols + 1;
+    float *dY = input(rows, cols, ld, 1.0f);
+    emu_bias_grad(rows, cols, ld, dY, 1);
+    if (s == 0) emu_bias_grad(rows, cols, ld, dY, 0);
+    free(dY);
+  }
+  /* bias_grad over zero rows: db = beta * db */
   float *o[2];
   outputs(o, 1, 40, 40, 1);
-  ok("tg_cuda_bias_grad", "rows 0", tg_cuda_bias_grad(0, 40, NULL, 40, 0.5f, o[0], NULL));
+  ok("tg_cuda_bias_grad", "rows 0",
+     tg_cuda_bias_grad(0, 40, NULL, 40, 0.5f, o[0], NULL, 0, NULL));
   tg_cpu_bias_grad(0, 40, NULL, 40, 0.5f, o[1]);
   compare("tg_cuda_bias_grad", "rows 0", o[0], o[1], 40, kTolEw);
   free2(o);
@@ -233,7 +265,7 @@ static const ops_row rows[] = {
      .why_not = {[OPS_LOWP] = ADAPTER_ELSEWHERE, [OPS_CUDA_EMU] = OPS_EMU_ONLY}},
     {.name = "bias_grad",
      .doc = "bias gradient `db (+)= colsum(dY)`",
-     .buffers = "dY (R), db (W / RW / REDUX)",
+     .buffers = "dY (R), db (W / RW / REDUX), scratch",
      .covers = "tg_bias_grad_cl tg_bias_grad_insert tg_cuda_bias_grad",
      .kernels = "tg_cpu_bias_grad",
      .run = {[OPS_REF] = bias_ref, [OPS_CPU] = bias_pair, [OPS_CUDA] = bias_pair,

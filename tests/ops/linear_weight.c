@@ -151,13 +151,15 @@ static void cpu_linear_weight(void) {
 #ifdef OPS_EMU
 #include "cuda_emu/emu_test.h"
 #include "taskgrad/kernels_cuda_precision.h"
+#include "scratch_sizes.h"
 
 /* ---- cuda-emu ---------------------------------------------------------------- */
 
 static void emu_linear_weight(void) {
-  static const int shapes[][2] = {{1, 1}, {7, 33}, {130, 40}, {33, 600}};
-  for (int s = 0; s < 4; s++) {
-    FULL_ONLY(s != 1 && s != 2);
+  /* 1000 x 96: the launcher's row slices (scratch partials) */
+  static const int shapes[][2] = {{1, 1}, {7, 33}, {130, 40}, {33, 600}, {1000, 96}};
+  for (int s = 0; s < 5; s++) {
+    FULL_ONLY(s != 1 && s != 2 && s != 4);
     const int rows = shapes[s][0], cols = shapes[s][1], ld = cols + 2;
     for (int k = 0; k < 2; k++)
       for (int b = 0; b < 2; b++) {
@@ -167,8 +169,12 @@ static void emu_linear_weight(void) {
         outputs(db, 1, cols, cols, b);
         if (!b)
           for (int c = 0; c < cols; c++) db[0][c] = db[1][c] = NAN;
+        const size_t wf = tg_bias_grad_scratch_floats(rows, cols);
+        float *work = wf ? tg_test_malloc(sizeof(float) * wf) : NULL;
         ok("tg_cuda_bias_grad_lowp", tg_dtype_name(LOWP[k]),
-           tg_cuda_bias_grad_lowp(LOWP[k], rows, cols, dY, ld, (float)b, db[0], NULL));
+           tg_cuda_bias_grad_lowp(LOWP[k], rows, cols, dY, ld, (float)b, db[0], work,
+                                  sizeof(float) * wf, NULL));
+        free(work);
         tg_cpu_bias_grad_lowp(LOWP[k], rows, cols, dY, ld, (float)b, db[1]);
         compare("tg_cuda_bias_grad_lowp", b ? "accumulated" : "overwritten", db[0], db[1],
                 (size_t)cols, kTolRed);
