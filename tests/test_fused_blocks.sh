@@ -63,7 +63,9 @@ ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"]
       if e.get("ph") == "X" and e["args"].get("codelet") == "tg_fused"]
 fwd = [e for e in ev if e["args"]["task"].endswith(".fwd")]
 assert fwd and len(fwd) * 2 == len(ev), f"{len(fwd)} forwards of {len(ev)} fused tasks"
-p = fwd[0]["args"]["parts"]
+# the first to start is a layer 0 forward (the others wait on one); the
+# file's order is not the start order (under ASan a later layer came first)
+p = min(fwd, key=lambda e: e["ts"])["args"]["parts"]
 assert p[:3] == ["tg_layernorm_fwd", "tg_linear_fwd", "tg_attention_fwd"], p
 print(" ".join(p))
 PY
