@@ -67,6 +67,7 @@
 
 #include "atomic_file.h"
 #include "gpt_model_internal.h"
+#include "taskgrad/widen16.h"
 #include "taskgrad/runtime.h"
 #include "taskgrad/safetensors.h"
 
@@ -114,34 +115,6 @@ static const struct {
 
 /* ---- numbers ------------------------------------------------------------ */
 
-static float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-  if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (man << 13); /* inf, nan */
-  } else if (exp) {
-    u = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (!man) {
-    u = sign;
-  } else { /* subnormal: normalise */
-    int e = -1;
-    do {
-      man <<= 1;
-      e++;
-    } while (!(man & 0x400));
-    u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-  }
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 static size_t dtype_size(int dt) { return dt == DT_F32 ? 4 : 2; }
 
 /* a * b into *out unless it passes limit */
@@ -181,7 +154,7 @@ static int read_elems(tg_safetensors_gpt2_reader *r, const hf_tensor *t, uint64_
     for (size_t i = 0; i < k; i++) {
       uint16_t h;
       memcpy(&h, r->raw + 2 * i, 2);
-      dst[done + i] = t->dtype == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      dst[done + i] = t->dtype == DT_BF16 ? tg_widen_bf16(h) : tg_widen_f16(h);
     }
     done += k;
   }

@@ -46,5 +46,6 @@
 #include "taskgrad/sched.h"
 #include "taskgrad/stats.h"
 #include "taskgrad/trace.h"
+#include "taskgrad/widen16.h"
 
 #endif

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "simd_clones.h"
+#include "taskgrad/widen16.h"
 #include "taskgrad/kernels_cpu.h"
 #include "taskgrad/precision_kernels.h"
 
@@ -57,7 +58,7 @@ TG_ROW_INLINE uint16_t to_bf16(float x) {
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-static inline float from_bf16(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static inline float from_bf16(uint16_t h) { return tg_widen_bf16(h); }
 
 /* rounds v >> shift to nearest, ties to even (shift >= 1) */
 static inline uint32_t shift_rne(uint32_t v, unsigned shift) {
@@ -82,14 +83,7 @@ static inline uint16_t to_f16(float x) {
   return (uint16_t)(sign | shift_rne(mant, 126u - e));
 }
 
-static inline float from_f16(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1fu) /* Inf; a NaN gets the quiet bit, as cvt does on the GPU */
-    return bits_f32(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
-  if (e == 0) return bits_f32(sign | f32_bits((float)m * 0x1p-24f)); /* 0, subnormal */
-  return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
+static inline float from_f16(uint16_t h) { return tg_widen_f16(h); }
 
 uint16_t tg_f32_to_bf16(float x) { return to_bf16(x); }
 float tg_bf16_to_f32(uint16_t h) { return from_bf16(h); }
